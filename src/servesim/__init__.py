@@ -1,0 +1,37 @@
+"""servesim — a GPU-free, deterministic simulator of LLM inference serving.
+
+Public API::
+
+    import servesim
+    report = servesim.simulate("config.yaml")          # or a dict in the same schema
+    report["mean_ttft_ms"], report.summary, report.per_request
+"""
+
+from servesim.errors import ConfigError, RunError, ServesimError, SimulationError, TraceError
+
+__all__ = [
+    "ConfigError",
+    "Report",
+    "RunError",
+    "ServesimError",
+    "SimConfig",
+    "SimulationError",
+    "TraceError",
+    "load_config",
+    "simulate",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # Imported lazily so `import servesim` (and the CLI's startup) stays fast.
+    if name in ("simulate", "Report"):
+        from servesim import api
+
+        return getattr(api, name)
+    if name in ("SimConfig", "load_config"):
+        from servesim import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module 'servesim' has no attribute {name!r}")

@@ -1,0 +1,101 @@
+"""What happened to every request: arrival, routing, admissions, token timeline, terminal state.
+
+The collector records raw facts only; `servesim.report` derives every metric from them. Token
+timestamps are not copied per token: a record keeps the indices of the worker passes that gave
+it a token (flat ``[first, end)`` ranges) and a reference to that worker's append-only array of
+pass end times.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+COMPLETED, REJECTED, FAILED, CANCELED = "completed", "rejected", "failed", "canceled"
+
+
+@dataclass(slots=True)
+class Admission:
+    at_ms: float
+    reused_tokens: int
+    pool: str
+
+
+@dataclass(slots=True)
+class Route:
+    pool: str
+    worker_id: int
+    scheduler_id: int
+    dp_rank: int
+    overlap_tokens: int
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Raw lifecycle facts of one request (one turn of a session)."""
+
+    rid: int
+    session_id: str
+    turn_index: int
+    arrival_ms: float
+    input_length: int
+    requested_output: int
+    routes: list[Route] = field(default_factory=list)
+    admissions: list[Admission] = field(default_factory=list)
+    status: str | None = None
+    terminal_ms: float | None = None
+    output_length: int = 0
+    token_spans: list[int] = field(default_factory=list)
+    pass_ends: array | None = None
+
+    @property
+    def counted(self) -> bool:
+        """Completed after at least one admission: the requests every metric is over."""
+        return self.status == COMPLETED and bool(self.admissions)
+
+    def token_times(self) -> list[float]:
+        """Timestamps of every emitted token, in order."""
+        ends = self.pass_ends
+        spans = self.token_spans
+        if ends is None or not spans:
+            return []
+        out: list[float] = []
+        for i in range(0, len(spans), 2):
+            out.extend(ends[spans[i]:spans[i + 1]])
+        return out
+
+
+class Collector:
+    """Append-only store of request records, indexed by request id."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+        self.num_terminal = 0
+
+    def on_arrival(self, session_id: str, turn_index: int, arrival_ms: float,
+                   input_length: int, requested_output: int) -> RequestRecord:
+        record = RequestRecord(len(self.records), session_id, turn_index, arrival_ms,
+                               input_length, requested_output)
+        self.records.append(record)
+        return record
+
+    @staticmethod
+    def on_route(record: RequestRecord, route: Route) -> None:
+        record.routes.append(route)
+
+    @staticmethod
+    def on_admit(record: RequestRecord, at_ms: float, reused_tokens: int, pool: str) -> None:
+        record.admissions.append(Admission(at_ms, reused_tokens, pool))
+
+    def on_terminal(self, record: RequestRecord, at_ms: float, status: str, output_length: int,
+                    token_spans: list[int], pass_ends: array | None) -> None:
+        self.num_terminal += 1
+        record.status = status
+        record.terminal_ms = at_ms
+        record.output_length = output_length
+        record.token_spans = token_spans
+        record.pass_ends = pass_ends
+
+    def terminal_records(self) -> Iterator[RequestRecord]:
+        return (r for r in self.records if r.status is not None)

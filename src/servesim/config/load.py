@@ -1,0 +1,288 @@
+"""Reading a `predict` configuration: YAML file -> ``--set`` overrides -> validated SimConfig.
+
+Every problem becomes a :class:`~servesim.errors.ConfigError` whose message has one line per
+problem, ``dotted.key.path: rule``, prefixed by the file when there is one.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from servesim.config.schema import (
+    DISCRIMINATED_FIELDS,
+    NOT_IN_SCHEMA,
+    SECTIONS,
+    RuleViolation,
+    SimConfig,
+    TraceSource,
+    show,
+)
+from servesim.errors import ConfigError
+
+__all__ = ["apply_overrides", "describe_validation_error", "load_config", "parse_config"]
+
+STACK = "engine"
+"""The only execution stack servesim has; adapter sections would be looked up as '<stack>.<section>'."""
+
+
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> SimConfig:
+    """Read the YAML file at `path`, apply ``--set PATH=VALUE`` overrides in order, validate.
+
+    Relative trace paths (and an ``engine.model`` naming a directory next to the file) are
+    resolved against the file's folder.
+    """
+    source = os.fspath(path)
+    data = _read_mapping(source)
+    try:
+        data = apply_overrides(data, overrides)
+        return parse_config(data, base_dir=Path(os.path.abspath(source)).parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def parse_config(data: Mapping[str, Any], base_dir: Path | None = None) -> SimConfig:
+    """Validate an in-memory configuration document (the parsed YAML mapping).
+
+    With `base_dir`, relative trace paths and a relative model directory are made absolute
+    against it; without it they are kept as written.
+    """
+    _check_top_level_keys(data)
+    problems: list[str] = []
+    config = None
+    try:
+        config = SimConfig.model_validate({k: v for k, v in data.items() if k in SECTIONS})
+    except ValidationError as exc:
+        problems += describe_validation_error(exc)
+    problems += _adapter_section_problems(data)
+    if problems or config is None:
+        raise ConfigError(_format_problems(problems))
+    return _resolve_relative_paths(config, base_dir) if base_dir is not None else config
+
+
+# --------------------------------------------------------------------------------------------
+# File and overrides
+# --------------------------------------------------------------------------------------------
+
+
+def _read_mapping(source: str) -> dict[str, Any]:
+    """Parse the file as one YAML document that is a mapping."""
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{source}: could not read configuration: {reason}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: malformed YAML: {exc}") from None
+    if not isinstance(data, dict):
+        found = "an empty document" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{source}: the configuration must be one YAML mapping (found {found})")
+    return data
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Return a copy of `data` with each ``PATH=YAML_VALUE`` override applied in order.
+
+    PATH is dot-separated mapping keys; missing intermediate mappings are created; the value
+    is parsed as YAML. Rejected: no '=', an empty or purely numeric key, a path that crosses
+    a non-mapping value, and a first key that is not in the schema (optimization/optimizer).
+    """
+    result = copy.deepcopy(dict(data))
+    for override in overrides:
+        keys, value = _parse_override(override)
+        _set_path(result, keys, value, override)
+    return result
+
+
+def _parse_override(override: str) -> tuple[list[str], Any]:
+    """Split ``PATH=VALUE`` into its keys and parsed YAML value."""
+    path, sep, text = override.partition("=")
+    if not sep:
+        raise ConfigError(f"invalid --set {override!r}: expected PATH=YAML_VALUE")
+    keys = path.split(".")
+    if any(key == "" for key in keys):
+        raise ConfigError(f"invalid --set path {path!r}: empty key (paths are dot-separated mapping keys)")
+    if any(key.isdigit() for key in keys):
+        raise ConfigError(f"invalid --set path {path!r}: sequence indexes are unsupported")
+    if keys[0] in NOT_IN_SCHEMA:
+        raise ConfigError(f"--set path {path!r}: '{keys[0]}' is not in the schema of predict")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML value for --set {path!r}: {exc}") from None
+    return keys, value
+
+
+def _set_path(data: dict[str, Any], keys: list[str], value: Any, override: str) -> None:
+    """Assign `value` at `keys`, creating missing mappings on the way."""
+    node = data
+    for depth, key in enumerate(keys[:-1]):
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            crossed = ".".join(keys[: depth + 1])
+            raise ConfigError(f"--set {override!r}: path crosses the non-mapping value at {crossed!r}")
+        node = child
+    node[keys[-1]] = value
+
+
+# --------------------------------------------------------------------------------------------
+# Top-level sections
+# --------------------------------------------------------------------------------------------
+
+
+def _check_top_level_keys(data: Mapping[Any, Any]) -> None:
+    """Top-level keys are section names; sections of other commands are refused at once."""
+    for key in data:
+        if not isinstance(key, str) or key == "" or "." in key:
+            raise ConfigError(f"top-level key {show(key)}: must be a non-empty section name without dots")
+    refused = [key for key in data if key in NOT_IN_SCHEMA]
+    if refused:
+        raise ConfigError("\n".join(f"{key}: not in the schema of predict" for key in refused))
+
+
+def _adapter_section_problems(data: Mapping[str, Any]) -> list[str]:
+    """Keys that are not schema sections would be adapter sections; the engine stack has none."""
+    problems = []
+    for key, value in data.items():
+        if key in SECTIONS:
+            continue
+        if not isinstance(value, Mapping):
+            problems.append(f"{key}: adapter section must be a mapping (got {show(value)})")
+        else:
+            problems.append(f"{key}: config adapter '{STACK}.{key}' is unavailable; installed adapters: <none>")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# Relative paths
+# --------------------------------------------------------------------------------------------
+
+
+def _resolve_relative_paths(config: SimConfig, base_dir: Path) -> SimConfig:
+    """Make trace paths, and a model given as a directory next to the config, absolute."""
+    source = config.traffic.source
+    if isinstance(source, TraceSource):
+        paths = [p if os.path.isabs(p) else str(base_dir / p) for p in source.paths]
+        traffic = config.traffic.model_copy(update={"source": source.model_copy(update={"paths": paths})})
+        config = config.model_copy(update={"traffic": traffic})
+    model = config.engine.model
+    if not os.path.isabs(model) and (base_dir / model).is_dir():
+        engine = config.engine.model_copy(update={"model": str(base_dir / model)})
+        config = config.model_copy(update={"engine": engine})
+    return config
+
+
+# --------------------------------------------------------------------------------------------
+# Validation errors -> "path: rule" lines
+# --------------------------------------------------------------------------------------------
+
+_RULES: dict[str, str] = {
+    "missing": "is required",
+    "extra_forbidden": "unknown key",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "bool_type": "must be a boolean",
+    "bool_parsing": "must be a boolean",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+}
+
+_BOUNDS: dict[str, str] = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+_BOUND_KEYS: dict[str, str] = {"greater_than": "gt", "greater_than_equal": "ge", "less_than": "lt", "less_than_equal": "le"}
+
+
+def describe_validation_error(exc: ValidationError) -> list[str]:
+    """One ``dotted.key.path: rule`` line per problem, without pydantic internals."""
+    lines: list[str] = []
+    for error in exc.errors():
+        for path, rule in _describe(error):
+            line = f"{path}: {rule}" if path else rule
+            if line not in lines:
+                lines.append(line)
+    return lines
+
+
+def _describe(error: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Turn one pydantic error into (path, rule) pairs."""
+    loc = _tidy_location(tuple(error["loc"]))
+    kind: str = error["type"]
+    ctx: Mapping[str, Any] = error.get("ctx") or {}
+    value = error.get("input")
+    if kind == "value_error" and isinstance(ctx.get("error"), RuleViolation):
+        return [(_join(loc, rel), rule) for rel, rule in ctx["error"].problems]
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        return [_describe_tag(loc, value)]
+    return [(_join(loc), _rule(kind, ctx, value, error["msg"]))]
+
+
+def _rule(kind: str, ctx: Mapping[str, Any], value: Any, message: str) -> str:
+    """The rule broken, in plain words, with the offending value."""
+    got = f" (got {show(value)})"
+    if kind in _RULES:
+        return _RULES[kind] + ("" if kind in ("missing", "extra_forbidden") else got)
+    if kind in _BOUNDS:
+        return f"must be {_BOUNDS[kind]} {_number(ctx[_BOUND_KEYS[kind]])}{got}"
+    if kind == "literal_error":
+        return f"must be {ctx['expected']}{got}"
+    if kind == "value_error" and "error" in ctx:
+        return str(ctx["error"])
+    return message.removeprefix("Value error, ")
+
+
+def _number(bound: Any) -> Any:
+    """Show a float bound without a useless '.0' (0.0 -> 0)."""
+    return int(bound) if isinstance(bound, float) and bound.is_integer() else bound
+
+
+def _describe_tag(loc: tuple[str | int, ...], value: Any) -> tuple[str, str]:
+    """A discriminated union whose `type` is missing or unknown."""
+    if not isinstance(value, Mapping):
+        return _join(loc), f"must be a mapping (got {show(value)})"
+    field = loc[-1] if loc else ""
+    tags = ", ".join(f"'{t}'" for t in DISCRIMINATED_FIELDS.get(str(field), ()))
+    if "type" not in value:
+        return _join(loc, "type"), f"is required (one of {tags})"
+    return _join(loc, "type"), f"must be one of {tags} (got {show(value['type'])})"
+
+
+def _tidy_location(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Drop the union tags pydantic inserts after a discriminated field (capacity.fixed.blocks -> capacity.blocks)."""
+    kept: list[str | int] = []
+    for i, part in enumerate(loc):
+        parent = loc[i - 1] if i else None
+        if isinstance(parent, str) and part in DISCRIMINATED_FIELDS.get(parent, ()) and kept and kept[-1] == parent:
+            continue
+        kept.append(part)
+    return tuple(kept)
+
+
+def _join(loc: tuple[str | int, ...], relative: str = "") -> str:
+    """Dotted path; list indexes render as [i]."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    if relative:
+        text = f"{text}.{relative}" if text else relative
+    return text
+
+
+def _format_problems(problems: list[str]) -> str:
+    """One problem on one line; several under a count."""
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} configuration problems:\n" + "\n".join(f"  {p}" for p in problems)

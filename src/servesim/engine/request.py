@@ -1,0 +1,77 @@
+"""The per-request state a scheduler rank keeps."""
+
+from __future__ import annotations
+
+from servesim.engine.blocks import ROOT_KEY, chain_keys
+from servesim.engine.kv import Block
+from servesim.traffic.workload import Run, output_runs
+
+
+class EngineRequest:
+    """One request inside a rank: its tokens, progress and KV lease.
+
+    Progress follows one invariant: ``computed`` tokens have KV; the known sequence is
+    ``prompt_len + generated`` tokens. A decoding request always has exactly one token (the
+    last sampled one) not yet computed.
+    """
+
+    __slots__ = (
+        "rid", "prompt_len", "max_output", "prompt_runs", "output_base", "output_ids",
+        "keys", "generated", "computed", "lease", "preempted", "token_spans", "admissions",
+        "order", "anchor", "epoch",
+    )
+
+    def __init__(self, rid: int, prompt_runs: list[Run], prompt_len: int, max_output: int,
+                 output_base: int, output_ids: list[int] | None = None) -> None:
+        self.rid = rid
+        self.prompt_len = prompt_len
+        self.max_output = max_output
+        self.prompt_runs = prompt_runs
+        self.output_base = output_base
+        self.output_ids = output_ids
+        self.keys: list[int] = []
+        """Chained keys of the leading full blocks of the known sequence, as far as needed."""
+        self.generated = 0
+        self.computed = 0
+        self.lease: list[Block | None] = []
+        """One entry per held block: a cached Block, or None for a private block."""
+        self.preempted = False
+        self.token_spans: list[int] = []
+        """Flat [first, end) pass-index ranges of the worker passes that gave this request a token."""
+        self.admissions = 0
+        self.order = 0
+        """Position in the rank's running order (admission counter)."""
+        self.anchor = -1
+        """While in a rank's decode cohort: the pass from which it gains one token per pass;
+        `computed` and `generated` are the values at the start of that pass."""
+        self.epoch = 0
+        """Bumped whenever cohort bookkeeping for this request becomes stale."""
+
+    @property
+    def length(self) -> int:
+        return self.prompt_len + self.generated
+
+    def full_block_keys(self, num_blocks: int, block_size: int, generated: int = -1) -> list[int]:
+        """Keys of the first `num_blocks` full blocks (computed on demand, then kept).
+
+        `generated` is the number of generated tokens known (default: `self.generated`).
+        """
+        keys = self.keys
+        have = len(keys)
+        if have < num_blocks:
+            runs = self.prompt_runs
+            if num_blocks * block_size > self.prompt_len:
+                count = self.generated if generated < 0 else generated
+                runs = runs + output_runs(self.output_base, count, self.output_ids)
+            parent = keys[-1] if keys else ROOT_KEY
+            keys.extend(chain_keys(runs, block_size, num_blocks - have, have, parent))
+        return keys
+
+    def add_token_pass(self, pass_index: int) -> None:
+        """Record that this request got one token at the end of worker pass `pass_index`."""
+        spans = self.token_spans
+        if spans and spans[-1] == pass_index:
+            spans[-1] = pass_index + 1
+        else:
+            spans.append(pass_index)
+            spans.append(pass_index + 1)

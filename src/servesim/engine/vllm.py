@@ -1,0 +1,420 @@
+"""The vLLM scheduling core of one rank: running-first passes, chunked prefill, prefix caching,
+LIFO recompute preemption and the rejection gates.
+
+One call to `run_pass` plans and applies a whole forward pass: the running requests are
+scheduled first (one token each when decoding, the rest of the prompt when mid-prefill), then
+waiting requests are admitted in FCFS order while slots remain; the pass time is the prefill
+time of the batch's prompt chunks plus the decode time of the requests that emit a token.
+
+Steady decoders form a *cohort* that is advanced implicitly: a request that only decodes gains
+one token per pass, so its progress is a function of the pass index and only its block-boundary
+and finishing passes need work. The cohort always precedes the other ("explicit") running
+requests in running order, so scheduling it first is exactly the running-first walk. When the
+cohort cannot be advanced as a whole (token budget or KV blocks short), it is dissolved into
+explicit requests for that pass. `lazy_decode=False` disables the cohort (the plain algorithm).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from servesim.engine.kv import Block, BlockPool
+from servesim.engine.request import EngineRequest
+from servesim.engine.timing import TimingModel
+
+OK, BLOCKED, SELF_PREEMPTED = 0, 1, 2
+_ALLOC, _CACHE, _FINISH = 0, 1, 2
+
+
+@dataclass(slots=True)
+class RankConfig:
+    """The settings of one scheduler rank (one attention-DP rank of a worker)."""
+
+    block_size: int
+    num_blocks: int
+    max_batched_tokens: int = 8192
+    max_sequences: int = 256
+    prefix_caching: bool = True
+    max_model_len: int | None = None
+
+
+@dataclass(slots=True)
+class RankPass:
+    """What one rank did in one pass."""
+
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    admitted: list[tuple[EngineRequest, int]] = field(default_factory=list)
+    """(request, reused prompt tokens) per admission, in admission order."""
+    finished: list[EngineRequest] = field(default_factory=list)
+    """Requests that completed in this pass, in signal order."""
+    rejected: list[EngineRequest] = field(default_factory=list)
+    preemptions: int = 0
+    scheduled_tokens: int = 0
+    emitted: int = 0
+
+    @property
+    def has_effect(self) -> bool:
+        return bool(self.admitted or self.finished or self.rejected or self.preemptions
+                    or self.scheduled_tokens or self.emitted)
+
+
+class VllmRank:
+    """Scheduler, KV pool and timing of one rank running the vLLM policy."""
+
+    def __init__(self, config: RankConfig, timing: TimingModel, *, lazy_decode: bool = True) -> None:
+        self.config = config
+        self.timing = timing
+        self.lazy_decode = lazy_decode
+        self.pool = BlockPool(config.num_blocks, config.prefix_caching)
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: dict[EngineRequest, None] = {}
+        """Every running request, in running (admission) order."""
+        self.explicit: list[EngineRequest] = []
+        """Running requests outside the cohort, in running order (all after the cohort)."""
+        self.cohort: dict[EngineRequest, None] = {}
+        self.total_kv_tokens = config.num_blocks * config.block_size
+        self._next_order = 0
+        self._cohort_len = 0
+        """Σ sequence length of the cohort at the start of the next pass."""
+        self._events: dict[int, list[tuple[int, EngineRequest, int]]] = {}
+        """Cohort work by pass index: (kind, request, epoch); stale epochs are skipped."""
+        # Per-pass scratch state.
+        self._budget = 0
+        self._pass: RankPass = RankPass()
+        self._batch: dict[EngineRequest, tuple[int, int, int]] = {}
+
+    # -- queue interface --------------------------------------------------------------------
+
+    def enqueue(self, request: EngineRequest) -> None:
+        """A request routed to this rank joins the tail of the waiting queue."""
+        self.waiting.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def num_requests(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    # -- the pass ---------------------------------------------------------------------------
+
+    def run_pass(self, pass_index: int) -> RankPass:
+        """Plan and apply one forward pass; tokens are credited to worker pass `pass_index`."""
+        self._budget = self.config.max_batched_tokens
+        self._pass = result = RankPass()
+        self._batch = {}
+        if self.cohort and not self._cohort_fits(pass_index):
+            self._dissolve_cohort(pass_index)
+        self._advance_cohort(pass_index)
+        self._schedule_explicit()
+        if not result.preemptions:
+            self._admit_waiting()
+        result.prefill_ms = self._prefill_time()
+        self._emit_tokens(pass_index)
+        return result
+
+    # -- the cohort of steady decoders ------------------------------------------------------
+
+    def _cohort_fits(self, pass_index: int) -> bool:
+        """Whether every cohort member gets its token and block this pass."""
+        if len(self.cohort) > self._budget:
+            return False
+        allocs = sum(1 for kind, r, epoch in self._events.get(pass_index, ())
+                     if kind == _ALLOC and r.epoch == epoch)
+        return allocs <= self.pool.free
+
+    def _advance_cohort(self, pass_index: int) -> None:
+        """Schedule one token for every cohort member: budget, new blocks, completed blocks."""
+        n = len(self.cohort)
+        if not n:
+            return
+        self._budget -= n
+        self._pass.scheduled_tokens += n
+        events = self._events.get(pass_index)
+        if not events:
+            return
+        bs = self.config.block_size
+        pool = self.pool
+        allocs = [r for kind, r, epoch in events if kind == _ALLOC and r.epoch == epoch]
+        if allocs:
+            pool.allocate(len(allocs))
+            for r in allocs:
+                r.lease.append(None)
+                self._schedule_event(r, pass_index + bs - 1, _CACHE)
+        for kind, r, epoch in events:
+            if kind == _CACHE and r.epoch == epoch:
+                steps = pass_index - r.anchor
+                block = (r.computed + steps + 1) // bs - 1
+                if self.config.prefix_caching:
+                    key = r.full_block_keys(block + 1, bs, r.generated + steps)[block]
+                    r.lease[block] = pool.store(key)
+                self._schedule_event(r, pass_index + 1, _ALLOC)
+
+    def _schedule_event(self, r: EngineRequest, at: int, kind: int) -> None:
+        """Queue a block event unless the request finishes before that pass."""
+        if kind != _FINISH and at > r.anchor + self._steps_left(r) - 1:
+            return
+        self._events.setdefault(at, []).append((kind, r, r.epoch))
+
+    def _steps_left(self, r: EngineRequest) -> int:
+        """Tokens the request will still emit from its anchor pass on (≥ 1)."""
+        left = r.max_output - r.generated
+        limit = self.config.max_model_len
+        if limit is not None and limit - r.length < left:
+            left = limit - r.length
+        return left
+
+    def _join_cohort(self, r: EngineRequest, anchor: int) -> None:
+        """Make a request that just emitted a token (and needs more) a steady decoder."""
+        r.anchor = anchor
+        r.epoch += 1
+        self.cohort[r] = None
+        self._cohort_len += r.length
+        bs = self.config.block_size
+        c = r.computed
+        self._schedule_event(r, anchor + self._steps_left(r) - 1, _FINISH)
+        alloc_at = anchor + (-c) % bs
+        cache_at = anchor + (-(c + 1)) % bs
+        if cache_at < alloc_at:
+            self._schedule_event(r, cache_at, _CACHE)
+        else:
+            self._schedule_event(r, alloc_at, _ALLOC)
+
+    def _leave_cohort(self, r: EngineRequest, pass_index: int) -> None:
+        """Bring a member's counters to the start of pass `pass_index` and drop it from the cohort."""
+        steps = pass_index - r.anchor
+        r.computed += steps
+        r.generated += steps
+        if steps:
+            spans = r.token_spans
+            if spans and spans[-1] == r.anchor:
+                spans[-1] = pass_index
+            else:
+                spans.append(r.anchor)
+                spans.append(pass_index)
+        r.epoch += 1
+        del self.cohort[r]
+        self._cohort_len -= r.length
+
+    def _dissolve_cohort(self, pass_index: int) -> None:
+        """Turn every cohort member back into an explicit request, keeping running order."""
+        for r in list(self.cohort):
+            self._leave_cohort(r, pass_index)
+        self._events.clear()
+        self._cohort_len = 0
+        self.explicit = list(self.running)
+
+    def _finish_cohort_members(self, pass_index: int, done: list[EngineRequest]) -> None:
+        """Members whose last token is this pass's, in running order."""
+        events = self._events.pop(pass_index, None)
+        if not events:
+            return
+        finishing = [r for kind, r, epoch in events if kind == _FINISH and r.epoch == epoch]
+        finishing.sort(key=lambda r: r.order)
+        for r in finishing:
+            self._leave_cohort(r, pass_index + 1)
+            done.append(r)
+
+    # -- explicit requests ------------------------------------------------------------------
+
+    def _schedule_explicit(self) -> None:
+        explicit = self.explicit
+        i = 0
+        while i < len(explicit) and self._budget > 0:
+            request = explicit[i]
+            hits = self._cache_hits(request) if request.computed == 0 else []
+            status = self._schedule(request, hits)
+            if status == BLOCKED:
+                break
+            if status == OK:
+                i += 1
+
+    def _admit_waiting(self) -> None:
+        waiting, running, result = self.waiting, self.running, self._pass
+        max_sequences = self.config.max_sequences
+        while waiting and len(running) < max_sequences:
+            request = waiting[0]
+            if self._must_reject(request):
+                waiting.popleft()
+                result.rejected.append(request)
+                continue
+            hits = self._cache_hits(request)
+            if not self._fits(request, hits):
+                break
+            budget_before = self._budget
+            if self._schedule(request, hits) != OK:
+                break
+            waiting.popleft()
+            request.order = self._next_order
+            self._next_order += 1
+            running[request] = None
+            self.explicit.append(request)
+            request.admissions += 1
+            result.admitted.append((request, len(hits) * self.config.block_size))
+            if self._budget == 0 and budget_before == 0:
+                break
+
+    # -- gates ------------------------------------------------------------------------------
+
+    def _must_reject(self, request: EngineRequest) -> bool:
+        """Context-limit and (fresh requests only) pool-limit rejection."""
+        limit = self.config.max_model_len
+        if limit is not None and request.prompt_len >= limit:
+            return True
+        bs = self.config.block_size
+        return not request.preempted and -(-request.length // bs) > self.config.num_blocks
+
+    def _cache_hits(self, request: EngineRequest) -> list[Block]:
+        """Resident leading blocks of the known sequence, leaving the last token to compute."""
+        if not self.config.prefix_caching:
+            return []
+        bs = self.config.block_size
+        limit = (request.length - 1) // bs
+        if limit <= 0:
+            return []
+        keys = request.full_block_keys(limit, bs)
+        return self.pool.prefix_hits(keys, limit)
+
+    def _fits(self, request: EngineRequest, hits: list[Block]) -> bool:
+        """Whether the whole known sequence fits next to the active blocks."""
+        bs = self.config.block_size
+        active_hits = sum(1 for b in hits if b.refs > 0)
+        needed = -(-request.length // bs) - active_hits
+        return needed <= self.config.num_blocks - self.pool.active
+
+    # -- scheduling one request -------------------------------------------------------------
+
+    def _schedule(self, request: EngineRequest, hits: list[Block]) -> int:
+        """Compute up to the budget's worth of the request's pending tokens."""
+        bs = self.config.block_size
+        pool = self.pool
+        cached = len(hits) * bs
+        before = request.computed + cached
+        remaining = request.length - before
+        desired = remaining if remaining < self._budget else self._budget
+        if desired == 0 and remaining > 0:
+            return BLOCKED
+        after = before + desired
+        fresh_lease = not request.lease
+        if hits and fresh_lease:
+            for block in hits:
+                pool.pin(block)
+            request.lease = list(hits)
+        need = -(-after // bs) - len(request.lease)
+        while need > 0 and not pool.allocate(need):
+            victim = self._victim()
+            if victim is None:
+                if fresh_lease:
+                    pool.release(request.lease)
+                    request.lease = []
+                return BLOCKED
+            self._preempt(victim)
+            if victim is request:
+                return SELF_PREEMPTED
+        if need > 0:
+            request.lease.extend([None] * need)
+        if self.config.prefix_caching and after // bs > before // bs:
+            self._cache_completed(request, before // bs, after // bs)
+        request.computed = after
+        self._record_scheduled(request, before, desired)
+        return OK
+
+    def _cache_completed(self, request: EngineRequest, first: int, stop: int) -> None:
+        """Make blocks [first, stop) of the request, just completed, visible to the cache."""
+        keys = request.full_block_keys(stop, self.config.block_size)
+        lease = request.lease
+        store = self.pool.store
+        for b in range(first, stop):
+            if lease[b] is None:
+                lease[b] = store(keys[b])
+
+    def _record_scheduled(self, request: EngineRequest, before: int, tokens: int) -> None:
+        prompt_len = request.prompt_len
+        prompt_before = before if before < prompt_len else prompt_len
+        after = before + tokens
+        prompt_tokens = (after if after < prompt_len else prompt_len) - prompt_before
+        self._budget -= tokens
+        self._pass.scheduled_tokens += tokens
+        isl = prompt_before + prompt_tokens if prompt_tokens > 0 else -1
+        self._batch[request] = (tokens, isl, prompt_before)
+
+    def _victim(self) -> EngineRequest | None:
+        """The request to preempt when an allocation fails: the last running one."""
+        if not self.running:
+            return None
+        victim = next(reversed(self.running))
+        if victim in self.cohort:
+            raise AssertionError("a cohort member was chosen as a preemption victim")
+        return victim
+
+    def _preempt(self, victim: EngineRequest) -> None:
+        """Release the victim's KV and send it to the front of the waiting queue."""
+        del self.running[victim]
+        self.explicit.remove(victim)
+        self.pool.release(victim.lease)
+        victim.lease = []
+        victim.computed = 0
+        victim.preempted = True
+        scheduled = self._batch.pop(victim, None)
+        if scheduled is not None:
+            self._budget += scheduled[0]
+            self._pass.scheduled_tokens -= scheduled[0]
+        self.waiting.appendleft(victim)
+        self._pass.preemptions += 1
+
+    # -- timing and emission ----------------------------------------------------------------
+
+    def _prefill_time(self) -> float:
+        count = total_isl = total_prefix = 0
+        for _tokens, isl, prefix in self._batch.values():
+            if isl >= 0:
+                count += 1
+                total_isl += isl
+                total_prefix += prefix
+        if count == 0:
+            return 0.0
+        mean_isl, mean_prefix = total_isl // count, total_prefix // count
+        if mean_isl == mean_prefix:
+            return 0.0
+        return self.timing.prefill(count, mean_isl, mean_prefix)
+
+    def _emit_tokens(self, pass_index: int) -> None:
+        """Complete output-0 requests, then give every decode-ready request one token."""
+        result = self._pass
+        ready: list[EngineRequest] = []
+        done: list[EngineRequest] = []
+        for request in self.explicit:
+            if request.computed >= request.length:
+                if request.generated >= request.max_output:
+                    done.append(request)
+                else:
+                    ready.append(request)
+        n_cohort = len(self.cohort)
+        n = n_cohort + len(ready)
+        if n:
+            total = self._cohort_len + sum(r.prompt_len + r.generated for r in ready)
+            result.decode_ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+        result.emitted = n
+        self._cohort_len += n_cohort
+        self._finish_cohort_members(pass_index, done)
+        limit = self.config.max_model_len
+        joining = self.lazy_decode
+        for request in ready:
+            request.generated += 1
+            request.add_token_pass(pass_index)
+            if request.generated >= request.max_output or (limit is not None and request.length >= limit):
+                done.append(request)
+            elif joining and self.explicit[0] is request:
+                self.explicit.pop(0)
+                self._join_cohort(request, pass_index + 1)
+                continue
+            joining = False
+        result.finished.extend(done)
+        for request in done:
+            del self.running[request]
+            self.pool.release(request.lease)
+            request.lease = []
+        if done:
+            finished = set(done)
+            self.explicit = [r for r in self.explicit if r not in finished]

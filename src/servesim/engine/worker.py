@@ -1,0 +1,71 @@
+"""A worker (engine instance): its attention-DP ranks behind one pass barrier.
+
+Every rank that has work runs its own pass from the same start; the worker's pass ends at the
+slowest rank's end, and every token of the pass is stamped with that end. The worker keeps the
+end time of every pass it ran (`pass_ends`), which is how request timelines are stored: a
+request records the indices of the passes that gave it a token.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+from servesim.engine.request import EngineRequest
+from servesim.engine.vllm import RankPass, VllmRank
+
+
+@dataclass(slots=True)
+class WorkerPass:
+    """One pass of a worker: when it ends and what each rank did."""
+
+    start_ms: float
+    end_ms: float
+    index: int
+    ranks: list[tuple[int, RankPass]]
+    has_effect: bool
+
+
+class Worker:
+    """One logical worker with `len(ranks)` scheduler ranks."""
+
+    def __init__(self, worker_id: int, ranks: list[VllmRank], first_scheduler_id: int) -> None:
+        self.worker_id = worker_id
+        self.ranks = ranks
+        self.first_scheduler_id = first_scheduler_id
+        self.pass_ends = array("d")
+        self.busy = False
+        self.parked = False
+
+    def enqueue(self, rank: int, request: EngineRequest) -> None:
+        """Route a request to one of this worker's ranks (wakes a parked worker)."""
+        self.ranks[rank].enqueue(request)
+        self.parked = False
+
+    def runnable(self) -> bool:
+        return not self.busy and not self.parked and any(r.has_work() for r in self.ranks)
+
+    def holds_requests(self) -> bool:
+        return any(r.has_work() for r in self.ranks)
+
+    def start_pass(self, now: float) -> WorkerPass:
+        """Run one pass of every rank with work, starting at `now`."""
+        index = len(self.pass_ends)
+        end = now
+        done: list[tuple[int, RankPass]] = []
+        effect = False
+        for rank_index, rank in enumerate(self.ranks):
+            if not rank.has_work():
+                continue
+            result = rank.run_pass(index)
+            rank_end = (now + result.prefill_ms) + result.decode_ms
+            if rank_end > end:
+                end = rank_end
+            effect = effect or result.has_effect
+            done.append((rank_index, result))
+        self.pass_ends.append(end)
+        self.busy = True
+        return WorkerPass(now, end, index, done, effect)
+
+    def finish_pass(self) -> None:
+        self.busy = False

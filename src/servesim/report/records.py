@@ -1,0 +1,99 @@
+"""Per-request records in the reference's `per_request` / `requests.jsonl` shape."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from servesim.collect.collector import RequestRecord
+
+_NULL_DISAGG = (
+    "decode_admit_ms", "decode_reused_input_tokens", "decode_route_overlap_tokens",
+    "destination_activated_ms", "destination_reserved_ms", "dispatched_at_ms",
+    "prefill_admit_ms", "prefill_route_overlap_tokens", "prefill_worker_idx",
+    "source_held_ms", "source_released_ms",
+)
+
+
+def _admission_history(record: RequestRecord) -> list[dict[str, Any]]:
+    per_pool: dict[str, int] = {}
+    out = []
+    for ordinal, adm in enumerate(record.admissions):
+        k = per_pool.get(adm.pool, 0)
+        per_pool[adm.pool] = k + 1
+        out.append({
+            "admission_ordinal": ordinal,
+            "at_ms": adm.at_ms,
+            "is_readmission": k > 0,
+            "pool": adm.pool,
+            "pool_admission_ordinal": k,
+            "reused_input_tokens": adm.reused_tokens,
+        })
+    return out
+
+
+def _routing_history(record: RequestRecord) -> list[dict[str, Any]]:
+    return [{
+        "dp_rank": route.dp_rank,
+        "logical_worker_id": route.worker_id,
+        "outcome": "immediate",
+        "pool": route.pool,
+        "queue_entered_at_ms": None,
+        "queue_wait_ms": 0.0,
+        "released_at_ms": None,
+        "reported_overlap_tokens": route.overlap_tokens,
+        "scheduler_id": route.scheduler_id,
+    } for route in record.routes]
+
+
+def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
+    """The per-request record of a request that reached a terminal state."""
+    times = record.token_times()
+    n = len(times)
+    first = times[0] if n else None
+    last = times[-1] if n else None
+    pools: dict[str, int] = {}
+    for adm in record.admissions:
+        pools[adm.pool] = pools.get(adm.pool, 0) + 1
+    out: dict[str, Any] = dict.fromkeys(_NULL_DISAGG)
+    out.update({
+        "admission_count": len(record.admissions),
+        "admission_history": _admission_history(record),
+        "arrival_time_ms": record.arrival_ms,
+        "decode_worker_idx": record.routes[-1].scheduler_id if record.routes else None,
+        "e2e_latency_ms": last - record.arrival_ms if n else None,
+        "first_admit_ms": record.admissions[0].at_ms if record.admissions else None,
+        "first_token_ms": first,
+        "input_length": record.input_length,
+        "itl_ms": (last - first) / (n - 1) if n > 1 else None,
+        "last_token_ms": last,
+        "output_length": record.output_length,
+        "pressure_record_ordinals": [],
+        "readmission_count": sum(max(0, c - 1) for c in pools.values()),
+        "requested_output_length": record.requested_output,
+        "reused_input_tokens": max((a.reused_tokens for a in record.admissions), default=0),
+        "routing_history": _routing_history(record),
+        "session_id": record.session_id,
+        "terminal_status": record.status,
+        "terminal_time_ms": record.terminal_ms,
+        "ttft_ms": max(first - record.arrival_ms, 0.0) if n else None,
+        "ttst_ms": times[1] - first if n > 1 else None,
+        "turn_index": record.turn_index,
+        "uuid": request_uuid,
+    })
+    return out
+
+
+def request_records(records: Sequence[RequestRecord], seed: int = 0) -> list[dict[str, Any]]:
+    """Records of every terminal request, ordered by arrival time then arrival order.
+
+    UUIDs are version-4 UUIDs drawn from a generator owned by this call, so a rerun of the same
+    config gives the same identifiers.
+    """
+    rng = random.Random(seed)
+    ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in records]
+    terminal = [r for r in records if r.status is not None]
+    terminal.sort(key=lambda r: (r.arrival_ms, r.rid))
+    return [request_record(r, ids[r.rid]) for r in terminal]

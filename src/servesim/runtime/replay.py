@@ -1,0 +1,155 @@
+"""The replay loop: a logical clock in milliseconds, a heap of pass completions, and the
+settling of each instant to a fixed point.
+
+The loop knows nothing about requests, routers or schedulers. It sees three roles:
+
+* a *source* that says when the next request becomes ready and releases ready requests;
+* *workers* that run one pass at a time and report when it ends;
+* a *handler* that places released requests and applies finished passes.
+
+Order within one instant (each repeated until nothing changes): pass completions due now
+(in start order), then ready arrivals, then new passes on idle workers in worker order. A pass
+of zero duration is applied at once and its worker may pass again at the same instant; a
+zero-duration pass without any effect parks the worker until new work reaches it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from servesim.errors import SimulationError
+
+INF = math.inf
+
+
+class Source(Protocol):
+    def next_ready_time(self) -> float: ...
+
+
+class PassOutcome(Protocol):
+    end_ms: float
+    has_effect: bool
+
+
+class Worker(Protocol):
+    parked: bool
+
+    def runnable(self) -> bool: ...
+
+    def start_pass(self, now: float) -> PassOutcome: ...
+
+    def holds_requests(self) -> bool: ...
+
+
+class Handler(Protocol):
+    def release_arrivals(self, now: float) -> bool:
+        """Register and place every request ready at `now`; True if there was any."""
+
+    def finish_pass(self, worker: Worker, outcome: PassOutcome, now: float) -> None:
+        """Apply a completed pass: tokens, terminal requests, follow-up turns."""
+
+    def in_flight(self) -> int:
+        """Requests registered and not yet terminal."""
+
+    def done(self) -> bool:
+        """True when the workload is drained and nothing is in flight."""
+
+
+class Pool:
+    """A group of workers whose provisioned time is integrated into worker-seconds."""
+
+    def __init__(self, name: str, workers: Sequence[Worker]) -> None:
+        self.name = name
+        self.workers = list(workers)
+        self.worker_seconds = 0.0
+
+
+class ReplayLoop:
+    """Advance the clock from instant to instant until the workload is done."""
+
+    def __init__(self, source: Source, pools: Sequence[Pool], handler: Handler,
+                 time_cap_ms: float | None = None,
+                 progress: Callable[[float], None] | None = None) -> None:
+        self.source = source
+        self.pools = list(pools)
+        self.handler = handler
+        self.time_cap_ms = time_cap_ms
+        self.now = 0.0
+        self._heap: list[tuple[float, int, Worker, PassOutcome]] = []
+        self._seq = 0
+        self._workers = [w for pool in self.pools for w in pool.workers]
+        self._progress = progress
+
+    def run(self) -> float:
+        """Run to the end (or the time cap); returns the last processed instant."""
+        self._settle()
+        handler = self.handler
+        progress = self._progress
+        instants = 0
+        while not handler.done():
+            instants += 1
+            if progress is not None and not instants & 0x3FF:
+                progress(self.now)
+            at = self._next_time()
+            if at == INF:
+                raise self._dead_end()
+            if self.time_cap_ms is not None and at > self.time_cap_ms:
+                break
+            self._advance(at)
+            self._settle()
+        return self.now
+
+    # -- clock ------------------------------------------------------------------------------
+
+    def _next_time(self) -> float:
+        at = self.source.next_ready_time()
+        if self._heap and self._heap[0][0] < at:
+            at = self._heap[0][0]
+        return at
+
+    def _advance(self, at: float) -> None:
+        """Move the clock, integrating provisioned workers over the elapsed interval."""
+        dt = at - self.now
+        for pool in self.pools:
+            pool.worker_seconds += (dt * len(pool.workers)) / 1000
+        self.now = at
+
+    # -- one instant ------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        now = self.now
+        heap = self._heap
+        handler = self.handler
+        while True:
+            changed = False
+            while heap and heap[0][0] == now:
+                _, _, worker, outcome = heapq.heappop(heap)
+                handler.finish_pass(worker, outcome, now)
+                changed = True
+            if handler.release_arrivals(now):
+                changed = True
+            for worker in self._workers:
+                while worker.runnable():
+                    changed = True
+                    outcome = worker.start_pass(now)
+                    if outcome.end_ms > now:
+                        self._seq += 1
+                        heapq.heappush(heap, (outcome.end_ms, self._seq, worker, outcome))
+                        break
+                    handler.finish_pass(worker, outcome, now)
+                    if not outcome.has_effect:
+                        worker.parked = True
+            if not changed:
+                return
+
+    def _dead_end(self) -> SimulationError:
+        remaining = self.handler.in_flight()
+        if any(w.holds_requests() for w in self._workers):
+            what = "detected an effect-free zero-duration pass"
+        else:
+            what = "reached a dead end"
+        return SimulationError(
+            f"replay invariant violated: offline replay {what} with {remaining} in-flight requests remaining")

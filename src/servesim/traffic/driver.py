@@ -1,0 +1,167 @@
+"""The workload driver: which turns are ready when, in open loop or under a concurrency cap.
+
+The runtime asks the driver for its next ready time instead of putting arrivals on the event
+heap, and tells it about terminal requests so it can release the next turn (ready at terminal
+time + think time) or, under a cap, the next session.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from servesim.traffic.workload import GENERATED_BASE, Run, Session, Workload, output_runs
+
+INF = math.inf
+
+
+@dataclass(slots=True)
+class Arrival:
+    """A turn released to the runtime: the request as the engines see it."""
+
+    session_index: int
+    turn_index: int
+    session_id: str
+    arrival_ms: float
+    prompt_runs: list[Run]
+    input_length: int
+    max_output_tokens: int
+    output_base: int
+    """Token value of the first generated token (generated tokens are consecutive values)."""
+
+
+class _SessionProgress:
+    """Where a session is: its next turn and its accumulated context."""
+
+    __slots__ = ("next_turn", "context", "context_length")
+
+    def __init__(self) -> None:
+        self.next_turn = 0
+        self.context: list[Run] = []
+        self.context_length = 0
+
+
+class Driver:
+    """Releases turns of a workload; open loop when `concurrency` is None, else closed loop.
+
+    Open loop: session i's first turn is ready at `first_arrivals[i]`. Closed loop: at most
+    `concurrency` sessions are active, activated in input order; a session keeps its slot
+    through all its turns and think times.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        first_arrivals: list[float] | None = None,
+        concurrency: int | None = None,
+        delay_scale: float = 1.0,
+    ) -> None:
+        self._sessions: list[Session] = workload.sessions
+        self._accumulate = workload.accumulate
+        self._delay_scale = delay_scale
+        self._concurrency = concurrency
+        self._progress: dict[int, _SessionProgress] = {}
+        self._ready: list[tuple[float, int, int]] = []  # (ready time, session, turn)
+        self._next_session = 0
+        self._active = 0
+        self._finished = 0
+        self._next_output_base = GENERATED_BASE
+        if concurrency is None:
+            assert first_arrivals is not None
+            order = sorted(range(len(self._sessions)), key=first_arrivals.__getitem__)
+            self._first = [(first_arrivals[i], i) for i in order]
+        else:
+            self._first = []
+        self._first_pos = 0
+
+    # -- queries ----------------------------------------------------------------------------
+
+    @property
+    def total_requests(self) -> int:
+        """Turns in the workload (an upper bound on the requests that will arrive)."""
+        return sum(len(s.turns) for s in self._sessions)
+
+    def next_ready_time(self) -> float:
+        """Earliest time a not yet released turn becomes ready (inf if none is known)."""
+        t = self._ready[0][0] if self._ready else INF
+        if self._first_pos < len(self._first):
+            t = min(t, self._first[self._first_pos][0])
+        return t
+
+    def drained(self) -> bool:
+        """True once every session has finished."""
+        return self._finished == len(self._sessions)
+
+    # -- releasing --------------------------------------------------------------------------
+
+    def start(self, now: float) -> None:
+        """Activate the initial sessions of a closed loop."""
+        if self._concurrency is not None:
+            while self._active < self._concurrency and self._next_session < len(self._sessions):
+                self._activate(self._next_session, now)
+                self._next_session += 1
+
+    def release(self, now: float) -> list[Arrival]:
+        """Every turn ready at or before `now`, ordered by (ready time, session, turn)."""
+        out: list[Arrival] = []
+        first, ready = self._first, self._ready
+        while True:
+            from_first = self._first_pos < len(first) and first[self._first_pos][0] <= now
+            from_ready = bool(ready) and ready[0][0] <= now
+            if from_first and (not from_ready or (first[self._first_pos][0], first[self._first_pos][1], 0) < ready[0]):
+                t, s = first[self._first_pos]
+                self._first_pos += 1
+                self._progress[s] = _SessionProgress()
+                out.append(self._emit(s, t))
+            elif from_ready:
+                t, s, _ = heapq.heappop(ready)
+                out.append(self._emit(s, t))
+            else:
+                return out
+
+    def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False) -> None:
+        """A released turn reached a terminal state after emitting `emitted` tokens."""
+        s = arrival.session_index
+        progress = self._progress[s]
+        session = self._sessions[s]
+        if self._accumulate:
+            turn = session.turns[arrival.turn_index]
+            progress.context = arrival.prompt_runs + output_runs(arrival.output_base, emitted, turn.output_ids)
+            progress.context_length = arrival.input_length + emitted
+        if ends_session or progress.next_turn >= len(session.turns):
+            self._finish(s, now)
+            return
+        delay = session.turns[progress.next_turn].delay_ms / self._delay_scale
+        heapq.heappush(self._ready, (now + delay, s, progress.next_turn))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _activate(self, s: int, now: float) -> None:
+        self._active += 1
+        self._progress[s] = _SessionProgress()
+        heapq.heappush(self._ready, (now, s, 0))
+
+    def _finish(self, s: int, now: float) -> None:
+        del self._progress[s]
+        self._finished += 1
+        if self._concurrency is not None:
+            self._active -= 1
+            if self._next_session < len(self._sessions):
+                self._activate(self._next_session, now)
+                self._next_session += 1
+
+    def _emit(self, s: int, t: float) -> Arrival:
+        session = self._sessions[s]
+        progress = self._progress[s]
+        k = progress.next_turn
+        progress.next_turn = k + 1
+        turn = session.turns[k]
+        runs, length = turn.input_runs(), turn.input_length
+        if self._accumulate and k:
+            runs = progress.context + runs
+            length = progress.context_length + length
+        base = self._next_output_base
+        self._next_output_base += turn.max_output_tokens + 1
+        return Arrival(s, k, session.session_id, t, runs, length, turn.max_output_tokens, base)

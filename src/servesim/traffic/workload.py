@@ -1,0 +1,86 @@
+"""The workload every traffic source is lowered to: sessions of turns, with token content as runs.
+
+Token content is kept as *runs* instead of token lists, so a 100k-token prompt costs a few
+tuples, not 100k integers:
+
+* ``(value, count)`` with ``count > 0``: ``count`` copies of ``value`` (a trace hash id expanded
+  to a trace block, or a synthetic block);
+* ``(value, -count)``: ``count`` consecutive values ``value, value + 1, …`` (generated tokens).
+
+Trace and authored token values are non-negative (trace hash ids are used as token values
+directly); generated tokens get fresh negative values, from ``GENERATED_BASE`` upwards, unique
+per turn, so a session's history is unique exactly as in the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+Run = tuple[int, int]
+GENERATED_BASE = -(1 << 62)
+
+
+@dataclass(slots=True)
+class Turn:
+    """One request of a session, as authored (before accumulation).
+
+    The prompt (for accumulating formats: only this turn's new tokens) is stored compactly as
+    one token value per block of `block_size` tokens, truncated to `input_length`.
+    """
+
+    block_values: Sequence[int]
+    block_size: int
+    input_length: int
+    max_output_tokens: int
+    delay_ms: float = 0.0
+    """Think time before this turn, counted from the previous turn's terminal time."""
+    output_ids: list[int] | None = None
+    """Authored output token ids (length ``max_output_tokens``), if the trace gives them."""
+
+    def input_runs(self) -> list[Run]:
+        """The prompt tokens of this turn as runs."""
+        return expand_hash_ids(self.block_values, self.block_size, self.input_length)
+
+
+@dataclass(slots=True)
+class Session:
+    """An ordered list of turns that never has two turns in flight."""
+
+    session_id: str
+    turns: list[Turn]
+    first_arrival_ms: float | None = None
+    """Arrival of the first turn in open-loop mode (None: arrives at 0)."""
+
+
+@dataclass(slots=True)
+class Workload:
+    """Everything the driver needs: the sessions and how turns build on each other."""
+
+    sessions: list[Session]
+    accumulate: bool = False
+    """Turn k's prompt = previous prompt + previous outputs + this turn's tokens (delta formats)."""
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def num_requests(self) -> int:
+        return sum(len(s.turns) for s in self.sessions)
+
+
+def expand_hash_ids(values: Sequence[int], block_size: int, length: int) -> list[Run]:
+    """Runs of ``block_size`` copies of each value, truncated to ``length`` tokens."""
+    blocks = -(-length // block_size)
+    runs = [(v, block_size) for v in values[:blocks]]
+    tail = length - (blocks - 1) * block_size
+    if runs and tail != block_size:
+        runs[-1] = (runs[-1][0], tail)
+    return runs
+
+
+def output_runs(base: int, count: int, authored: list[int] | None) -> list[Run]:
+    """Runs of the first ``count`` generated tokens of a turn."""
+    if count <= 0:
+        return []
+    if authored is not None:
+        return expand_hash_ids(authored[:count], 1, count)
+    return [(base, -count)]

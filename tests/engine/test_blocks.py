@@ -1,0 +1,70 @@
+"""Chained block keys: equal token prefixes give equal keys, however the runs are split."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.engine.blocks import chain_keys
+from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
+
+
+def _tokens(runs):
+    out = []
+    for value, count in runs:
+        if count > 0:
+            out.extend([value] * count)
+        else:
+            out.extend(range(value, value - count))
+    return out
+
+
+def _as_singletons(tokens):
+    return [(t, 1) for t in tokens]
+
+
+def test_trace_blocks_expand_to_engine_blocks():
+    runs = expand_hash_ids([7, 8], 512, 1000)
+    keys = chain_keys(runs, 64, 1000 // 64)
+    assert len(keys) == 15
+    assert len(set(keys)) == 15, "a repeated value still gives distinct chained keys"
+    other = chain_keys(expand_hash_ids([7, 9], 512, 1024), 64, 16)
+    assert keys[:8] == other[:8] and keys[8] != other[8]
+
+
+def test_same_tokens_split_differently_share_keys():
+    a = [(5, 30), (5, 34), (GENERATED_BASE, -64)]
+    b = [(5, 64), (GENERATED_BASE, -10), (GENERATED_BASE + 10, -54)]
+    assert chain_keys(a, 64, 2) == chain_keys(b, 64, 2)
+
+
+def test_first_block_offset_continues_the_chain():
+    runs = expand_hash_ids([1, 2, 3, 4], 16, 64)
+    whole = chain_keys(runs, 16, 4)
+    assert chain_keys(runs, 16, 2, first_block=2, parent=whole[1]) == whole[2:]
+
+
+run_strategy = st.lists(
+    st.one_of(
+        st.tuples(st.integers(0, 3), st.integers(1, 40)),
+        st.tuples(st.integers(0, 3).map(lambda v: GENERATED_BASE + 100 * v), st.integers(1, 40).map(lambda c: -c)),
+    ),
+    min_size=1, max_size=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_strategy, st.sampled_from([1, 2, 16, 64]))
+def test_keys_depend_only_on_token_content(runs, block_size):
+    tokens = _tokens(runs)
+    n = len(tokens) // block_size
+    assert chain_keys(runs, block_size, n) == chain_keys(_as_singletons(tokens), block_size, n)
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_strategy, run_strategy, st.sampled_from([2, 16]))
+def test_keys_match_exactly_on_common_prefix(runs_a, runs_b, block_size):
+    ta, tb = _tokens(runs_a), _tokens(runs_b)
+    na, nb = len(ta) // block_size, len(tb) // block_size
+    ka, kb = chain_keys(runs_a, block_size, na), chain_keys(runs_b, block_size, nb)
+    for i in range(min(na, nb)):
+        same = ta[: (i + 1) * block_size] == tb[: (i + 1) * block_size]
+        assert (ka[i] == kb[i]) == same
