@@ -74,11 +74,12 @@ class Report:
 class _Cluster:
     """Routes released requests to workers and applies finished passes (the runtime's handler)."""
 
-    def __init__(self, run: LoweredRun, driver: Driver, collector: Collector) -> None:
+    def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool = True) -> None:
         self.run = run
         self.driver = driver
         self.collector = collector
-        self.workers = [Worker(w, run.make_ranks(), w * run.dp_size) for w in range(run.replicas)]
+        self.workers = [Worker(w, run.make_ranks(lazy_decode=fast), w * run.dp_size)
+                        for w in range(run.replicas)]
         self.placement = RoundRobin(list(range(run.replicas)), run.dp_size)
         self._open: dict[int, tuple[Arrival, RequestRecord, EngineRequest]] = {}
 
@@ -127,11 +128,13 @@ class _Cluster:
 
 
 def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_request: bool = False,
-             progress: bool = False) -> Report:
+             progress: bool = False, fast: bool = True) -> Report:
     """Run one simulation and return its report.
 
     `config` is a validated `SimConfig`, a mapping in the YAML schema, or a path to a YAML file.
     With `progress`, a one-line progress indicator is drawn on stderr during long runs.
+    `fast=False` turns off the fast paths (implicitly advanced decode cohorts); results are
+    identical either way, which the test suite checks.
     """
     if isinstance(config, (str, Path)):
         config = load_config(config)
@@ -141,7 +144,7 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     started = time.perf_counter()
     driver = run.make_driver()
     collector = Collector()
-    cluster = _Cluster(run, driver, collector)
+    cluster = _Cluster(run, driver, collector, fast=fast)
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
     loop = ReplayLoop(driver, [Pool("decode", cluster.workers)], cluster, run.time_cap_ms,
                       progress=meter)

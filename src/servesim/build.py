@@ -52,9 +52,9 @@ class LoweredRun:
     time_cap_ms: float | None
     sla: Sla | None
 
-    def make_ranks(self) -> list[VllmRank]:
+    def make_ranks(self, *, lazy_decode: bool = True) -> list[VllmRank]:
         timing = _timing_model(self.config.engine.workers.aggregated)
-        return [VllmRank(self.rank_config, timing) for _ in range(self.dp_size)]
+        return [VllmRank(self.rank_config, timing, lazy_decode=lazy_decode) for _ in range(self.dp_size)]
 
     def make_driver(self) -> Driver:
         return _driver(self.config, self.rank_config.block_size)

@@ -266,11 +266,18 @@ class VllmRank:
         return not request.preempted and -(-request.length // bs) > self.config.num_blocks
 
     def _cache_hits(self, request: EngineRequest) -> list[Block]:
-        """Resident leading blocks of the known sequence, leaving the last token to compute."""
+        """Resident leading blocks of the known sequence.
+
+        While the request still has tokens to generate, its last token must be computed (to
+        sample from), so a fully cached sequence recomputes its last block.
+        """
         if not self.config.prefix_caching:
             return []
         bs = self.config.block_size
-        limit = (request.length - 1) // bs
+        if request.generated < request.max_output:
+            limit = (request.length - 1) // bs
+        else:
+            limit = request.length // bs
         if limit <= 0:
             return []
         keys = request.full_block_keys(limit, bs)

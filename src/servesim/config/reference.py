@@ -1,0 +1,115 @@
+"""The configuration reference (docs/config.md), generated from the schema's field docstrings.
+
+    python -m servesim.config.reference > docs/config.md
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from servesim.config.schema import SimConfig
+
+HEADER = """# Configuration reference
+
+servesim reads the reference's (AISimulate) `predict` YAML unchanged. Three top-level sections:
+`engine` (required), `traffic` and `evaluation`. Unknown keys are errors that name the key;
+counts are strict integers (`"5"`, `5.0` and `true` are rejected). Relative trace paths (and a
+relative model directory) are resolved against the config file's folder. Any value can be
+overridden on the command line with `--set dotted.path=YAML_VALUE`.
+
+This page is generated from the schema (`python -m servesim.config.reference`); cross-field
+rules are listed at the end.
+"""
+
+RULES = """## Cross-field rules
+
+* `engine.mode: aggregated` needs `workers.aggregated` and no `prefill`/`decode`;
+  `disaggregated` needs both `prefill` and `decode` and no `aggregated`.
+* `backend: trtllm` cannot run disaggregated; `kv_transfer` is only for disaggregated mode.
+* vLLM and TRT-LLM need `kv_cache.block_size` ≥ 2.
+* `capacity: {type: fixed}` needs `blocks` and forbids `memory_fraction`; `type: default` forbids `blocks`.
+* `timing: {type: fixed}` needs `prefill_ms` and `decode_ms`; `default` and `polynomial` forbid them.
+* A load type accepts only its own keys. `poisson` and `constant_rate` need the rate matching the
+  source: `requests_per_second` for `synthetic`, `sessions_per_second` for `synthetic-session`.
+* Trace sources: load `trace_timestamps` or `concurrency`; the only stop is
+  `max_virtual_time_seconds`; exactly one path (except `format: dynamo`). `mooncake-delta` and
+  `agentic_mooncake` need aggregated mode; `agentic_mooncake` needs `trace_timestamps` and no
+  time cap; `applied_compute_agentic` needs `concurrency`.
+* Synthetic sources: a stop with exactly one count — `requests`/`requests_per_load_unit` for
+  `synthetic`, `sessions`/`sessions_per_load_unit` for `synthetic-session`; relative counts are
+  `max(1, round(ratio × load unit))` (load unit = concurrency or rate); no `trace_timestamps`
+  load and no time cap.
+* `evaluation.sla`: `ttft_ms` and `itl_ms` together, or `e2e_ms` alone.
+* Omitted `traffic` means synthetic 1024 → 128 tokens, concurrency 10, 100 requests.
+"""
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        parts = list(dict.fromkeys(_type_name(a) for a in typing.get_args(annotation) if a is not type(None)))
+        return " \\| ".join(parts)
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(annotation)[0])}"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "mapping"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(field: Any) -> str:
+    if field.default is PydanticUndefined and field.default_factory is None:
+        return "required"
+    value = field.default if field.default_factory is None else field.default_factory()
+    if isinstance(value, BaseModel):
+        return "see below"
+    return "—" if value is None else f"`{value}`"
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field can hold (union members included)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+
+
+def _sections(model: type[BaseModel], path: str, out: list[str], seen: set[type]) -> None:
+    if model in seen:
+        return
+    seen.add(model)
+    title = f"`{path}`" if path else "Top level"
+    tag = model.model_fields.get("type")
+    if tag is not None and typing.get_origin(tag.annotation) is typing.Literal:
+        title += f" with `type: {typing.get_args(tag.annotation)[0]}`"
+    doc = (model.__doc__ or "").strip().splitlines()[0]
+    out += [f"## {title}", "", doc, "", "| key | type | default | meaning |", "|---|---|---|---|"]
+    nested = []
+    for name, field in model.model_fields.items():
+        out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {field.description or ''} |")
+        key = f"{path}.{name}" if path else name
+        if path == "engine.workers":
+            key = "engine.workers.<role>"
+        nested += [(key, m) for m in _models(field.annotation)]
+    out.append("")
+    for sub_path, sub in nested:
+        _sections(sub, sub_path, out, seen)
+
+
+def render() -> str:
+    """The whole reference as Markdown."""
+    out = [HEADER]
+    _sections(SimConfig, "", out, set())
+    out.append(RULES)
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(render(), end="")

@@ -1,0 +1,112 @@
+"""The `servesim predict` command, run in-process: outputs, formats, exit codes, determinism."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from servesim.cli import main
+
+CASES = Path(__file__).parent / "cases"
+CASE01 = CASES / "replay/01-fixed-synthetic-concurrency/config.yaml"
+HOST_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_table_output_and_files(tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    code, out, _ = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(out_dir))
+    assert code == 0
+    assert out.startswith("NVIDIA AIPerf | LLM Metrics\n")
+    assert "Time to First Token (ms)" in out and f"Saved full report to: {out_dir}/prediction.json" in out
+    report = json.loads((out_dir / "prediction.json").read_text())
+    assert report["completed_requests"] == 5 and "per_request" not in report
+    assert not (out_dir / "requests.jsonl").exists()
+
+
+def test_json_output_with_per_request_records(tmp_path, capsys):
+    code, out, _ = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(tmp_path / "o"),
+                        "--format", "json", "--capture-per-request")
+    assert code == 0
+    line = json.loads(out)
+    assert len(line["per_request"]) == 5
+    records = (tmp_path / "o" / "requests.jsonl").read_text().splitlines()
+    assert [json.loads(r) for r in records] == line["per_request"]
+    assert list(json.loads((tmp_path / "o" / "prediction.json").read_text())) == sorted(line)
+
+
+def test_reruns_are_byte_identical_apart_from_wall_time(tmp_path, capsys):
+    case = CASES / "replay/09-synthetic-session-shared-prefix/config.yaml"
+    outputs = []
+    for name in ("a", "b"):
+        assert _run(capsys, "predict", "-c", str(case), "--output-dir", str(tmp_path / name),
+                    "--capture-per-request")[0] == 0
+        report = json.loads((tmp_path / name / "prediction.json").read_text())
+        for key in HOST_FIELDS:
+            report.pop(key)
+        outputs.append((json.dumps(report), (tmp_path / name / "requests.jsonl").read_text()))
+    assert outputs[0] == outputs[1]
+
+
+def test_set_overrides_apply_before_validation(tmp_path, capsys):
+    code, out, _ = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(tmp_path / "o"),
+                        "--format", "json", "--set", "traffic.stop.requests=3",
+                        "--set", "engine.workers.aggregated.timing={type: fixed, prefill_ms: 4, decode_ms: 1}")
+    assert code == 0
+    report = json.loads(out)
+    assert report["completed_requests"] == 3 and report["mean_ttft_ms"] == 5.0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "engine.workers.aggregated.kv_cache.capacity.blocks=0"], "engine.workers.aggregated.kv_cache.capacity.blocks"),
+    (["--set", "traffic.load.concurrency=two"], "traffic.load.concurrency"),
+    (["--set", "output.dir=x"], "output"),
+    (["--set", "noequals"], "noequals"),
+])
+def test_config_errors_exit_2_naming_the_key(tmp_path, capsys, args, message):
+    code, out, err = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(tmp_path / "o"), *args)
+    assert code == 2 and out == ""
+    assert err.startswith(f"servesim: error: {CASE01}: ") and message in err
+
+
+def test_missing_config_file_exits_2(tmp_path, capsys):
+    code, _, err = _run(capsys, "predict", "-c", str(tmp_path / "nope.yaml"), "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and "nope.yaml" in err
+
+
+def test_non_empty_output_dir_needs_overwrite(tmp_path, capsys):
+    out_dir = tmp_path / "o"
+    out_dir.mkdir()
+    (out_dir / "keep.txt").write_text("mine")
+    (out_dir / "prediction.json").write_text("{}")
+    code, _, err = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(out_dir))
+    assert code == 2 and "--overwrite" in err
+    assert _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(out_dir), "--overwrite")[0] == 0
+    assert (out_dir / "keep.txt").read_text() == "mine"
+    assert json.loads((out_dir / "prediction.json").read_text())["completed_requests"] == 5
+
+
+def test_malformed_trace_exits_1_naming_file_and_line(tmp_path, capsys):
+    case_dir = tmp_path / "case"
+    shutil.copytree(CASES / "replay/05-mooncake-prefix-cache", case_dir)
+    trace = case_dir / "trace.jsonl"
+    lines = trace.read_text().splitlines()
+    lines[2] = '{"hash_ids": [1, 9], "output_length": "four"}'
+    trace.write_text("\n".join(lines) + "\n")
+    code, out, err = _run(capsys, "predict", "-c", str(case_dir / "config.yaml"), "--output-dir", str(tmp_path / "o"))
+    assert code == 1 and out == ""
+    assert err.startswith("servesim predict failed: TraceError: ") and f"{trace}:3:" in err and "output_length" in err
+
+
+def test_unservable_request_exits_1(tmp_path, capsys):
+    config = CASES / "engine/05-trtllm-no-evict/config-vllm-overlong.yaml"
+    code, _, err = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "o"))
+    assert code == 1 and "in-flight requests remaining" in err
