@@ -83,17 +83,16 @@ class _Cluster:
         self.placement = RoundRobin(list(range(run.replicas)), run.dp_size)
         self._open: dict[int, tuple[Arrival, RequestRecord, EngineRequest]] = {}
 
-    def release_arrivals(self, now: float) -> bool:
-        arrivals = self.driver.release(now)
-        for arrival in arrivals:
-            self._admit(arrival, now)
-        return bool(arrivals)
+    def release_arrivals(self, now: float) -> list[Worker]:
+        return [self._admit(arrival, now) for arrival in self.driver.release(now)]
 
-    def _admit(self, arrival: Arrival, now: float) -> None:
+    def _admit(self, arrival: Arrival, now: float) -> Worker:
         record = self.collector.on_arrival(arrival.session_id, arrival.turn_index, arrival.arrival_ms,
                                            arrival.input_length, arrival.max_output_tokens)
         request = EngineRequest(record.rid, arrival.prompt_runs, arrival.input_length,
-                                arrival.max_output_tokens, arrival.output_base)
+                                arrival.max_output_tokens, arrival.output_base, arrival.output_ids,
+                                unique_from=arrival.unique_from,
+                                block_size=self.run.rank_config.block_size)
         placement = self.placement.place(request)
         worker = self.workers[placement.worker]
         scheduler_id = worker.first_scheduler_id + placement.rank
@@ -101,6 +100,7 @@ class _Cluster:
                                               placement.overlap_tokens))
         self._open[record.rid] = (arrival, record, request)
         worker.enqueue(placement.rank, request)
+        return worker
 
     def finish_pass(self, worker: Worker, outcome: WorkerPass, now: float) -> None:
         worker.finish_pass()

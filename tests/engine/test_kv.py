@@ -15,7 +15,7 @@ def _hold(pool, keys):
 def test_anonymous_capacity_is_used_before_eviction():
     pool = BlockPool(6)
     lease = _hold(pool, [1, 2, 3])
-    pool.release(lease)
+    pool.release(lease, len(lease))
     assert pool.active == 0 and pool.anonymous == 3 and pool.free == 6
     assert pool.allocate(3)
     assert all(pool.lookup(k) is not None for k in (1, 2, 3)), "nothing evicted yet"
@@ -27,7 +27,7 @@ def test_anonymous_capacity_is_used_before_eviction():
 
 def test_pinning_revives_a_free_block_and_protects_it():
     pool = BlockPool(3)
-    pool.release(_hold(pool, [1, 2, 3]))
+    pool.release(_hold(pool, [1, 2, 3]), 3)
     hit = pool.lookup(1)
     pool.pin(hit)
     assert pool.active == 1
@@ -42,7 +42,7 @@ def test_duplicate_copies_keep_the_oldest_for_lookups():
     first = _hold(pool, [9])
     second = _hold(pool, [9])
     assert pool.lookup(9) is first[0]
-    pool.release(first)  # oldest copy now free cached, the LRU head
+    pool.release(first, 1)  # oldest copy now free cached, the LRU head
     assert pool.allocate(3)  # 2 anonymous + evicts the free copy
     assert pool.lookup(9) is second[0], "the surviving copy takes over"
     pool.check()
@@ -51,7 +51,7 @@ def test_duplicate_copies_keep_the_oldest_for_lookups():
 def test_without_caching_released_blocks_return_to_anonymous():
     pool = BlockPool(4, caching=False)
     assert pool.allocate(4)
-    pool.release([None] * 4)
+    pool.release([None] * 4, 4)
     assert pool.anonymous == 4 and pool.active == 0
     pool.check()
 
@@ -70,7 +70,8 @@ def test_blocks_are_conserved(ops):
                     lease[i] = pool.store(key + i)
                 leases.append(lease)
         elif op == "release" and leases:
-            pool.release(leases.pop(n % len(leases)))
+            lease = leases.pop(n % len(leases))
+            pool.release(lease, len(lease) - key % 2, keep_private=bool(key % 3))
         elif op == "pin":
             block = pool.lookup(key)
             if block is not None:
@@ -78,6 +79,31 @@ def test_blocks_are_conserved(ops):
                 leases.append([block])
         pool.check()
     for lease in leases:
-        pool.release(lease)
+        pool.release(lease, len(lease))
     pool.check()
     assert pool.active == 0 and pool.free == 12
+
+
+def test_private_blocks_keep_their_lru_place_without_keys():
+    pool = BlockPool(8)
+    assert pool.allocate(3)
+    shared = pool.store(5)
+    lease = [shared, None, None]  # block 0 shareable, blocks 1-2 private to the request
+    pool.release(lease, 3)
+    assert pool.active == 0 and pool.free == 8
+    assert pool.allocate(5 + 2), "anonymous first, then the two private blocks (released first)"
+    assert pool.lookup(5) is shared
+    assert pool.allocate(1) and pool.lookup(5) is None
+    pool.check()
+
+
+def test_a_preempted_request_keeps_handles_on_its_private_blocks():
+    pool = BlockPool(4)
+    assert pool.allocate(3)
+    own = pool.release([None, None, None], 2, keep_private=True)
+    assert len(own) == 2 and all(b.refs == 0 and b.key is None for b in own)
+    assert pool.anonymous == 2, "the partial third block is plain free capacity"
+    assert pool.allocate(3)
+    assert own[1].refs == -1 and own[0].refs == 0, "released tail-first, so the later block goes first"
+    pool.pin(own[0])
+    pool.check()

@@ -2,11 +2,14 @@
 
 Capacity is `num_blocks`. A block is one of:
 
-* anonymous free capacity (never used, or a released private block) — only counted;
-* a private block held by a request (a partial last block, or any block without caching) —
-  only counted, in `Lease.private`;
-* a cached block (`Block`): a full block with a content key and a reference count. With
-  refcount 0 it is *free cached*: evictable, in LRU order (least recently released first).
+* anonymous free capacity (never used, or a released partial block) — only counted;
+* held by a request (``active``): an entry of its lease — a `Block` when its content is
+  cached, or None for a private block (the partial last block, a block whose content no other
+  request can ever have, or any block when caching is off);
+* free cached: released but still holding content, evictable in LRU order (least recently
+  released first). Shareable content is a `Block` with a key, found through the index; content
+  private to one request is either a keyless `Block` its (preempted) owner may still reuse, or —
+  once its owner is gone — just counted in a `Gap` that keeps its place in the LRU order.
 
 Allocation takes anonymous capacity first, then evicts the LRU head. Releases go tail-first,
 so a finished request's last blocks are evicted before its first ones. Several physical copies
@@ -20,13 +23,25 @@ from collections.abc import Callable
 
 
 class Block:
-    """A cached full block."""
+    """A block holding cached content; `key` is None for content private to one request.
+
+    `refs` counts the requests holding it; -1 marks a private block that was evicted.
+    """
 
     __slots__ = ("key", "refs")
 
-    def __init__(self, key: int) -> None:
+    def __init__(self, key: int | None, refs: int = 1) -> None:
         self.key = key
-        self.refs = 1
+        self.refs = refs
+
+
+class Gap:
+    """A run of free blocks whose content nobody can reuse, in the LRU."""
+
+    __slots__ = ("count",)
+
+    def __init__(self, count: int) -> None:
+        self.count = count
 
 
 KvListener = Callable[[str, int], None]
@@ -41,10 +56,11 @@ class BlockPool:
         self.caching = caching
         self.anonymous = num_blocks
         self.active = 0
-        """Blocks referenced by some request (private or cached with refs > 0)."""
+        """Blocks held by some request (private, or cached with refs > 0)."""
         self._index: dict[int, Block] = {}
         self._copies: dict[int, list[Block]] = {}
-        self._lru: OrderedDict[Block, None] = OrderedDict()
+        self._lru: OrderedDict[Block | Gap, None] = OrderedDict()
+        self._lru_size = 0
         self.listener: KvListener | None = None
 
     # -- queries ----------------------------------------------------------------------------
@@ -52,7 +68,7 @@ class BlockPool:
     @property
     def free(self) -> int:
         """Blocks an allocation could use: anonymous plus evictable."""
-        return self.anonymous + len(self._lru)
+        return self.anonymous + self._lru_size
 
     def lookup(self, key: int) -> Block | None:
         return self._index.get(key)
@@ -76,20 +92,37 @@ class BlockPool:
         """Take a reference to a resident block (reviving it from the LRU if free)."""
         if block.refs == 0:
             del self._lru[block]
+            self._lru_size -= 1
             self.active += 1
         block.refs += 1
 
     def allocate(self, count: int) -> bool:
         """Reserve `count` private blocks; False (and nothing changes) if they do not fit."""
-        if count > self.anonymous + len(self._lru):
+        if count > self.anonymous + self._lru_size:
             return False
         take = count if count <= self.anonymous else self.anonymous
         self.anonymous -= take
-        for _ in range(count - take):
-            block, _ = self._lru.popitem(last=False)
-            self._forget(block)
         self.active += count
+        need = count - take
+        if need:
+            self._evict(need)
         return True
+
+    def _evict(self, need: int) -> None:
+        lru = self._lru
+        self._lru_size -= need
+        while need:
+            entry = next(iter(lru))
+            if type(entry) is Gap:
+                if entry.count > need:
+                    entry.count -= need
+                    return
+                need -= entry.count
+                lru.popitem(last=False)
+            else:
+                lru.popitem(last=False)
+                self._forget(entry)
+                need -= 1
 
     def store(self, key: int) -> Block:
         """Turn one private block of the caller into a cached block holding `key`."""
@@ -103,28 +136,76 @@ class BlockPool:
             self._copies.setdefault(key, []).append(block)
         return block
 
-    def release(self, blocks: list[Block | None]) -> None:
-        """Drop one reference per entry, last entry first (None = a private block)."""
+    def release(self, lease: list[Block | None], complete: int, *, keep_private: bool = False) -> list[Block]:
+        """Drop a request's hold on its lease, last block first.
+
+        Entries below index `complete` are full blocks; a None entry there is private cached
+        content, which goes to the LRU — as a keyless `Block` the owner may reuse when
+        `keep_private` (a preempted request), else as anonymous LRU capacity. Returns the owner's
+        private blocks (in block order) when `keep_private`.
+        """
         lru = self._lru
-        freed_private = 0
-        for block in reversed(blocks):
+        caching = self.caching
+        own: list[Block] = []
+        gap = 0
+        freed = 0
+        for index in range(len(lease) - 1, -1, -1):
+            block = lease[index]
             if block is None:
-                freed_private += 1
+                freed += 1
+                if index >= complete or not caching:
+                    self.anonymous += 1
+                elif keep_private:
+                    gap = self._push_gap(gap)
+                    block = Block(None, 0)
+                    lru[block] = None
+                    self._lru_size += 1
+                    own.append(block)
+                else:
+                    gap += 1
                 continue
             block.refs -= 1
-            if block.refs == 0:
-                self.active -= 1
-                if self.caching:
+            if block.refs:
+                continue
+            freed += 1
+            if block.key is None:
+                if keep_private:
+                    gap = self._push_gap(gap)
                     lru[block] = None
+                    self._lru_size += 1
+                    own.append(block)
                 else:
-                    self._forget(block)
-                    self.anonymous += 1
-        self.anonymous += freed_private
-        self.active -= freed_private
+                    gap += 1
+            elif caching:
+                gap = self._push_gap(gap)
+                lru[block] = None
+                self._lru_size += 1
+            else:
+                self._forget(block)
+                self.anonymous += 1
+        self._push_gap(gap)
+        self.active -= freed
+        own.reverse()
+        return own
+
+    def _push_gap(self, count: int) -> int:
+        """Append `count` anonymous LRU blocks at the tail; returns 0."""
+        if count:
+            lru = self._lru
+            last = next(reversed(lru)) if lru else None
+            if type(last) is Gap:
+                last.count += count
+            else:
+                lru[Gap(count)] = None
+            self._lru_size += count
+        return 0
 
     def _forget(self, block: Block) -> None:
         """Remove an evicted or uncached copy from the index."""
         key = block.key
+        if key is None:
+            block.refs = -1
+            return
         if self._index.get(key) is block:
             copies = self._copies.get(key)
             if copies:
@@ -143,12 +224,11 @@ class BlockPool:
 
     def check(self) -> None:
         """Assert the conservation invariants (for tests)."""
-        resident = {id(b): b for b in self._index.values()}
-        for copies in self._copies.values():
-            for b in copies:
-                resident[id(b)] = b
-        free_cached = sum(1 for b in resident.values() if b.refs == 0)
-        assert free_cached == len(self._lru), (free_cached, len(self._lru))
+        in_lru = sum(e.count if type(e) is Gap else 1 for e in self._lru)
+        assert in_lru == self._lru_size, (in_lru, self._lru_size)
+        assert all(type(e) is Gap or e.refs == 0 for e in self._lru)
+        resident = list(self._index.values()) + [b for c in self._copies.values() for b in c]
+        assert all(b.refs > 0 or b in self._lru for b in resident)
         assert self.anonymous >= 0 and self.active >= 0
-        assert self.anonymous + len(self._lru) + self.active == self.num_blocks, (
-            self.anonymous, len(self._lru), self.active, self.num_blocks)
+        assert self.anonymous + self._lru_size + self.active == self.num_blocks, (
+            self.anonymous, self._lru_size, self.active, self.num_blocks)

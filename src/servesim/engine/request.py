@@ -18,11 +18,12 @@ class EngineRequest:
     __slots__ = (
         "rid", "prompt_len", "max_output", "prompt_runs", "output_base", "output_ids",
         "keys", "generated", "computed", "lease", "preempted", "token_spans", "admissions",
-        "order", "anchor", "epoch",
+        "order", "anchor", "epoch", "shared_blocks", "own_blocks",
     )
 
     def __init__(self, rid: int, prompt_runs: list[Run], prompt_len: int, max_output: int,
-                 output_base: int, output_ids: list[int] | None = None) -> None:
+                 output_base: int, output_ids: list[int] | None = None,
+                 unique_from: int = 1 << 62, block_size: int = 1) -> None:
         self.rid = rid
         self.prompt_len = prompt_len
         self.max_output = max_output
@@ -46,6 +47,11 @@ class EngineRequest:
         `computed` and `generated` are the values at the start of that pass."""
         self.epoch = 0
         """Bumped whenever cohort bookkeeping for this request becomes stale."""
+        self.shared_blocks = unique_from // block_size
+        """Leading full blocks whose content another request could also have; later blocks
+        contain a token no other request has, so they are never looked up by content."""
+        self.own_blocks: list[Block] = []
+        """After a preemption: this request's freed private blocks, from `shared_blocks` on."""
 
     @property
     def length(self) -> int:

@@ -120,8 +120,10 @@ class VllmRank:
         """Whether every cohort member gets its token and block this pass."""
         if len(self.cohort) > self._budget:
             return False
-        allocs = sum(1 for kind, r, epoch in self._events.get(pass_index, ())
-                     if kind == _ALLOC and r.epoch == epoch)
+        events = self._events.get(pass_index)
+        if not events or len(events) <= self.pool.free:
+            return True
+        allocs = sum(1 for kind, r, epoch in events if kind == _ALLOC and r.epoch == epoch)
         return allocs <= self.pool.free
 
     def _advance_cohort(self, pass_index: int) -> None:
@@ -141,14 +143,16 @@ class VllmRank:
             pool.allocate(len(allocs))
             for r in allocs:
                 r.lease.append(None)
-                self._schedule_event(r, pass_index + bs - 1, _CACHE)
+                if len(r.lease) <= r.shared_blocks and self.config.prefix_caching:
+                    self._schedule_event(r, pass_index + bs - 1, _CACHE)
+                else:
+                    self._schedule_event(r, pass_index + bs, _ALLOC)
         for kind, r, epoch in events:
             if kind == _CACHE and r.epoch == epoch:
                 steps = pass_index - r.anchor
                 block = (r.computed + steps + 1) // bs - 1
-                if self.config.prefix_caching:
-                    key = r.full_block_keys(block + 1, bs, r.generated + steps)[block]
-                    r.lease[block] = pool.store(key)
+                key = r.full_block_keys(block + 1, bs, r.generated + steps)[block]
+                r.lease[block] = pool.store(key)
                 self._schedule_event(r, pass_index + 1, _ALLOC)
 
     def _schedule_event(self, r: EngineRequest, at: int, kind: int) -> None:
@@ -176,7 +180,7 @@ class VllmRank:
         self._schedule_event(r, anchor + self._steps_left(r) - 1, _FINISH)
         alloc_at = anchor + (-c) % bs
         cache_at = anchor + (-(c + 1)) % bs
-        if cache_at < alloc_at:
+        if cache_at < alloc_at and c // bs < r.shared_blocks and self.config.prefix_caching:
             self._schedule_event(r, cache_at, _CACHE)
         else:
             self._schedule_event(r, alloc_at, _ALLOC)
@@ -278,10 +282,14 @@ class VllmRank:
             limit = (request.length - 1) // bs
         else:
             limit = request.length // bs
-        if limit <= 0:
-            return []
-        keys = request.full_block_keys(limit, bs)
-        return self.pool.prefix_hits(keys, limit)
+        shared = min(limit, request.shared_blocks)
+        hits = self.pool.prefix_hits(request.full_block_keys(shared, bs), shared) if shared > 0 else []
+        if len(hits) == shared < limit:
+            for block in request.own_blocks[: limit - shared]:
+                if block.refs < 0:
+                    break
+                hits.append(block)
+        return hits
 
     def _fits(self, request: EngineRequest, hits: list[Block]) -> bool:
         """Whether the whole known sequence fits next to the active blocks."""
@@ -313,12 +321,14 @@ class VllmRank:
             victim = self._victim()
             if victim is None:
                 if fresh_lease:
-                    pool.release(request.lease)
+                    pool.release(request.lease, len(request.lease), keep_private=True)
                     request.lease = []
                 return BLOCKED
             self._preempt(victim)
             if victim is request:
                 return SELF_PREEMPTED
+        if fresh_lease and request.own_blocks:
+            request.own_blocks = []
         if need > 0:
             request.lease.extend([None] * need)
         if self.config.prefix_caching and after // bs > before // bs:
@@ -328,7 +338,10 @@ class VllmRank:
         return OK
 
     def _cache_completed(self, request: EngineRequest, first: int, stop: int) -> None:
-        """Make blocks [first, stop) of the request, just completed, visible to the cache."""
+        """Make the shareable ones of blocks [first, stop), just completed, visible to the cache."""
+        stop = min(stop, request.shared_blocks)
+        if stop <= first:
+            return
         keys = request.full_block_keys(stop, self.config.block_size)
         lease = request.lease
         store = self.pool.store
@@ -359,7 +372,8 @@ class VllmRank:
         """Release the victim's KV and send it to the front of the waiting queue."""
         del self.running[victim]
         self.explicit.remove(victim)
-        self.pool.release(victim.lease)
+        bs = self.config.block_size
+        victim.own_blocks = self.pool.release(victim.lease, victim.computed // bs, keep_private=True)
         victim.lease = []
         victim.computed = 0
         victim.preempted = True
@@ -418,9 +432,10 @@ class VllmRank:
                 continue
             joining = False
         result.finished.extend(done)
+        bs = self.config.block_size
         for request in done:
             del self.running[request]
-            self.pool.release(request.lease)
+            self.pool.release(request.lease, request.computed // bs)
             request.lease = []
         if done:
             finished = set(done)

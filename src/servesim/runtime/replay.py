@@ -45,8 +45,8 @@ class Worker(Protocol):
 
 
 class Handler(Protocol):
-    def release_arrivals(self, now: float) -> bool:
-        """Register and place every request ready at `now`; True if there was any."""
+    def release_arrivals(self, now: float) -> Sequence[Worker]:
+        """Register and place every request ready at `now`; returns the workers given work."""
 
     def finish_pass(self, worker: Worker, outcome: PassOutcome, now: float) -> None:
         """Apply a completed pass: tokens, terminal requests, follow-up turns."""
@@ -81,6 +81,8 @@ class ReplayLoop:
         self._heap: list[tuple[float, int, Worker, PassOutcome]] = []
         self._seq = 0
         self._workers = [w for pool in self.pools for w in pool.workers]
+        self._order = {w: i for i, w in enumerate(self._workers)}
+        """Pass-start order of workers within one instant."""
         self._progress = progress
 
     def run(self) -> float:
@@ -120,28 +122,36 @@ class ReplayLoop:
     # -- one instant ------------------------------------------------------------------------
 
     def _settle(self) -> None:
+        """Apply everything due at `now` until nothing changes (see the module docstring)."""
         now = self.now
         heap = self._heap
         handler = self.handler
+        order = self._order
+        candidates: set[Worker] = set()
         while True:
             changed = False
             while heap and heap[0][0] == now:
                 _, _, worker, outcome = heapq.heappop(heap)
                 handler.finish_pass(worker, outcome, now)
+                candidates.add(worker)
                 changed = True
-            if handler.release_arrivals(now):
+            woken = handler.release_arrivals(now)
+            if woken:
+                candidates.update(woken)
                 changed = True
-            for worker in self._workers:
-                while worker.runnable():
-                    changed = True
-                    outcome = worker.start_pass(now)
-                    if outcome.end_ms > now:
-                        self._seq += 1
-                        heapq.heappush(heap, (outcome.end_ms, self._seq, worker, outcome))
-                        break
-                    handler.finish_pass(worker, outcome, now)
-                    if not outcome.has_effect:
-                        worker.parked = True
+            if candidates:
+                for worker in sorted(candidates, key=order.__getitem__):
+                    while worker.runnable():
+                        changed = True
+                        outcome = worker.start_pass(now)
+                        if outcome.end_ms > now:
+                            self._seq += 1
+                            heapq.heappush(heap, (outcome.end_ms, self._seq, worker, outcome))
+                            break
+                        handler.finish_pass(worker, outcome, now)
+                        if not outcome.has_effect:
+                            worker.parked = True
+                candidates.clear()
             if not changed:
                 return
 

@@ -11,7 +11,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from servesim.traffic.workload import GENERATED_BASE, Run, Session, Workload, output_runs
+from servesim.traffic.workload import GENERATED_BASE, NEVER, Run, Session, Workload, output_runs
 
 INF = math.inf
 
@@ -29,6 +29,10 @@ class Arrival:
     max_output_tokens: int
     output_base: int
     """Token value of the first generated token (generated tokens are consecutive values)."""
+    unique_from: int = NEVER
+    """First token position no other request can have (NEVER when all may be shared)."""
+    output_ids: list[int] | None = None
+    """Authored output token ids, if the trace gives them."""
 
 
 class _SessionProgress:
@@ -107,6 +111,8 @@ class Driver:
         """Every turn ready at or before `now`, ordered by (ready time, session, turn)."""
         out: list[Arrival] = []
         first, ready = self._first, self._ready
+        if (self._first_pos >= len(first) or first[self._first_pos][0] > now) and (not ready or ready[0][0] > now):
+            return out
         while True:
             from_first = self._first_pos < len(first) and first[self._first_pos][0] <= now
             from_ready = bool(ready) and ready[0][0] <= now
@@ -164,4 +170,11 @@ class Driver:
             length = progress.context_length + length
         base = self._next_output_base
         self._next_output_base += turn.max_output_tokens + 1
-        return Arrival(s, k, session.session_id, t, runs, length, turn.max_output_tokens, base)
+        if self._accumulate:
+            unique_from = NEVER  # the next turn's prompt repeats this one and its outputs
+        elif turn.output_ids is not None and turn.unique_from >= length:
+            unique_from = NEVER  # authored outputs may repeat another request's
+        else:
+            unique_from = turn.unique_from
+        return Arrival(s, k, session.session_id, t, runs, length, turn.max_output_tokens, base,
+                       unique_from, turn.output_ids)

@@ -12,7 +12,8 @@ import json
 import math
 from array import array
 from collections.abc import Iterator, Mapping
-from itertools import islice
+from collections import Counter
+from itertools import chain, islice
 from typing import Any
 
 from servesim.errors import TraceError
@@ -175,4 +176,17 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False) -> Wo
             raise TraceError(path, line, str(exc)) from None
     if not sessions:
         raise TraceError(path, None, "the trace has no requests")
+    _mark_unique_tokens(sessions)
     return Workload(sessions, accumulate=accumulate)
+
+
+def _mark_unique_tokens(sessions: list[Session]) -> None:
+    """Set each turn's `unique_from`: where its first hash id used by no other row starts."""
+    counts = Counter(chain.from_iterable(t.block_values for s in sessions for t in s.turns))
+    for session in sessions:
+        for turn in session.turns:
+            turn.unique_from = turn.input_length
+            for i, value in enumerate(turn.block_values):
+                if counts[value] == 1:
+                    turn.unique_from = i * turn.block_size
+                    break

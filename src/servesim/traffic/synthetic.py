@@ -48,7 +48,8 @@ def synthetic_workload(
             next_fresh += fresh
             values = group_values + list(fresh_values) if group_values else fresh_values
             delay = inter_turn_delay_ms if turn_index else 0.0
-            session_turns.append(Turn(values, block_size, input_tokens, output_tokens, delay))
+            session_turns.append(Turn(values, block_size, input_tokens, output_tokens, delay,
+                                      unique_from=min(shared * block_size, input_tokens)))
         sessions.append(Session(f"session_{index}", session_turns))
     return Workload(sessions, accumulate=turns > 1)
 

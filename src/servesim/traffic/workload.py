@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 Run = tuple[int, int]
 GENERATED_BASE = -(1 << 62)
+NEVER = 1 << 62
+"""A `unique_from` meaning: every token of the request may also occur in other requests."""
 
 
 @dataclass(slots=True)
@@ -37,6 +39,9 @@ class Turn:
     """Think time before this turn, counted from the previous turn's terminal time."""
     output_ids: list[int] | None = None
     """Authored output token ids (length ``max_output_tokens``), if the trace gives them."""
+    unique_from: int = NEVER
+    """Position of the first prompt token that no other request's prompt contains (the prompt
+    length if there is none); blocks from there on can never be shared."""
 
     def input_runs(self) -> list[Run]:
         """The prompt tokens of this turn as runs."""
