@@ -14,6 +14,7 @@ from pathlib import Path
 from servesim.config.schema import (
     ConcurrencyLoad,
     ConstantRateLoad,
+    EngineConfig,
     FixedCapacity,
     FixedTiming as FixedTimingConfig,
     PoissonLoad,
@@ -53,7 +54,8 @@ class LoweredRun:
     sla: Sla | None
 
     def make_ranks(self, *, lazy_decode: bool = True) -> list[VllmRank]:
-        timing = _timing_model(self.config.engine.workers.aggregated)
+        engine = self.config.engine
+        timing = _timing_model(engine, engine.workers.aggregated, "aggregated")
         return [VllmRank(self.rank_config, timing, lazy_decode=lazy_decode) for _ in range(self.dp_size)]
 
     def make_driver(self) -> Driver:
@@ -75,13 +77,13 @@ def lower(config: SimConfig) -> LoweredRun:
     par = worker.parallelism
     rank = RankConfig(
         block_size=worker.kv_cache.block_size_for(engine.backend),
-        num_blocks=_num_blocks(worker),
+        num_blocks=_num_blocks(engine, worker, "aggregated"),
         max_batched_tokens=worker.scheduler.max_batched_tokens,
         max_sequences=worker.scheduler.max_sequences_for("aggregated"),
         prefix_caching=worker.kv_cache.prefix_caching,
         max_model_len=_max_model_len(config),
     )
-    _timing_model(worker)  # validate early
+    _timing_model(engine, worker, "aggregated")  # validate early
     stop = config.traffic.stop
     cap = stop.max_virtual_time_seconds if stop is not None else None
     sla = config.evaluation.sla
@@ -96,7 +98,8 @@ def lower(config: SimConfig) -> LoweredRun:
     )
 
 
-def _num_blocks(worker: WorkerConfig) -> int:
+def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
+    """KV blocks per scheduler rank of one role's workers."""
     capacity = worker.kv_cache.capacity
     if isinstance(capacity, FixedCapacity):
         return capacity.blocks
@@ -104,7 +107,8 @@ def _num_blocks(worker: WorkerConfig) -> int:
                    "not supported yet; set capacity: {type: fixed, blocks: N}")
 
 
-def _timing_model(worker: WorkerConfig) -> TimingModel:
+def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> TimingModel:
+    """The pass-time model of one role's workers."""
     timing = worker.timing
     if isinstance(timing, FixedTimingConfig):
         return FixedTiming(timing.prefill_ms, timing.decode_ms)
