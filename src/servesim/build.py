@@ -29,7 +29,7 @@ from servesim.config.schema import (
     runtime_rejections,
 )
 from servesim.engine.timing import FixedTiming, PolynomialTiming, TimingModel
-from servesim.engine.vllm import RankConfig, VllmRank
+from servesim.engine.rank import Rank, RankConfig, make_rank
 from servesim.errors import ConfigError, RunError
 from servesim.report.summary import Sla
 from servesim.traffic.driver import Driver
@@ -53,10 +53,10 @@ class LoweredRun:
     time_cap_ms: float | None
     sla: Sla | None
 
-    def make_ranks(self, *, lazy_decode: bool = True) -> list[VllmRank]:
+    def make_ranks(self, *, lazy_decode: bool = True) -> list[Rank]:
         engine = self.config.engine
         timing = _timing_model(engine, engine.workers.aggregated, "aggregated")
-        return [VllmRank(self.rank_config, timing, lazy_decode=lazy_decode) for _ in range(self.dp_size)]
+        return [make_rank(self.rank_config, timing, lazy_decode=lazy_decode) for _ in range(self.dp_size)]
 
     def make_driver(self) -> Driver:
         return _driver(self.config, self.rank_config.block_size)
@@ -70,8 +70,8 @@ def lower(config: SimConfig) -> LoweredRun:
     engine = config.engine
     if engine.mode != "aggregated":
         raise RunError("disaggregated mode is not supported yet")
-    if engine.backend != "vllm":
-        raise RunError(f"backend {engine.backend!r} is not supported yet (vllm only)")
+    if engine.backend == "trtllm":
+        raise RunError("backend 'trtllm' is not supported yet")
     worker = engine.workers.aggregated
     assert worker is not None
     par = worker.parallelism
@@ -82,6 +82,7 @@ def lower(config: SimConfig) -> LoweredRun:
         max_sequences=worker.scheduler.max_sequences_for("aggregated"),
         prefix_caching=worker.kv_cache.prefix_caching,
         max_model_len=_max_model_len(config),
+        backend=engine.backend,
     )
     _timing_model(engine, worker, "aggregated")  # validate early
     stop = config.traffic.stop

@@ -6,7 +6,8 @@ import pytest
 
 from servesim.engine.request import EngineRequest
 from servesim.engine.timing import FixedTiming
-from servesim.engine.vllm import RankConfig, VllmRank
+from servesim.engine.rank import RankConfig
+from servesim.engine.vllm import VllmRank
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
 

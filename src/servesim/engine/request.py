@@ -18,7 +18,7 @@ class EngineRequest:
     __slots__ = (
         "rid", "prompt_len", "max_output", "prompt_runs", "output_base", "output_ids",
         "keys", "generated", "computed", "lease", "preempted", "token_spans", "admissions",
-        "order", "anchor", "epoch", "shared_blocks", "own_blocks",
+        "order", "anchor", "epoch", "shared_blocks", "own_blocks", "reject_reason",
     )
 
     def __init__(self, rid: int, prompt_runs: list[Run], prompt_len: int, max_output: int,
@@ -52,6 +52,8 @@ class EngineRequest:
         contain a token no other request has, so they are never looked up by content."""
         self.own_blocks: list[Block] = []
         """After a preemption: this request's freed private blocks, from `shared_blocks` on."""
+        self.reject_reason: str | None = None
+        """Why servesim rejected a request the reference would abort the whole run on."""
 
     @property
     def length(self) -> int:

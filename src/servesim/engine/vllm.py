@@ -17,47 +17,14 @@ explicit requests for that pass. `lazy_decode=False` disables the cohort (the pl
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 from servesim.engine.kv import Block, BlockPool
+from servesim.engine.rank import RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.timing import TimingModel
 
 OK, BLOCKED, SELF_PREEMPTED = 0, 1, 2
 _ALLOC, _CACHE, _FINISH = 0, 1, 2
-
-
-@dataclass(slots=True)
-class RankConfig:
-    """The settings of one scheduler rank (one attention-DP rank of a worker)."""
-
-    block_size: int
-    num_blocks: int
-    max_batched_tokens: int = 8192
-    max_sequences: int = 256
-    prefix_caching: bool = True
-    max_model_len: int | None = None
-
-
-@dataclass(slots=True)
-class RankPass:
-    """What one rank did in one pass."""
-
-    prefill_ms: float = 0.0
-    decode_ms: float = 0.0
-    admitted: list[tuple[EngineRequest, int]] = field(default_factory=list)
-    """(request, reused prompt tokens) per admission, in admission order."""
-    finished: list[EngineRequest] = field(default_factory=list)
-    """Requests that completed in this pass, in signal order."""
-    rejected: list[EngineRequest] = field(default_factory=list)
-    preemptions: int = 0
-    scheduled_tokens: int = 0
-    emitted: int = 0
-
-    @property
-    def has_effect(self) -> bool:
-        return bool(self.admitted or self.finished or self.rejected or self.preemptions
-                    or self.scheduled_tokens or self.emitted)
 
 
 class VllmRank:

@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass
 
 from servesim.engine.request import EngineRequest
-from servesim.engine.vllm import RankPass, VllmRank
+from servesim.engine.rank import Rank, RankPass
 
 
 @dataclass(slots=True)
@@ -29,7 +29,7 @@ class WorkerPass:
 class Worker:
     """One logical worker with `len(ranks)` scheduler ranks."""
 
-    def __init__(self, worker_id: int, ranks: list[VllmRank], first_scheduler_id: int) -> None:
+    def __init__(self, worker_id: int, ranks: list[Rank], first_scheduler_id: int) -> None:
         self.worker_id = worker_id
         self.ranks = ranks
         self.first_scheduler_id = first_scheduler_id
