@@ -106,7 +106,11 @@ def test_malformed_trace_exits_1_naming_file_and_line(tmp_path, capsys):
     assert err.startswith("servesim predict failed: TraceError: ") and f"{trace}:3:" in err and "output_length" in err
 
 
-def test_unservable_request_exits_1(tmp_path, capsys):
+def test_unservable_request_exits_1_when_asked_to_fail(tmp_path, capsys):
     config = CASES / "engine/05-trtllm-no-evict/config-vllm-overlong.yaml"
-    code, _, err = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "o"))
+    code, _, err = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "o"),
+                        "--unservable", "fail")
     assert code == 1 and "in-flight requests remaining" in err
+    code, out, _ = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "o2"),
+                        "--format", "json")
+    assert code == 0 and json.loads(out)["num_requests"] == 1

@@ -36,6 +36,7 @@ SUPPORTED = [
     "engine/02-vllm-preemption/config-noprefix.yaml",
     "engine/03-vllm-prefix-cache-polynomial/config.yaml",
     "engine/03-vllm-prefix-cache-polynomial/config-small-kv.yaml",
+    "engine/05-trtllm-no-evict/config.yaml",
     "engine/05-trtllm-no-evict/config-vllm-control.yaml",
     "engine/06-attention-dp-barrier/config.yaml",
 ]
@@ -76,7 +77,18 @@ def test_case_matches_reference(case: str) -> None:
     assert_matches_reference(config, report)
 
 
-def test_overlong_vllm_request_fails_like_the_reference() -> None:
+def test_overlong_vllm_request_fails_like_the_reference_on_request() -> None:
     config = CASES / "engine/05-trtllm-no-evict/config-vllm-overlong.yaml"
+    expected = (CASES / "engine/05-trtllm-no-evict/stderr-vllm-overlong.txt").read_text()
+    assert "effect-free zero-duration pass with 1 in-flight requests remaining" in expected
     with pytest.raises(SimulationError, match="effect-free zero-duration pass with 1 in-flight"):
-        simulate(load_config(config))
+        simulate(load_config(config), unservable="fail")
+
+
+def test_overlong_vllm_request_is_rejected_with_a_reason_by_default() -> None:
+    config = CASES / "engine/05-trtllm-no-evict/config-vllm-overlong.yaml"
+    report = simulate(load_config(config), capture_per_request=True).to_dict()
+    (record,) = report["per_request"]
+    assert record["terminal_status"] == "rejected" and report["completed_requests"] == 0
+    assert "more than the 10 a rank has" in record["rejection_reason"]
+    assert record["output_length"] > 0, "it ran until its tokens outgrew the pool"

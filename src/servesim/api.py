@@ -117,7 +117,7 @@ class _Cluster:
     def _terminal(self, request: EngineRequest, worker: Worker, status: str, now: float) -> None:
         arrival, record, _ = self._open.pop(request.rid)
         self.collector.on_terminal(record, now, status, request.generated, request.token_spans,
-                                   worker.pass_ends)
+                                   worker.pass_ends, request.reject_reason)
         self.driver.on_terminal(arrival, now, request.generated)
 
     def in_flight(self) -> int:
@@ -128,19 +128,23 @@ class _Cluster:
 
 
 def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_request: bool = False,
-             progress: bool = False, fast: bool = True) -> Report:
+             progress: bool = False, fast: bool = True, unservable: str = "reject") -> Report:
     """Run one simulation and return its report.
 
     `config` is a validated `SimConfig`, a mapping in the YAML schema, or a path to a YAML file.
     With `progress`, a one-line progress indicator is drawn on stderr during long runs.
     `fast=False` turns off the fast paths (implicitly advanced decode cohorts); results are
-    identical either way, which the test suite checks.
+    identical either way, which the test suite checks. `unservable="fail"` makes a request that
+    can never fit the KV pool stall the run into an error, as the reference does; the default
+    ("reject") reports it as rejected with a reason and carries on.
     """
+    if unservable not in ("reject", "fail"):
+        raise ValueError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
     if isinstance(config, (str, Path)):
         config = load_config(config)
     elif not isinstance(config, SimConfig):
         config = parse_config(config)
-    run = lower(config)
+    run = lower(config, unservable=unservable)
     started = time.perf_counter()
     driver = run.make_driver()
     collector = Collector()

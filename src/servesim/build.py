@@ -62,16 +62,18 @@ class LoweredRun:
         return _driver(self.config, self.rank_config.block_size)
 
 
-def lower(config: SimConfig) -> LoweredRun:
-    """Resolve the defaults of an aggregated config."""
+def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
+    """Resolve the defaults of an aggregated config.
+
+    `unservable` is what happens to a request that can never fit a worker's KV pool: "reject"
+    it (with a reason) or "fail" the run the way the reference does.
+    """
     problems = runtime_rejections(config)
     if problems:
         raise RunError("; ".join(problems))
     engine = config.engine
     if engine.mode != "aggregated":
         raise RunError("disaggregated mode is not supported yet")
-    if engine.backend == "trtllm":
-        raise RunError("backend 'trtllm' is not supported yet")
     worker = engine.workers.aggregated
     assert worker is not None
     par = worker.parallelism
@@ -83,6 +85,7 @@ def lower(config: SimConfig) -> LoweredRun:
         prefix_caching=worker.kv_cache.prefix_caching,
         max_model_len=_max_model_len(config),
         backend=engine.backend,
+        reject_unservable=unservable == "reject",
     )
     _timing_model(engine, worker, "aggregated")  # validate early
     stop = config.traffic.stop

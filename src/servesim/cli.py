@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
     predict.add_argument("--capture-per-request", action="store_true",
                          help="add per-request records to the report and write requests.jsonl")
+    predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
+                         help="a request that can never fit the KV pool is rejected with a reason "
+                              "(default), or fails the run as in the reference")
     return parser
 
 
@@ -67,7 +70,7 @@ def _predict(args: argparse.Namespace) -> int:
         return 2
     try:
         report = simulate(config, capture_per_request=args.capture_per_request,
-                          progress=sys.stderr.isatty())
+                          progress=sys.stderr.isatty(), unservable=args.unservable)
     except RunError as exc:
         print(f"servesim predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

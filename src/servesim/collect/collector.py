@@ -48,6 +48,8 @@ class RequestRecord:
     output_length: int = 0
     token_spans: list[int] = field(default_factory=list)
     pass_ends: array | None = None
+    reason: str | None = None
+    """Why servesim rejected a request the reference would have aborted the run on."""
 
     @property
     def counted(self) -> bool:
@@ -89,8 +91,9 @@ class Collector:
         record.admissions.append(Admission(at_ms, reused_tokens, pool))
 
     def on_terminal(self, record: RequestRecord, at_ms: float, status: str, output_length: int,
-                    token_spans: list[int], pass_ends: array | None) -> None:
+                    token_spans: list[int], pass_ends: array | None, reason: str | None = None) -> None:
         self.num_terminal += 1
+        record.reason = reason
         record.status = status
         record.terminal_ms = at_ms
         record.output_length = output_length

@@ -39,6 +39,9 @@ class RankConfig:
     max_model_len: int | None = None
     backend: str = "vllm"
     sglang: SglangSettings = field(default_factory=SglangSettings)
+    reject_unservable: bool = True
+    """Reject a request that can never fit the KV pool (with a reason) instead of stalling the
+    worker until the run fails, which is what the reference does."""
 
 
 @dataclass(slots=True)
@@ -81,6 +84,10 @@ def make_rank(config: RankConfig, timing: TimingModel, *, lazy_decode: bool = Tr
         from servesim.engine.sglang import SglangRank
 
         return SglangRank(config, timing)
+    if config.backend == "trtllm":
+        from servesim.engine.trtllm import TrtllmRank
+
+        return TrtllmRank(config, timing, lazy_decode=lazy_decode)
     from servesim.engine.vllm import VllmRank
 
     return VllmRank(config, timing, lazy_decode=lazy_decode)

@@ -229,12 +229,25 @@ class VllmRank:
     # -- gates ------------------------------------------------------------------------------
 
     def _must_reject(self, request: EngineRequest) -> bool:
-        """Context-limit and (fresh requests only) pool-limit rejection."""
+        """Context-limit and (fresh requests only) pool-limit rejection.
+
+        A preempted request whose prompt and generated tokens outgrew the whole pool can never
+        be readmitted: the reference then stalls the worker until the run fails; servesim
+        rejects it with a reason (unless `reject_unservable` is off).
+        """
         limit = self.config.max_model_len
         if limit is not None and request.prompt_len >= limit:
             return True
-        bs = self.config.block_size
-        return not request.preempted and -(-request.length // bs) > self.config.num_blocks
+        blocks = -(-request.length // self.config.block_size)
+        if blocks <= self.config.num_blocks:
+            return False
+        if not request.preempted:
+            return True
+        if self.config.reject_unservable:
+            request.reject_reason = (f"its {request.length} tokens need {blocks} KV blocks, "
+                                     f"more than the {self.config.num_blocks} a rank has")
+            return True
+        return False
 
     def _cache_hits(self, request: EngineRequest) -> list[Block]:
         """Resident leading blocks of the known sequence.
@@ -245,10 +258,7 @@ class VllmRank:
         if not self.config.prefix_caching:
             return []
         bs = self.config.block_size
-        if request.generated < request.max_output:
-            limit = (request.length - 1) // bs
-        else:
-            limit = request.length // bs
+        limit = self._cache_limit(request)
         shared = min(limit, request.shared_blocks)
         hits = self.pool.prefix_hits(request.full_block_keys(shared, bs), shared) if shared > 0 else []
         if len(hits) == shared < limit:
@@ -257,6 +267,13 @@ class VllmRank:
                     break
                 hits.append(block)
         return hits
+
+    def _cache_limit(self, request: EngineRequest) -> int:
+        """How many leading full blocks a cache hit may cover."""
+        bs = self.config.block_size
+        if request.generated < request.max_output:
+            return (request.length - 1) // bs
+        return request.length // bs
 
     def _fits(self, request: EngineRequest, hits: list[Block]) -> bool:
         """Whether the whole known sequence fits next to the active blocks."""

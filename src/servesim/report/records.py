@@ -83,6 +83,8 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
         "turn_index": record.turn_index,
         "uuid": request_uuid,
     })
+    if record.reason is not None:
+        out["rejection_reason"] = record.reason
     return out
 
 
