@@ -127,3 +127,21 @@ def test_cohort_members_are_not_touched_between_their_events():
         rank.run_pass(p)
     assert (r.generated, r.computed) == (1, 20), "counters move only when the request leaves the cohort"
     assert len(r.lease) == -(-(20 + 39) // 16), "blocks are still allocated on time"
+
+
+def test_forward_pass_metrics_describe_the_pass(lazy):
+    rank = _rank(lazy, max_batched_tokens=70, max_sequences=3, record_metrics=True)
+    a, b = _request(1, 20, 9), _request(2, 30, 9)
+    rank.enqueue(a)
+    rank.enqueue(b)
+    rank.run_pass(0)
+    rank.run_pass(1)
+    c, d, e = _request(3, 100, 2), _request(4, 16, 2), _request(5, 16, 2)
+    for r in (c, d, e):
+        rank.enqueue(r)
+    m = rank.run_pass(2).metrics
+    assert (m.num_decode_requests, m.sum_decode_kv_tokens) == (2, 22 + 32)
+    assert m.var_decode_kv_tokens == 25.0
+    assert (m.num_prefill_requests, m.sum_prefill_tokens, m.sum_prefill_kv_tokens) == (1, 68, 0)
+    assert (m.num_queued_prefill, m.sum_queued_prefill_tokens) == (2, 32), "d and e wait for a slot"
+    assert m.var_queued_prefill_length == 0.0 and m.num_queued_decode == 0

@@ -39,9 +39,46 @@ class RankConfig:
     max_model_len: int | None = None
     backend: str = "vllm"
     sglang: SglangSettings = field(default_factory=SglangSettings)
+    record_metrics: bool = False
+    """Build forward-pass metrics every pass (for scaling policies)."""
     reject_unservable: bool = True
     """Reject a request that can never fit the KV pool (with a reason) instead of stalling the
     worker until the run fails, which is what the reference does."""
+
+
+@dataclass(slots=True)
+class ForwardPassMetrics:
+    """One rank's forward-pass metrics (FPM) for one pass, as Dynamo's planner consumes them.
+
+    Scheduled prefills are the requests with prompt tokens computed this pass; scheduled
+    decodes those with only generated tokens to compute; queued prefills are waiting requests
+    that never started; queued decodes are preempted requests waiting to resume. Lengths are
+    sequence lengths at scheduling time; variances are population variances.
+    """
+
+    num_prefill_requests: int = 0
+    sum_prefill_tokens: int = 0
+    var_prefill_length: float = 0.0
+    sum_prefill_kv_tokens: int = 0
+    num_decode_requests: int = 0
+    sum_decode_kv_tokens: int = 0
+    var_decode_kv_tokens: float = 0.0
+    num_queued_prefill: int = 0
+    sum_queued_prefill_tokens: int = 0
+    var_queued_prefill_length: float = 0.0
+    num_queued_decode: int = 0
+    sum_queued_decode_kv_tokens: int = 0
+    var_queued_decode_kv_tokens: float = 0.0
+    wall_time_secs: float = 0.0
+    """The worker's pass duration (the DP barrier), filled in by the worker."""
+
+
+def population_variance(count: int, total: float, total_squares: float) -> float:
+    """Variance of `count` values from their sum and sum of squares (0 when count < 2)."""
+    if count < 2:
+        return 0.0
+    mean = total / count
+    return max(0.0, total_squares / count - mean * mean)
 
 
 @dataclass(slots=True)
@@ -59,6 +96,8 @@ class RankPass:
     preemptions: int = 0
     scheduled_tokens: int = 0
     emitted: int = 0
+    metrics: ForwardPassMetrics | None = None
+    """Forward-pass metrics, when the rank records them."""
 
     @property
     def has_effect(self) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 
 from servesim.engine.kv import Block, BlockPool
-from servesim.engine.rank import RankConfig, RankPass
+from servesim.engine.rank import ForwardPassMetrics, RankConfig, RankPass, population_variance
 from servesim.engine.request import EngineRequest
 from servesim.engine.timing import TimingModel
 
@@ -45,6 +45,8 @@ class VllmRank:
         self._next_order = 0
         self._cohort_len = 0
         """Σ sequence length of the cohort at the start of the next pass."""
+        self._cohort_len_sq = 0
+        """Σ squared sequence length of the cohort at the start of the next pass."""
         self._events: dict[int, list[tuple[int, EngineRequest, int]]] = {}
         """Cohort work by pass index: (kind, request, epoch); stale epochs are skipped."""
         # Per-pass scratch state.
@@ -78,6 +80,8 @@ class VllmRank:
         if not result.preemptions:
             self._admit_waiting()
         result.prefill_ms = self._prefill_time()
+        if self.config.record_metrics:
+            result.metrics = self._forward_pass_metrics()
         self._emit_tokens(pass_index)
         return result
 
@@ -142,6 +146,7 @@ class VllmRank:
         r.epoch += 1
         self.cohort[r] = None
         self._cohort_len += r.length
+        self._cohort_len_sq += r.length * r.length
         bs = self.config.block_size
         c = r.computed
         self._schedule_event(r, anchor + self._steps_left(r) - 1, _FINISH)
@@ -167,13 +172,14 @@ class VllmRank:
         r.epoch += 1
         del self.cohort[r]
         self._cohort_len -= r.length
+        self._cohort_len_sq -= r.length * r.length
 
     def _dissolve_cohort(self, pass_index: int) -> None:
         """Turn every cohort member back into an explicit request, keeping running order."""
         for r in list(self.cohort):
             self._leave_cohort(r, pass_index)
         self._events.clear()
-        self._cohort_len = 0
+        self._cohort_len = self._cohort_len_sq = 0
         self.explicit = list(self.running)
 
     def _finish_cohort_members(self, pass_index: int, done: list[EngineRequest]) -> None:
@@ -384,6 +390,35 @@ class VllmRank:
             return 0.0
         return self.timing.prefill(count, mean_isl, mean_prefix)
 
+    def _forward_pass_metrics(self) -> ForwardPassMetrics:
+        """This pass's scheduled work and the queues, as forward-pass metrics."""
+        m = ForwardPassMetrics()
+        n_dec = len(self.cohort)
+        dec_sum, dec_sq = self._cohort_len, self._cohort_len_sq
+        pre_sq = 0
+        for request, (tokens, isl, prefix) in self._batch.items():
+            if isl >= 0:
+                m.num_prefill_requests += 1
+                m.sum_prefill_tokens += tokens
+                m.sum_prefill_kv_tokens += prefix
+                pre_sq += request.prompt_len * request.prompt_len
+            elif request.generated < request.max_output:
+                length = request.length
+                n_dec += 1
+                dec_sum += length
+                dec_sq += length * length
+        pre_sum = sum(r.prompt_len for r, (_, isl, _) in self._batch.items() if isl >= 0)
+        m.var_prefill_length = population_variance(m.num_prefill_requests, pre_sum, pre_sq)
+        m.num_decode_requests, m.sum_decode_kv_tokens = n_dec, dec_sum
+        m.var_decode_kv_tokens = population_variance(n_dec, dec_sum, dec_sq)
+        fresh = [r.prompt_len for r in self.waiting if not r.preempted]
+        resumed = [r.length for r in self.waiting if r.preempted]
+        m.num_queued_prefill, m.sum_queued_prefill_tokens = len(fresh), sum(fresh)
+        m.var_queued_prefill_length = population_variance(len(fresh), sum(fresh), sum(x * x for x in fresh))
+        m.num_queued_decode, m.sum_queued_decode_kv_tokens = len(resumed), sum(resumed)
+        m.var_queued_decode_kv_tokens = population_variance(len(resumed), sum(resumed), sum(x * x for x in resumed))
+        return m
+
     def _emit_tokens(self, pass_index: int) -> None:
         """Complete output-0 requests, then give every decode-ready request one token."""
         result = self._pass
@@ -401,6 +436,7 @@ class VllmRank:
             total = self._cohort_len + sum(r.prompt_len + r.generated for r in ready)
             result.decode_ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
         result.emitted = n
+        self._cohort_len_sq += 2 * self._cohort_len + n_cohort
         self._cohort_len += n_cohort
         self._finish_cohort_members(pass_index, done)
         limit = self.config.max_model_len

@@ -64,6 +64,9 @@ class Worker:
             effect = effect or result.has_effect
             done.append((rank_index, result))
         self.pass_ends.append(end)
+        for _, result in done:
+            if result.metrics is not None:
+                result.metrics.wall_time_secs = (end - now) / 1000
         self.busy = True
         return WorkerPass(now, end, index, done, effect)
 
