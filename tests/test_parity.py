@@ -30,6 +30,8 @@ SUPPORTED = [
     "replay/08-mooncake-delta/config.yaml",
     "replay/09-synthetic-session-shared-prefix/config.yaml",
     "replay/10-max-virtual-time-cap/config.yaml",
+    "replay/11-disagg-kv-transfer/config.yaml",
+    "replay/11-disagg-kv-transfer/config-destination-missing.yaml",
     "replay/12-engine-limits/config.yaml",
     "engine/01-vllm-fixed-basics/config.yaml",
     "engine/02-vllm-preemption/config.yaml",

@@ -42,28 +42,63 @@ _CONTEXT_KEYS = ("max_position_embeddings", "model_max_length", "max_sequence_le
 
 
 @dataclass
-class LoweredRun:
-    """Everything needed to build one aggregated replay."""
+class PoolSpec:
+    """One role's workers: how many, how each is split, and the settings of each rank."""
 
-    config: SimConfig
+    role: str
     replicas: int
     dp_size: int
     gpus_per_worker: int
     rank_config: RankConfig
+    timing: TimingModel
+    startup_ms: float = 0.0
+
+    def make_ranks(self, *, lazy_decode: bool = True) -> list[Rank]:
+        return [make_rank(self.rank_config, self.timing, lazy_decode=lazy_decode)
+                for _ in range(self.dp_size)]
+
+
+@dataclass(frozen=True)
+class TransferSpec:
+    """How prefill workers ship KV to decode workers (disaggregated serving)."""
+
+    bytes_per_token: int | None
+    """Per-rank KV bytes per token of the prefill role (None: transfers take no time)."""
+    bandwidth_gb_s: float | None
+    mode: str
+    """"full_prompt" (the whole prompt moves) or "destination_missing" (only absent blocks)."""
+
+    def delay_ms(self, tokens: int) -> float:
+        """Transfer time of `tokens` tokens, as the reference computes it."""
+        if not self.bytes_per_token or not self.bandwidth_gb_s or self.bandwidth_gb_s <= 0:
+            return 0.0
+        return ((tokens * self.bytes_per_token) / (self.bandwidth_gb_s * 1e9)) * 1000
+
+
+@dataclass
+class LoweredRun:
+    """Everything needed to build one replay."""
+
+    config: SimConfig
+    pools: list[PoolSpec]
+    """Aggregated: one "aggregated" pool; disaggregated: "prefill" then "decode"."""
+    transfer: TransferSpec | None
     time_cap_ms: float | None
     sla: Sla | None
 
-    def make_ranks(self, *, lazy_decode: bool = True) -> list[Rank]:
-        engine = self.config.engine
-        timing = _timing_model(engine, engine.workers.aggregated, "aggregated")
-        return [make_rank(self.rank_config, timing, lazy_decode=lazy_decode) for _ in range(self.dp_size)]
+    @property
+    def disaggregated(self) -> bool:
+        return self.transfer is not None
+
+    def pool(self, role: str) -> PoolSpec:
+        return next(p for p in self.pools if p.role == role)
 
     def make_driver(self) -> Driver:
-        return _driver(self.config, self.rank_config.block_size)
+        return _driver(self.config, self.pools[0].rank_config.block_size)
 
 
 def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
-    """Resolve the defaults of an aggregated config.
+    """Resolve every default of a config.
 
     `unservable` is what happens to a request that can never fit a worker's KV pool: "reject"
     it (with a reason) or "fail" the run the way the reference does.
@@ -72,54 +107,87 @@ def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
     if problems:
         raise RunError("; ".join(problems))
     engine = config.engine
-    if engine.mode != "aggregated":
-        raise RunError("disaggregated mode is not supported yet")
-    worker = engine.workers.aggregated
-    assert worker is not None
-    par = worker.parallelism
-    rank = RankConfig(
-        block_size=worker.kv_cache.block_size_for(engine.backend),
-        num_blocks=_num_blocks(engine, worker, "aggregated"),
-        max_batched_tokens=worker.scheduler.max_batched_tokens,
-        max_sequences=worker.scheduler.max_sequences_for("aggregated"),
-        prefix_caching=worker.kv_cache.prefix_caching,
-        max_model_len=_max_model_len(config),
-        backend=engine.backend,
-        reject_unservable=unservable == "reject",
-    )
-    _timing_model(engine, worker, "aggregated")  # validate early
+    pools = [_pool(config, role, worker, unservable) for role, worker in engine.roles.items()]
+    transfer = None
+    if engine.mode == "disaggregated":
+        kv = engine.kv_transfer
+        prefill = engine.workers.prefill
+        assert prefill is not None
+        transfer = TransferSpec(
+            bytes_per_token=_kv_bytes_per_token(engine, prefill) if kv is not None else None,
+            bandwidth_gb_s=kv.bandwidth_gb_per_second if kv is not None else None,
+            mode=kv.timing_mode if kv is not None else "destination_missing",
+        )
     stop = config.traffic.stop
     cap = stop.max_virtual_time_seconds if stop is not None else None
     sla = config.evaluation.sla
     return LoweredRun(
         config=config,
-        replicas=par.replicas,
-        dp_size=par.attention_data,
-        gpus_per_worker=par.tensor * par.attention_data,
-        rank_config=rank,
+        pools=pools,
+        transfer=transfer,
         time_cap_ms=1000 * cap if cap is not None else None,
         sla=Sla(sla.ttft_ms, sla.itl_ms, sla.e2e_ms) if sla is not None else None,
     )
 
 
+def _pool(config: SimConfig, role: str, worker: WorkerConfig, unservable: str) -> PoolSpec:
+    """The resolved settings of one role's pool."""
+    engine = config.engine
+    par = worker.parallelism
+    rank = RankConfig(
+        block_size=worker.kv_cache.block_size_for(engine.backend),
+        num_blocks=_num_blocks(engine, worker, role),
+        max_batched_tokens=worker.scheduler.max_batched_tokens,
+        max_sequences=worker.scheduler.max_sequences_for(role),
+        prefix_caching=worker.kv_cache.prefix_caching,
+        max_model_len=_max_model_len(config),
+        backend=engine.backend,
+        role=role,
+        reject_unservable=unservable == "reject",
+    )
+    return PoolSpec(
+        role=role,
+        replicas=par.replicas,
+        dp_size=par.attention_data,
+        gpus_per_worker=par.tensor * par.attention_data,
+        rank_config=rank,
+        timing=_timing_model(engine, worker, role),
+        startup_ms=1000 * worker.startup_seconds,
+    )
+
+
+def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:
+    """KV bytes per token moved by a transfer: explicit, or from the model's HF config."""
+    kv = engine.kv_transfer
+    assert kv is not None
+    if kv.bytes_per_token != "auto":
+        return kv.bytes_per_token
+    from servesim.engine.models import resolve_model
+
+    spec = resolve_model(engine.model)
+    par = prefill.parallelism
+    dtype = str(spec.config.get("torch_dtype") or spec.config.get("text_config", {}).get("torch_dtype") or "")
+    width = _DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
+    layers = -(-spec.num_layers // par.pipeline)
+    return layers * spec.kv_heads_per_rank(par.tensor) * spec.head_dim * 2 * width
+
+
+_DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+"""Bytes per element of the HF `torch_dtype`s a transfer can carry (anything else: 2)."""
+
+
 def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
     """KV blocks per scheduler rank of one role's workers."""
-    capacity = worker.kv_cache.capacity
-    if isinstance(capacity, FixedCapacity):
-        return capacity.blocks
-    raise RunError("kv_cache.capacity.type 'default' needs the AIConfigurator database, which is "
-                   "not supported yet; set capacity: {type: fixed, blocks: N}")
+    from servesim.perf import num_blocks
+
+    return num_blocks(engine, worker, role)
 
 
 def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> TimingModel:
     """The pass-time model of one role's workers."""
-    timing = worker.timing
-    if isinstance(timing, FixedTimingConfig):
-        return FixedTiming(timing.prefill_ms, timing.decode_ms)
-    if isinstance(timing, PolynomialTimingConfig):
-        return PolynomialTiming()
-    raise RunError("timing.type 'default' needs the AIConfigurator database, which is not "
-                   "supported yet; use timing: {type: fixed, ...} or {type: polynomial}")
+    from servesim.perf import timing_model
+
+    return timing_model(engine, worker, role)
 
 
 def _max_model_len(config: SimConfig) -> int | None:
@@ -132,19 +200,11 @@ def _max_model_len(config: SimConfig) -> int | None:
 
 
 def model_context_length(model: str) -> int:
-    """The context length in a model's HF config (a local directory holding config.json)."""
-    path = Path(model) / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise RunError(f"engine.context_length 'max' needs the HF config of model {model!r}; "
-                       "set engine.context_length to a number") from None
-    for section in (data.get("text_config") or {}, data):
-        for key in _CONTEXT_KEYS:
-            value = section.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    raise RunError(f"{path}: no context length among {', '.join(_CONTEXT_KEYS)}")
+    """The context length in a model's HF config (a local directory holding config.json, or a
+    model config bundled with the AIConfigurator database)."""
+    from servesim.engine.models import model_context_length as from_hf_config
+
+    return from_hf_config(model)
 
 
 # -- traffic ------------------------------------------------------------------------------

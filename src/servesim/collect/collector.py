@@ -50,6 +50,12 @@ class RequestRecord:
     pass_ends: array | None = None
     reason: str | None = None
     """Why servesim rejected a request the reference would have aborted the run on."""
+    source_held_ms: float | None = None
+    destination_reserved_ms: float | None = None
+    destination_activated_ms: float | None = None
+    source_released_ms: float | None = None
+    """Disaggregated handoff: prompt held on the prefill worker, decode KV reserved, request
+    activated on the decode worker, prefill KV released."""
 
     @property
     def counted(self) -> bool:

@@ -49,6 +49,7 @@ __all__ = [
     "EvaluationConfig",
     "FixedCapacity",
     "FixedTiming",
+    "GpuSpecConfig",
     "KvCacheConfig",
     "KvCapacityConfig",
     "KvTransferConfig",
@@ -58,6 +59,7 @@ __all__ = [
     "PoissonLoad",
     "PolynomialTiming",
     "Role",
+    "RooflineTiming",
     "RuleViolation",
     "SchedulerConfig",
     "SECTIONS",
@@ -350,6 +352,8 @@ class DefaultTiming(_Model):
 
     type: Literal["default"] = "default"
     """Timing kind: 'default' = AIC external provider."""
+    interpolate_context: PositiveInt | None = None
+    """servesim extension: interpolate decode latency linearly between exact AIC values at multiples of this many context tokens (e.g. 256: faster, <= 0.21 % error); omitted = every call exact."""
 
     @model_validator(mode="before")
     @classmethod
@@ -369,6 +373,52 @@ class PolynomialTiming(_Model):
     def _no_fixed_values(cls, data: Any) -> Any:
         """prefill_ms/decode_ms belong to the fixed kind."""
         return _reject_fixed_timing_values(data, "polynomial")
+
+
+class GpuSpecConfig(_Model):
+    """Constants of a GPU for the roofline (and for the default KV capacity of an unknown GPU)."""
+
+    memory_gib: PositiveNumber
+    """Device memory, GiB."""
+    memory_bandwidth_gb_s: PositiveNumber
+    """Peak memory bandwidth, GB/s."""
+    bf16_tflops: PositiveNumber
+    """Dense BF16 tensor-core peak, TFLOP/s."""
+    fp8_tflops: PositiveNumber | None = None
+    """Dense FP8 tensor-core peak, TFLOP/s (omitted = no FP8 units)."""
+    fp4_tflops: PositiveNumber | None = None
+    """Dense FP4 tensor-core peak, TFLOP/s (omitted = no FP4 units)."""
+    interconnect_gb_s: PositiveNumber = 32.0
+    """GPU-to-GPU bandwidth per GPU and direction, GB/s."""
+
+
+class RooflineTiming(_Model):
+    """servesim extension: analytic pass durations from the model's HF config and GPU peak numbers."""
+
+    type: Literal["roofline"] = "roofline"
+    """Timing kind: 'roofline' = analytic roofline (servesim extension)."""
+    gpu: str | None = None
+    """GPU whose constants are used; omitted = engine.hardware (AIC system file, servesim's table or $SERVESIM_GPU_SPECS)."""
+    gpu_spec: GpuSpecConfig | None = None
+    """Inline GPU constants; override the looked-up ones."""
+    gemm_efficiency: OpenFraction = 0.7
+    """Fraction of peak FLOP/s a GEMM reaches."""
+    attention_efficiency: OpenFraction = 0.5
+    """Fraction of peak FLOP/s attention reaches."""
+    memory_efficiency: OpenFraction = 0.8
+    """Fraction of peak bandwidth memory-bound work reaches."""
+    launch_us: NonNegativeNumber = 3.0
+    """Fixed cost per kernel, microseconds."""
+    gemm_floor_us: NonNegativeNumber = 0.0
+    """Minimum time of one GEMM, microseconds (models small-M kernel floors, e.g. ~60 for block FP8)."""
+    pass_overhead_ms: NonNegativeNumber = 0.0
+    """Fixed cost added to each prefill and decode phase, milliseconds."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_fixed_values(cls, data: Any) -> Any:
+        """prefill_ms/decode_ms belong to the fixed kind."""
+        return _reject_fixed_timing_values(data, "roofline")
 
 
 class FixedTiming(_Model):
@@ -398,6 +448,7 @@ TimingConfig = Annotated[
         Annotated[DefaultTiming, Tag("default")],
         Annotated[FixedTiming, Tag("fixed")],
         Annotated[PolynomialTiming, Tag("polynomial")],
+        Annotated[RooflineTiming, Tag("roofline")],
     ],
     Discriminator(_type_tag("default")),
 ]
@@ -413,7 +464,7 @@ class WorkerConfig(_Model):
     kv_cache: KvCacheConfig = KvCacheConfig()
     """KV cache block size, prefix caching and capacity."""
     timing: TimingConfig = DefaultTiming()
-    """Pass-duration model: {type: default} (AIC), {type: polynomial} or {type: fixed, prefill_ms, decode_ms}."""
+    """Pass-duration model: {type: default} (AIC), {type: polynomial}, {type: fixed, prefill_ms, decode_ms} or {type: roofline} (servesim extension)."""
     startup_seconds: LaxNonNegativeNumber = 0.0
     """Delay before a newly added worker becomes ready (initial workers are ready at t=0)."""
 
@@ -452,7 +503,9 @@ class EngineConfig(_Model):
     backend: Backend = "vllm"
     """Scheduler family: vllm, sglang or trtllm."""
     backend_version: str | None = None
-    """AIC database version; omitted = AIC default for the backend."""
+    """AIC database version; omitted = AIC default for the backend (vLLM 0.19.0, SGLang 0.5.10, TRT-LLM 1.3.0rc10; a database without it uses its current version, with a warning)."""
+    aic_systems_path: str | None = None
+    """servesim extension: AIConfigurator systems directory (perf database) for default timing and capacity; omitted = $SERVESIM_AIC_SYSTEMS_PATH, else the aiconfigurator-core package's own."""
     context_length: ContextLength = "max"
     """Max model length (vLLM only); 'max' = from the model's HF config."""
     workers: WorkersConfig
@@ -880,7 +933,7 @@ DISCRIMINATED_FIELDS: dict[str, tuple[str, ...]] = {
     "source": ("synthetic", "synthetic-session", "trace"),
     "load": ("concurrency", "poisson", "constant_rate", "trace_timestamps"),
     "capacity": ("default", "fixed"),
-    "timing": ("default", "fixed", "polynomial"),
+    "timing": ("default", "fixed", "polynomial", "roofline"),
 }
 """Field name -> the `type` tags of its discriminated union (used to tidy error paths)."""
 

@@ -38,6 +38,9 @@ class RankConfig:
     prefix_caching: bool = True
     max_model_len: int | None = None
     backend: str = "vllm"
+    role: str = "aggregated"
+    """"aggregated", or in disaggregated serving "prefill" (prompts only, then held for the
+    transfer) or "decode" (receives prebuilt requests, never charges prefill time)."""
     sglang: SglangSettings = field(default_factory=SglangSettings)
     record_metrics: bool = False
     """Build forward-pass metrics every pass (for scaling policies)."""
@@ -93,6 +96,8 @@ class RankPass:
     """Requests that completed in this pass, in signal order."""
     rejected: list[EngineRequest] = field(default_factory=list)
     """Requests dropped in this pass (`EngineRequest.reject_reason` may say why)."""
+    held: list[EngineRequest] = field(default_factory=list)
+    """Prefill role: requests whose prompt is done, holding their KV until it is transferred."""
     preemptions: int = 0
     scheduled_tokens: int = 0
     emitted: int = 0
@@ -101,8 +106,8 @@ class RankPass:
 
     @property
     def has_effect(self) -> bool:
-        return bool(self.admitted or self.finished or self.rejected or self.preemptions
-                    or self.scheduled_tokens or self.emitted)
+        return bool(self.admitted or self.finished or self.rejected or self.held
+                    or self.preemptions or self.scheduled_tokens or self.emitted)
 
 
 class Rank(Protocol):

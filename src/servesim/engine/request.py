@@ -19,6 +19,7 @@ class EngineRequest:
         "rid", "prompt_len", "max_output", "prompt_runs", "output_base", "output_ids",
         "keys", "generated", "computed", "lease", "preempted", "token_spans", "admissions",
         "order", "anchor", "epoch", "shared_blocks", "own_blocks", "reject_reason",
+        "prebuilt", "reserve_attempt",
     )
 
     def __init__(self, rid: int, prompt_runs: list[Run], prompt_len: int, max_output: int,
@@ -54,6 +55,10 @@ class EngineRequest:
         """After a preemption: this request's freed private blocks, from `shared_blocks` on."""
         self.reject_reason: str | None = None
         """Why servesim rejected a request the reference would abort the whole run on."""
+        self.prebuilt = False
+        """Decode role: its prompt's KV arrived from a prefill worker; not yet admitted."""
+        self.reserve_attempt = -1
+        """Decode role: the capacity generation of the last failed reservation attempt."""
 
     @property
     def length(self) -> int:

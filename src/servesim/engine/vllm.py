@@ -42,6 +42,12 @@ class VllmRank:
         """Running requests outside the cohort, in running order (all after the cohort)."""
         self.cohort: dict[EngineRequest, None] = {}
         self.total_kv_tokens = config.num_blocks * config.block_size
+        self.generation = 0
+        """Capacity generation: bumped by every completion, hold and preemption."""
+        self.pending: deque[EngineRequest] = deque()
+        """Decode role: requests waiting for a destination reservation, in arrival order."""
+        self._holds = config.role == "prefill"
+        self._charges_prefill = config.role != "decode"
         self._next_order = 0
         self._cohort_len = 0
         """Σ sequence length of the cohort at the start of the next pass."""
@@ -208,21 +214,33 @@ class VllmRank:
                 i += 1
 
     def _admit_waiting(self) -> None:
+        """Admit waiting requests in FCFS order while slots remain (head-of-line blocking).
+
+        While destinations are pending on a decode rank, only prebuilt requests are admitted,
+        each time the first one in waiting order.
+        """
         waiting, running, result = self.waiting, self.running, self._pass
         max_sequences = self.config.max_sequences
+        prebuilt_only = bool(self.pending)
         while waiting and len(running) < max_sequences:
-            request = waiting[0]
+            request = next((r for r in waiting if r.prebuilt), None) if prebuilt_only else waiting[0]
+            if request is None:
+                break
             if self._must_reject(request):
-                waiting.popleft()
+                waiting.remove(request)
                 result.rejected.append(request)
                 continue
-            hits = self._cache_hits(request)
-            if not self._fits(request, hits):
+            hits = [] if request.prebuilt else self._cache_hits(request)
+            if not request.prebuilt and not self._fits(request, hits):
                 break
             budget_before = self._budget
             if self._schedule(request, hits) != OK:
                 break
-            waiting.popleft()
+            if waiting[0] is request:
+                waiting.popleft()
+            else:
+                waiting.remove(request)
+            request.prebuilt = False
             request.order = self._next_order
             self._next_order += 1
             running[request] = None
@@ -244,6 +262,8 @@ class VllmRank:
         limit = self.config.max_model_len
         if limit is not None and request.prompt_len >= limit:
             return True
+        if request.prebuilt:
+            return False
         blocks = -(-request.length // self.config.block_size)
         if blocks <= self.config.num_blocks:
             return False
@@ -373,10 +393,13 @@ class VllmRank:
             self._pass.scheduled_tokens -= scheduled[0]
         self.waiting.appendleft(victim)
         self._pass.preemptions += 1
+        self.generation += 1
 
     # -- timing and emission ----------------------------------------------------------------
 
     def _prefill_time(self) -> float:
+        if not self._charges_prefill:
+            return 0.0
         count = total_isl = total_prefix = 0
         for _tokens, isl, prefix in self._batch.values():
             if isl >= 0:
@@ -430,6 +453,9 @@ class VllmRank:
                     done.append(request)
                 else:
                     ready.append(request)
+        if self._holds:
+            self._hold(done + ready)
+            return
         n_cohort = len(self.cohort)
         n = n_cohort + len(ready)
         if n:
@@ -452,6 +478,7 @@ class VllmRank:
                 continue
             joining = False
         result.finished.extend(done)
+        self.generation += len(done)
         bs = self.config.block_size
         for request in done:
             del self.running[request]
@@ -460,3 +487,58 @@ class VllmRank:
         if done:
             finished = set(done)
             self.explicit = [r for r in self.explicit if r not in finished]
+
+    # -- disaggregated serving ---------------------------------------------------------------
+
+    def _hold(self, prompts_done: list[EngineRequest]) -> None:
+        """Prefill role: requests whose prompt is complete leave running, keeping their KV."""
+        if not prompts_done:
+            return
+        self._pass.held.extend(prompts_done)
+        self.generation += len(prompts_done)
+        for request in prompts_done:
+            del self.running[request]
+        done = set(prompts_done)
+        self.explicit = [r for r in self.explicit if r not in done]
+
+    def release_held(self, request: EngineRequest) -> None:
+        """Prefill role: free a held request's KV once it has been transferred (or dropped)."""
+        self.pool.release(request.lease, request.computed // self.config.block_size)
+        request.lease = []
+
+    def try_reserve(self) -> tuple[EngineRequest, int] | None:
+        """Decode role: one attempt to reserve KV for the front pending destination.
+
+        Returns the reserved request and how many of its prompt tokens must be transferred (its
+        blocks not already resident here, in whole blocks), or None.
+        """
+        if not self.pending:
+            return None
+        request = self.pending[0]
+        if request.reserve_attempt == self.generation:
+            return None
+        if len(self.running) >= self.config.max_sequences:
+            request.reserve_attempt = self.generation
+            return None
+        bs = self.config.block_size
+        full = min(request.prompt_len // bs, request.shared_blocks)
+        hits = self.pool.prefix_hits(request.full_block_keys(full, bs), full) if full > 0 else []
+        fresh = -(-request.prompt_len // bs) - len(hits)
+        if fresh > self.pool.free - sum(1 for b in hits if b.refs == 0):
+            request.reserve_attempt = self.generation
+            return None
+        for block in hits:
+            self.pool.pin(block)
+        self.pool.allocate(fresh)
+        request.lease = hits + [None] * fresh
+        self.pending.popleft()
+        return request, fresh * bs
+
+    def activate(self, request: EngineRequest) -> None:
+        """Decode role: the transferred prompt becomes cache-visible and the request waits."""
+        bs = self.config.block_size
+        if self.config.prefix_caching:
+            self._cache_completed(request, 0, request.prompt_len // bs)
+        request.computed = request.prompt_len
+        request.prebuilt = True
+        self.waiting.append(request)

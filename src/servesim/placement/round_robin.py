@@ -39,3 +39,16 @@ class RoundRobin:
     def worker_removed(self, worker_id: int) -> None:
         self._active.remove(worker_id)
         self._next_rank.pop(worker_id, None)
+
+
+class FlatRoundRobin:
+    """Cycles over every (worker, rank) scheduler of a pool, workers in order."""
+
+    def __init__(self, workers: list[tuple[int, int]]) -> None:
+        self._schedulers = [(w, r) for w, ranks in workers for r in range(ranks)]
+        self._next = 0
+
+    def place(self) -> tuple[int, int]:
+        index = self._next % len(self._schedulers)
+        self._next = index + 1
+        return self._schedulers[index]

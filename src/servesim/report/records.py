@@ -7,15 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from servesim.collect.collector import RequestRecord
-
-_NULL_DISAGG = (
-    "decode_admit_ms", "decode_reused_input_tokens", "decode_route_overlap_tokens",
-    "destination_activated_ms", "destination_reserved_ms", "dispatched_at_ms",
-    "prefill_admit_ms", "prefill_route_overlap_tokens", "prefill_worker_idx",
-    "source_held_ms", "source_released_ms",
-)
-
+from servesim.collect.collector import RequestRecord, Route
 
 def _admission_history(record: RequestRecord) -> list[dict[str, Any]]:
     per_pool: dict[str, int] = {}
@@ -48,6 +40,35 @@ def _routing_history(record: RequestRecord) -> list[dict[str, Any]]:
     } for route in record.routes]
 
 
+def _route(record: RequestRecord, pool: str) -> Route | None:
+    return next((r for r in reversed(record.routes) if r.pool == pool), None)
+
+
+def _handoff_fields(record: RequestRecord) -> dict[str, Any]:
+    """Fields that only disaggregated requests have (null for aggregated ones)."""
+    prefill = [a for a in record.admissions if a.pool == "prefill"]
+    decode = [a for a in record.admissions if a.pool == "decode"]
+    prefill_route, decode_route = _route(record, "prefill"), _route(record, "decode")
+    if prefill_route is None:
+        return dict.fromkeys((
+            "decode_admit_ms", "decode_reused_input_tokens", "decode_route_overlap_tokens",
+            "destination_activated_ms", "destination_reserved_ms", "prefill_admit_ms",
+            "prefill_route_overlap_tokens", "prefill_worker_idx", "source_held_ms",
+            "source_released_ms"))
+    return {
+        "decode_admit_ms": decode[0].at_ms if decode else None,
+        "decode_reused_input_tokens": max((a.reused_tokens for a in decode), default=None),
+        "decode_route_overlap_tokens": decode_route.overlap_tokens if decode_route else None,
+        "destination_activated_ms": record.destination_activated_ms,
+        "destination_reserved_ms": record.destination_reserved_ms,
+        "prefill_admit_ms": prefill[0].at_ms if prefill else None,
+        "prefill_route_overlap_tokens": prefill_route.overlap_tokens,
+        "prefill_worker_idx": prefill_route.scheduler_id,
+        "source_held_ms": record.source_held_ms,
+        "source_released_ms": record.source_released_ms,
+    }
+
+
 def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
     """The per-request record of a request that reached a terminal state."""
     times = record.token_times()
@@ -57,12 +78,15 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
     pools: dict[str, int] = {}
     for adm in record.admissions:
         pools[adm.pool] = pools.get(adm.pool, 0) + 1
-    out: dict[str, Any] = dict.fromkeys(_NULL_DISAGG)
+    serving = _route(record, "decode") or _route(record, "agg")
+    prompt_side = [a for a in record.admissions if a.pool != "decode"]
+    out = _handoff_fields(record)
     out.update({
         "admission_count": len(record.admissions),
         "admission_history": _admission_history(record),
         "arrival_time_ms": record.arrival_ms,
-        "decode_worker_idx": record.routes[-1].scheduler_id if record.routes else None,
+        "decode_worker_idx": serving.scheduler_id if serving else None,
+        "dispatched_at_ms": None,
         "e2e_latency_ms": last - record.arrival_ms if n else None,
         "first_admit_ms": record.admissions[0].at_ms if record.admissions else None,
         "first_token_ms": first,
@@ -73,7 +97,7 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
         "pressure_record_ordinals": [],
         "readmission_count": sum(max(0, c - 1) for c in pools.values()),
         "requested_output_length": record.requested_output,
-        "reused_input_tokens": max((a.reused_tokens for a in record.admissions), default=0),
+        "reused_input_tokens": max((a.reused_tokens for a in prompt_side), default=0),
         "routing_history": _routing_history(record),
         "session_id": record.session_id,
         "terminal_status": record.status,

@@ -3,21 +3,27 @@ settling of each instant to a fixed point.
 
 The loop knows nothing about requests, routers or schedulers. It sees three roles:
 
-* a *source* that says when the next request becomes ready and releases ready requests;
+* a *source* that says when the next request becomes ready;
 * *workers* that run one pass at a time and report when it ends;
-* a *handler* that places released requests and applies finished passes.
+* a *handler* that releases and places requests, applies finished passes, and may keep timers
+  (e.g. KV transfers) and a queue of follow-up actions of its own.
 
-Order within one instant (each repeated until nothing changes): pass completions due now
-(in start order), then ready arrivals, then new passes on idle workers in worker order. A pass
-of zero duration is applied at once and its worker may pass again at the same instant; a
-zero-duration pass without any effect parks the worker until new work reaches it.
+Order within one instant, repeated until nothing changes:
+
+1. pass completions due now, in the order the passes started;
+2. the handler's timers due now;
+3. requests ready now, released and placed;
+4. the handler's queued actions, driven until none is left;
+5. new passes on idle workers, in pool then worker order. A pass of zero duration is applied at
+   once (without waking deferred work) and its worker may pass again at the same instant; a
+   zero-duration pass that changed nothing parks the worker until work reaches it again.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from servesim.errors import SimulationError
@@ -45,11 +51,23 @@ class Worker(Protocol):
 
 
 class Handler(Protocol):
-    def release_arrivals(self, now: float) -> Sequence[Worker]:
+    def release_arrivals(self, now: float) -> Iterable[Worker]:
         """Register and place every request ready at `now`; returns the workers given work."""
 
-    def finish_pass(self, worker: Worker, outcome: PassOutcome, now: float) -> None:
-        """Apply a completed pass: tokens, terminal requests, follow-up turns."""
+    def finish_pass(self, worker: Worker, outcome: PassOutcome, now: float, inline: bool) -> bool:
+        """Apply a completed pass; True if completing it had an effect beyond the pass itself.
+
+        `inline` marks a zero-duration pass completed within its own start.
+        """
+
+    def next_timer(self) -> float:
+        """Time of the handler's earliest pending timer (inf if none)."""
+
+    def fire_timers(self, now: float) -> bool:
+        """Run the timers due at `now`; True if any ran."""
+
+    def drive(self, now: float) -> Iterable[Worker]:
+        """Apply queued follow-up actions until none is left; returns the workers touched."""
 
     def in_flight(self) -> int:
         """Requests registered and not yet terminal."""
@@ -110,7 +128,8 @@ class ReplayLoop:
         at = self.source.next_ready_time()
         if self._heap and self._heap[0][0] < at:
             at = self._heap[0][0]
-        return at
+        timer = self.handler.next_timer()
+        return timer if timer < at else at
 
     def _advance(self, at: float) -> None:
         """Move the clock, integrating provisioned workers over the elapsed interval."""
@@ -126,34 +145,46 @@ class ReplayLoop:
         now = self.now
         heap = self._heap
         handler = self.handler
-        order = self._order
         candidates: set[Worker] = set()
         while True:
             changed = False
             while heap and heap[0][0] == now:
                 _, _, worker, outcome = heapq.heappop(heap)
-                handler.finish_pass(worker, outcome, now)
+                handler.finish_pass(worker, outcome, now, False)
                 candidates.add(worker)
                 changed = True
-            woken = handler.release_arrivals(now)
-            if woken:
-                candidates.update(woken)
+            if handler.fire_timers(now):
+                changed = True
+            for worker in handler.release_arrivals(now):
+                candidates.add(worker)
+                changed = True
+            for worker in handler.drive(now):
+                candidates.add(worker)
                 changed = True
             if candidates:
-                for worker in sorted(candidates, key=order.__getitem__):
-                    while worker.runnable():
-                        changed = True
-                        outcome = worker.start_pass(now)
-                        if outcome.end_ms > now:
-                            self._seq += 1
-                            heapq.heappush(heap, (outcome.end_ms, self._seq, worker, outcome))
-                            break
-                        handler.finish_pass(worker, outcome, now)
-                        if not outcome.has_effect:
-                            worker.parked = True
+                if self._start_passes(candidates, now):
+                    changed = True
                 candidates.clear()
             if not changed:
                 return
+
+    def _start_passes(self, candidates: set[Worker], now: float) -> bool:
+        """Start a pass on every runnable candidate; True if any pass started."""
+        started = False
+        heap = self._heap
+        handler = self.handler
+        for worker in sorted(candidates, key=self._order.__getitem__):
+            while worker.runnable():
+                started = True
+                outcome = worker.start_pass(now)
+                if outcome.end_ms > now:
+                    self._seq += 1
+                    heapq.heappush(heap, (outcome.end_ms, self._seq, worker, outcome))
+                    break
+                effect = handler.finish_pass(worker, outcome, now, True)
+                if not (outcome.has_effect or effect):
+                    worker.parked = True
+        return started
 
     def _dead_end(self) -> SimulationError:
         remaining = self.handler.in_flight()
