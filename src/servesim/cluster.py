@@ -19,11 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from servesim.build import LoweredRun, PoolSpec
+from servesim.config.schema import RouterConfig
 from servesim.collect.collector import COMPLETED, FAILED, REJECTED, Collector, RequestRecord, Route
 from servesim.engine.request import EngineRequest
 from servesim.engine.vllm import VllmRank
 from servesim.engine.worker import Worker, WorkerPass
+from servesim.placement.base import Placement, RouteRequest, Router
 from servesim.placement.round_robin import FlatRoundRobin, RoundRobin
+from servesim.placement.routers import KvRouter, KvRouterSettings, LeastLoaded, RandomRouter, SessionAffinity
 from servesim.traffic.driver import Arrival, Driver
 
 INF = float("inf")
@@ -34,6 +37,59 @@ def make_workers(spec: PoolSpec, *, fast: bool) -> list[Worker]:
     return [Worker(w, spec.make_ranks(lazy_decode=fast), w * spec.dp_size) for w in range(spec.replicas)]
 
 
+def make_router(config: RouterConfig, spec: PoolSpec, *, flat: bool = False, decode: bool = False) -> Router:
+    """The routing policy of one pool, with every worker of the pool registered.
+
+    In disaggregated serving round robin is one flat rotation over all ranks of the pool, and
+    the KV router of the decode pool is overlap-blind (it only balances load), as in Dynamo.
+    """
+    ranks = spec.dp_size
+    if config.policy == "kv_router":
+        timing = spec.timing
+        ais = config.prefill_load_model.type == "ais" and not decode
+        settings = KvRouterSettings(
+            block_size=spec.rank_config.block_size,
+            overlap_credit=0.0 if decode else config.overlap_score_credit,
+            prefill_scale=config.prefill_load_scale,
+            temperature=config.temperature,
+            credit_decay=config.overlap_score_credit_decay,
+            request_weight=config.decode_active_request_weight,
+            track_prefill=not decode,
+            track_blocks=not flat or decode,
+            assume_reuse=not decode,
+            prefill_duration=(lambda isl, cached: timing.prefill(1, isl, cached) if isl > cached else 0.0) if ais else None,
+        )
+        router: Router = KvRouter(ranks, settings, config.seed)
+    elif config.policy == "random":
+        router = RandomRouter(ranks, config.seed)
+    elif config.policy == "least_loaded":
+        router = LeastLoaded(ranks, config.seed)
+    else:
+        router = FlatRoundRobin(ranks) if flat else RoundRobin(ranks)
+    for w in range(spec.replicas):
+        router.worker_added(w)
+    return SessionAffinity(router) if config.session_affinity else router
+
+
+def route_request(request: EngineRequest, session_id: str, block_size: int, with_keys: bool) -> RouteRequest:
+    """What the router sees of a request: its prompt's shareable and private full blocks."""
+    full = request.prompt_len // block_size
+    shared = min(full, request.shared_blocks)
+    keys = request.full_block_keys(shared, block_size)[:shared] if with_keys and shared > 0 else []
+    return RouteRequest(request.rid, session_id, request.prompt_len, keys, full - shared)
+
+
+def listen_for_kv_events(workers: list[Worker]) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """Buffer the blocks each rank caches and evicts, per (worker, rank), until its pass ends."""
+    buffers: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for worker in workers:
+        for r, rank in enumerate(worker.ranks):
+            events: list[tuple[str, int]] = []
+            buffers[(worker.worker_id, r)] = events
+            rank.pool.listener = lambda kind, key, events=events: events.append((kind, key))
+    return buffers
+
+
 class _Cluster:
     """What both topologies share: request registration, records, terminal handling."""
 
@@ -41,6 +97,8 @@ class _Cluster:
         self.driver = driver
         self.collector = collector
         self._open: dict[int, tuple[Arrival, RequestRecord]] = {}
+        self._kv_events: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        self._kv_router: Router | None = None
 
     def _register(self, arrival: Arrival) -> tuple[RequestRecord, EngineRequest]:
         record = self.collector.on_arrival(arrival.session_id, arrival.turn_index, arrival.arrival_ms,
@@ -67,6 +125,17 @@ class _Cluster:
 
     def _record(self, request: EngineRequest) -> RequestRecord:
         return self.collector.records[request.rid]
+
+    def _flush_kv_events(self, worker: Worker, now: float) -> None:
+        """Hand the blocks a worker's ranks cached and evicted during its pass to the router."""
+        if not self._kv_events:
+            return
+        router = self._kv_router
+        for r in range(len(worker.ranks)):
+            events = self._kv_events[(worker.worker_id, r)]
+            if events:
+                router.on_kv_events((worker.worker_id, r), events[:], now)
+                events.clear()
 
     # -- handler protocol defaults ------------------------------------------------------------
 
@@ -95,15 +164,18 @@ class AggregatedCluster(_Cluster):
         self.block_size = spec.rank_config.block_size
         self.workers = make_workers(spec, fast=fast)
         self.pools = {"decode": self.workers}
-        self.placement = RoundRobin(list(range(spec.replicas)), spec.dp_size)
+        self.router = make_router(run.config.router, spec)
+        self._kv_events = listen_for_kv_events(self.workers) if self.router.wants_kv_events else {}
+        self._kv_router = self.router
 
     def release_arrivals(self, now: float) -> list[Worker]:
-        return [self._place(arrival) for arrival in self.driver.release(now)]
+        return [self._place(arrival, now) for arrival in self.driver.release(now)]
 
-    def _place(self, arrival: Arrival) -> Worker:
+    def _place(self, arrival: Arrival, now: float) -> Worker:
         record, request = self._register(arrival)
         request.shared_blocks = arrival.unique_from // self.block_size
-        placement = self.placement.place(request)
+        routed = route_request(request, arrival.session_id, self.block_size, self.router.wants_kv_events)
+        placement = self.router.place(routed, now)
         worker = self.workers[placement.worker]
         scheduler_id = worker.first_scheduler_id + placement.rank
         self.collector.on_route(record, Route("agg", placement.worker, scheduler_id, placement.rank,
@@ -114,12 +186,20 @@ class AggregatedCluster(_Cluster):
     def finish_pass(self, worker: Worker, outcome: WorkerPass, now: float, inline: bool) -> bool:
         worker.finish_pass()
         self._record_admissions(outcome, "agg")
+        self._flush_kv_events(worker, now)
+        router = self.router
         for _rank, result in outcome.ranks:
+            for request in result.first_tokens:
+                router.on_first_token(request.rid, now)
             for request in result.finished:
+                router.on_terminal(request.rid, now)
                 self._terminal(request, worker, COMPLETED, now)
             for request in result.rejected:
+                router.on_terminal(request.rid, now)
                 self._terminal(request, worker, REJECTED, now)
         return False
+
+
 
 
 @dataclass(slots=True)
@@ -152,8 +232,11 @@ class DisaggregatedCluster(_Cluster):
         self.prefill_block_size = prefill.rank_config.block_size
         self.decode_block_size = decode.rank_config.block_size
         self.decode_blocks = decode.rank_config.num_blocks
-        self.prefill_placement = FlatRoundRobin([(w.worker_id, len(w.ranks)) for w in self.prefill_workers])
-        self.decode_placement = FlatRoundRobin([(w.worker_id, len(w.ranks)) for w in self.decode_workers])
+        self.prefill_router = make_router(run.config.router, prefill, flat=True)
+        self.decode_router = make_router(run.config.router, decode, flat=True, decode=True)
+        self._kv_events = (listen_for_kv_events(self.prefill_workers)
+                           if self.prefill_router.wants_kv_events else {})
+        self._kv_router = self.prefill_router
         self._actions: deque[tuple[int, _Handoff]] = deque()
         self._deferred: dict[Worker, list[tuple[int, _Handoff]]] = {}
         self._timers: list[tuple[float, int, _Handoff]] = []
@@ -196,7 +279,7 @@ class DisaggregatedCluster(_Cluster):
     def _apply(self, kind: int, handoff: _Handoff, now: float) -> Worker | None:
         """Apply one action; returns the worker it gave work to, if any."""
         if kind == _SUBMIT:
-            return self._submit_prefill(handoff)
+            return self._submit_prefill(handoff, now)
         if kind == _RESERVE:
             return self._reserve_destination(handoff, now)
         if kind == _TRANSFER:
@@ -206,27 +289,35 @@ class DisaggregatedCluster(_Cluster):
             return self._activate(handoff, now)
         return self._release_source(handoff, now)
 
-    def _submit_prefill(self, handoff: _Handoff) -> Worker:
-        worker_id, rank = self.prefill_placement.place()
+    def _route(self, router: Router, request: EngineRequest, block_size: int, now: float) -> Placement:
+        record = self._record(request)
+        return router.place(route_request(request, record.session_id, block_size, router.wants_kv_events), now)
+
+    def _submit_prefill(self, handoff: _Handoff, now: float) -> Worker:
+        placement = self._route(self.prefill_router, handoff.prefill, self.prefill_block_size, now)
+        worker_id, rank = placement.worker, placement.rank
         worker = self.prefill_workers[worker_id]
         record = self._record(handoff.prefill)
-        self.collector.on_route(record, Route("prefill", worker_id, worker.first_scheduler_id + rank, rank, 0))
+        self.collector.on_route(record, Route("prefill", worker_id, worker.first_scheduler_id + rank, rank,
+                                              placement.overlap_tokens))
         handoff.prefill_worker, handoff.prefill_rank = worker, worker.ranks[rank]
         self._handoffs[handoff.prefill.rid] = handoff
         worker.enqueue(rank, handoff.prefill)
         return worker
 
     def _reserve_destination(self, handoff: _Handoff, now: float) -> Worker | None:
-        worker_id, rank = self.decode_placement.place()
-        prompt = handoff.prefill.prompt_len
-        if -(-prompt // self.decode_block_size) > self.decode_blocks:
+        arrival = self._open[handoff.prefill.rid][0]
+        request = self._engine_request(handoff.prefill.rid, arrival, self.decode_block_size)
+        placement = self._route(self.decode_router, request, self.decode_block_size, now)
+        worker_id, rank = placement.worker, placement.rank
+        if -(-request.prompt_len // self.decode_block_size) > self.decode_blocks:
+            self.decode_router.on_terminal(request.rid, now)
             self._fail(handoff, now)
             return None
         worker = self.decode_workers[worker_id]
         record = self._record(handoff.prefill)
-        self.collector.on_route(record, Route("decode", worker_id, worker.first_scheduler_id + rank, rank, 0))
-        request = self._engine_request(handoff.prefill.rid, self._open[handoff.prefill.rid][0],
-                                       self.decode_block_size)
+        self.collector.on_route(record, Route("decode", worker_id, worker.first_scheduler_id + rank, rank,
+                                              placement.overlap_tokens))
         handoff.decode, handoff.decode_worker = request, worker
         handoff.decode_rank = worker.ranks[rank]
         handoff.decode_rank.pending.append(request)
@@ -298,14 +389,23 @@ class DisaggregatedCluster(_Cluster):
         if not inline:
             self._actions.extend(self._deferred.pop(worker, ()))
         self._record_admissions(outcome, "decode" if decode else "prefill")
+        router = self.decode_router if decode else self.prefill_router
+        if not decode:
+            self._flush_kv_events(worker, now)
         for _rank, result in outcome.ranks:
+            for request in result.first_tokens:
+                router.on_first_token(request.rid, now)
             for request in result.finished:
+                router.on_terminal(request.rid, now)
                 self._handoffs.pop(request.rid, None)
                 self._terminal(request, worker, COMPLETED, now)
             for request in result.rejected:
+                router.on_terminal(request.rid, now)
                 self._handoffs.pop(request.rid, None)
                 self._terminal(request, worker, REJECTED, now)
             for request in result.held:
+                router.on_first_token(request.rid, now)
+                router.on_terminal(request.rid, now)
                 self._record(request).source_held_ms = now
                 self._actions.append((_RESERVE, self._handoffs[request.rid]))
         self._queue_transfer(reserved)

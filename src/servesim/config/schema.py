@@ -58,6 +58,8 @@ __all__ = [
     "ParallelismConfig",
     "PoissonLoad",
     "PolynomialTiming",
+    "PrefillLoadModelConfig",
+    "RouterConfig",
     "Role",
     "RooflineTiming",
     "RuleViolation",
@@ -904,6 +906,45 @@ class EvaluationConfig(_Model):
 _AGGREGATED_ONLY_FORMATS = ("mooncake-delta", "agentic_mooncake")
 
 
+# --------------------------------------------------------------------------------------------
+# router (the Dynamo reference stack's section, plus servesim extensions)
+# --------------------------------------------------------------------------------------------
+
+
+class PrefillLoadModelConfig(_Model):
+    """How the KV router ages the prefill load it charges a worker."""
+
+    type: Literal["none", "ais"] = "none"
+    """'none': a request's prompt counts in full until its first token; 'ais': it decays
+    linearly over the prefill time the worker's timing model predicts."""
+
+
+class RouterConfig(_Model):
+    """Where each request goes (Dynamo's `router:` section; servesim extensions marked)."""
+
+    policy: Literal["round_robin", "kv_router", "random", "least_loaded"] = "round_robin"
+    """round_robin (the reference's default), kv_router (Dynamo's KV-aware cost), random or
+    least_loaded (fewest requests in flight) — the last two are servesim extensions."""
+    overlap_score_credit: NonNegativeNumber = 1.0
+    """kv_router: prefill blocks credited per cached prefix block (c)."""
+    prefill_load_scale: NonNegativeNumber = 1.0
+    """kv_router: weight of the worker's prefill load after the credit (s)."""
+    temperature: NonNegativeNumber = 0.0
+    """kv_router: 0 picks the cheapest worker; above 0, softmax over normalised costs."""
+    prefill_load_model: PrefillLoadModelConfig = PrefillLoadModelConfig()
+    """kv_router: how charged prefill load ages."""
+    overlap_score_credit_decay: NonNegativeNumber = 0.0
+    """kv_router (servesim extension): softens the credit on workers with excess prefill load."""
+    decode_active_request_weight: NonNegativeNumber = 0.0
+    """kv_router (servesim extension): cost in blocks per request in flight on the worker."""
+    session_affinity: bool = False
+    """servesim extension: later turns of a session go to the worker of its first turn (while
+    that worker serves)."""
+    seed: NonNegativeInt = 0
+    """servesim extension: seed of the router's own random stream (ties, softmax, random policy),
+    so a config always gives the same report."""
+
+
 class SimConfig(_Model):
     """A whole `predict` configuration document."""
 
@@ -913,6 +954,8 @@ class SimConfig(_Model):
     """The workload; omitted = 1024/128 synthetic requests, concurrency 10, stop after 100."""
     evaluation: EvaluationConfig = EvaluationConfig()
     """Report options (SLA)."""
+    router: RouterConfig = RouterConfig()
+    """Placement of requests on workers; omitted = round robin."""
 
     @model_validator(mode="after")
     def _format_needs_aggregated(self) -> SimConfig:

@@ -96,6 +96,8 @@ class RankPass:
     """Requests that completed in this pass, in signal order."""
     rejected: list[EngineRequest] = field(default_factory=list)
     """Requests dropped in this pass (`EngineRequest.reject_reason` may say why)."""
+    first_tokens: list[EngineRequest] = field(default_factory=list)
+    """Requests that emitted their first token in this pass (their prompt is done)."""
     held: list[EngineRequest] = field(default_factory=list)
     """Prefill role: requests whose prompt is done, holding their KV until it is transferred."""
     preemptions: int = 0

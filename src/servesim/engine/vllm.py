@@ -469,6 +469,8 @@ class VllmRank:
         joining = self.lazy_decode
         for request in ready:
             request.generated += 1
+            if request.generated == 1:
+                result.first_tokens.append(request)
             request.add_token_pass(pass_index)
             if request.generated >= request.max_output or (limit is not None and request.length >= limit):
                 done.append(request)

@@ -1,54 +1,47 @@
-"""Round-robin placement: workers in rotation, and within a worker its DP ranks in rotation."""
+"""Round-robin placement (the reference's default): deterministic rotations."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from servesim.placement.base import Placement, RouteRequest, Router, Slot
 
 
-@dataclass(slots=True, frozen=True)
-class Placement:
-    """Where a request goes: a worker, one of its DP ranks, and what the router credited."""
+class RoundRobin(Router):
+    """Cycles over the active workers; each worker cycles over its own DP ranks."""
 
-    worker: int
-    rank: int
-    overlap_tokens: int = 0
-
-
-class RoundRobin:
-    """Cycles over the active workers; each worker cycles over its own ranks."""
-
-    def __init__(self, worker_ids: list[int], ranks_per_worker: int) -> None:
-        self._active = list(worker_ids)
-        self._ranks = ranks_per_worker
+    def __init__(self, ranks_per_worker: int) -> None:
+        super().__init__(ranks_per_worker)
         self._next_worker = 0
-        self._next_rank = {w: 0 for w in worker_ids}
-
-    def place(self, request: object) -> Placement:
-        index = self._next_worker % len(self._active)
-        worker = self._active[index]
-        self._next_worker = index + 1
-        rank = self._next_rank[worker]
-        self._next_rank[worker] = (rank + 1) % self._ranks
-        return Placement(worker, rank)
+        self._next_rank: dict[int, int] = {}
 
     def worker_added(self, worker_id: int) -> None:
-        self._active.append(worker_id)
-        self._active.sort()
+        super().worker_added(worker_id)
         self._next_rank[worker_id] = 0
 
     def worker_removed(self, worker_id: int) -> None:
-        self._active.remove(worker_id)
+        super().worker_removed(worker_id)
         self._next_rank.pop(worker_id, None)
 
+    def _choose(self, request: RouteRequest, now: float) -> tuple[Slot, int]:
+        index = self._next_worker % len(self.workers)
+        worker = self.workers[index]
+        self._next_worker = index + 1
+        rank = self._next_rank[worker]
+        self._next_rank[worker] = (rank + 1) % self.ranks
+        return (worker, rank), 0
 
-class FlatRoundRobin:
-    """Cycles over every (worker, rank) scheduler of a pool, workers in order."""
 
-    def __init__(self, workers: list[tuple[int, int]]) -> None:
-        self._schedulers = [(w, r) for w, ranks in workers for r in range(ranks)]
+class FlatRoundRobin(Router):
+    """Cycles over every (worker, rank) of the active workers as one flat list."""
+
+    def __init__(self, ranks_per_worker: int) -> None:
+        super().__init__(ranks_per_worker)
         self._next = 0
 
-    def place(self) -> tuple[int, int]:
-        index = self._next % len(self._schedulers)
+    def _choose(self, request: RouteRequest, now: float) -> tuple[Slot, int]:
+        slots = self.slots()
+        index = self._next % len(slots)
         self._next = index + 1
-        return self._schedulers[index]
+        return slots[index], 0
+
+
+__all__ = ["FlatRoundRobin", "Placement", "RoundRobin"]
