@@ -29,7 +29,7 @@ from servesim.config.schema import (
     runtime_rejections,
 )
 from servesim.engine.timing import FixedTiming, PolynomialTiming, TimingModel
-from servesim.engine.rank import Rank, RankConfig, make_rank
+from servesim.engine.rank import Rank, RankConfig, SglangSettings, make_rank
 from servesim.errors import ConfigError, RunError
 from servesim.report.summary import Sla
 from servesim.traffic.driver import Driver
@@ -144,6 +144,8 @@ def _pool(config: SimConfig, role: str, worker: WorkerConfig, unservable: str) -
         backend=engine.backend,
         role=role,
         reject_unservable=unservable == "reject",
+        sglang=(SglangSettings(**worker.scheduler.sglang.model_dump())
+                if worker.scheduler.sglang is not None else SglangSettings()),
     )
     return PoolSpec(
         role=role,

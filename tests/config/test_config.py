@@ -302,7 +302,10 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
     ("optimization section", edit(synthetic(), ("optimization", {})), "optimization"),
     ("optimizer section", edit(synthetic(), ("optimizer", None)), "optimizer"),
     ("unknown adapter section", edit(synthetic(), ("output", {"dir": "x"})), "engine.output"),
-    ("adapter section not a mapping", edit(synthetic(), ("router", 5)), "router"),
+    ("adapter section not a mapping", edit(synthetic(), ("metrics", 5)), "metrics"),
+    ("router section not a mapping", edit(synthetic(), ("router", 5)), "router"),
+    ("unknown router policy", edit(synthetic(), ("router", {"policy": "fastest"})), "router.policy"),
+    ("negative router credit", edit(synthetic(), ("router", {"overlap_score_credit": -1})), "router.overlap_score_credit"),
 ]
 
 
@@ -763,4 +766,4 @@ def test_every_field_is_documented(model: type[pydantic.BaseModel]) -> None:
 
 
 def test_sections_are_the_sim_config_fields() -> None:
-    assert schema.SECTIONS == ("engine", "traffic", "evaluation")
+    assert schema.SECTIONS == ("engine", "traffic", "evaluation", "router")

@@ -66,6 +66,7 @@ __all__ = [
     "SchedulerConfig",
     "SECTIONS",
     "SessionConfig",
+    "SglangSchedulerConfig",
     "SimConfig",
     "SlaConfig",
     "SourceConfig",
@@ -244,6 +245,21 @@ _ROLES: tuple[Role, ...] = ("aggregated", "prefill", "decode")
 DEFAULT_MAX_SEQUENCES: dict[str, int] = {"aggregated": 256, "prefill": 1, "decode": 256}
 
 
+class SglangSchedulerConfig(_Model):
+    """SGLang scheduler knobs (a servesim extension: the reference's YAML has no such keys)."""
+
+    schedule_policy: Literal["fifo", "lpm"] = "fifo"
+    """Waiting-queue order: 'fifo' (arrival order) or 'lpm' (longest cached prefix first)."""
+    max_prefill_tokens: PositiveInt = 16384
+    """Prompt tokens (cached ones included, in whole pages) one pass may prefill."""
+    chunked_prefill_size: PositiveInt = 8192
+    """Longer prompts are prefilled in chunks of the pass's remaining chunk budget."""
+    clip_max_new_tokens: NonNegativeInt = 4096
+    """Cap on the output tokens admission reserves per request."""
+    schedule_conservativeness: NonNegativeNumber = 1.0
+    """Scales the new-token ratio (initial 0.7 x this) that reserves running requests' outputs."""
+
+
 class SchedulerConfig(_Model):
     """Per-rank batching limits."""
 
@@ -251,6 +267,8 @@ class SchedulerConfig(_Model):
     """Token budget of one scheduling pass (vLLM max_num_batched_tokens; ignored by SGLang)."""
     max_sequences: PositiveInt | None = None
     """Max running requests per rank (max_num_seqs); omitted = 256, or 1 for the prefill role."""
+    sglang: SglangSchedulerConfig | None = None
+    """SGLang knobs (servesim extension, backend 'sglang' only); omitted = the reference's defaults."""
 
     @field_validator("max_sequences", mode="before")
     @classmethod
@@ -532,6 +550,9 @@ class EngineConfig(_Model):
                 problems.append(("workers.aggregated", "not allowed when mode is 'disaggregated'"))
             if self.backend == "trtllm":
                 problems.append(("backend", "'trtllm' does not support mode 'disaggregated'"))
+        if self.backend != "sglang":
+            problems += [(f"workers.{role}.scheduler.sglang", f"only allowed when backend is 'sglang' (backend is '{self.backend}')")
+                         for role, worker in self.roles.items() if worker.scheduler.sglang is not None]
         if self.backend in ("vllm", "trtllm"):
             for role, worker in self.roles.items():
                 size = worker.kv_cache.block_size_for(self.backend)

@@ -103,8 +103,7 @@ class RooflineTiming:
         if m.is_moe:
             t += self._gemm(tokens, m.num_experts, h, 2.0, self._bf16)
             pairs = tokens * m.experts_per_token * self.attention_dp / max(self.moe_ep, 1)
-            local = self._local_experts
-            touched = local * (1.0 - (1.0 - 1.0 / local) ** pairs) if local > 0 else 0.0
+            touched = expected_distinct_experts(self._local_experts, pairs)
             inter = self._moe_inter
             flops = 2.0 * pairs * 3 * h * inter
             traffic = touched * 3 * h * inter * self._wbytes + 2.0 * pairs * (3 * inter + 2 * h)
@@ -167,7 +166,7 @@ class RooflineTiming:
         return ms
 
 
-def pairs_touched(local_experts: int, pairs: float) -> float:
+def expected_distinct_experts(local_experts: int, pairs: float) -> float:
     """Expected distinct experts hit by `pairs` uniformly routed token-expert pairs."""
     if local_experts <= 0:
         return 0.0

@@ -148,7 +148,7 @@ class KvRouter(Router):
         """Cost and overlap (blocks) of every active rank for this request."""
         s = self.settings
         bs = s.block_size
-        overlaps = self.overlaps(request.block_keys) if s.overlap_credit > 0 else {}
+        overlaps = self.overlaps(request.block_keys)
         isl = request.prompt_len
         loads = {slot: self.load[slot] for slot in self.slots()}
         prefill = {slot: load.prefill_tokens(now) if s.track_prefill else 0.0 for slot, load in loads.items()}
