@@ -167,7 +167,8 @@ def _adapter_section_problems(data: Mapping[str, Any]) -> list[str]:
 
 
 def _resolve_relative_paths(config: SimConfig, base_dir: Path) -> SimConfig:
-    """Make trace paths, and a model given as a directory next to the config, absolute."""
+    """Make trace paths, a model given as a directory next to the config, and the AIC systems
+    directory absolute (relative to the config's folder)."""
     source = config.traffic.source
     if isinstance(source, TraceSource):
         paths = [p if os.path.isabs(p) else str(base_dir / p) for p in source.paths]
@@ -176,6 +177,10 @@ def _resolve_relative_paths(config: SimConfig, base_dir: Path) -> SimConfig:
     model = config.engine.model
     if not os.path.isabs(model) and (base_dir / model).is_dir():
         engine = config.engine.model_copy(update={"model": str(base_dir / model)})
+        config = config.model_copy(update={"engine": engine})
+    systems = config.engine.aic_systems_path
+    if systems is not None and not os.path.isabs(systems):
+        engine = config.engine.model_copy(update={"aic_systems_path": str(base_dir / systems)})
         config = config.model_copy(update={"engine": engine})
     return config
 

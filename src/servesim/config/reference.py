@@ -33,7 +33,8 @@ RULES = """## Cross-field rules
 * `backend: trtllm` cannot run disaggregated; `kv_transfer` is only for disaggregated mode.
 * vLLM and TRT-LLM need `kv_cache.block_size` ≥ 2.
 * `capacity: {type: fixed}` needs `blocks` and forbids `memory_fraction`; `type: default` forbids `blocks`.
-* `timing: {type: fixed}` needs `prefill_ms` and `decode_ms`; `default` and `polynomial` forbid them.
+* `timing: {type: fixed}` needs `prefill_ms` and `decode_ms`; `default`, `polynomial` and
+  `roofline` forbid them.
 * A load type accepts only its own keys. `poisson` and `constant_rate` need the rate matching the
   source: `requests_per_second` for `synthetic`, `sessions_per_second` for `synthetic-session`.
 * Trace sources: load `trace_timestamps` or `concurrency`; the only stop is

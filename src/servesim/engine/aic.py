@@ -27,10 +27,12 @@ The package is imported only here, and only when such a config runs.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -166,6 +168,7 @@ def aic_model_name(model: str) -> str:
         return model
     if model not in _MATERIALISED:
         folder = Path(tempfile.mkdtemp(prefix="servesim-model-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
         (folder / "config.json").write_bytes(config.read_bytes())
         if quant is not None:
             (folder / "hf_quant_config.json").write_bytes(quant.read_bytes())
