@@ -18,6 +18,7 @@ from servesim.cluster import AggregatedCluster, DisaggregatedCluster
 from servesim.collect.collector import Collector
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.report.records import request_records
+from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import PoolUsage, summarize
 from servesim.runtime.replay import Pool, ReplayLoop
 
@@ -56,12 +57,16 @@ class Report:
 
     summary: dict[str, Any]
     per_request: list[dict[str, Any]] | None = None
+    extensions: dict[str, Any] | None = None
+    """What servesim reports beyond the reference (per-worker breakdown, ...)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The reference's `prediction.json` object."""
+        """The reference's `prediction.json` object, plus servesim's extensions under "servesim"."""
         out = dict(self.summary)
         if self.per_request is not None:
             out["per_request"] = self.per_request
+        if self.extensions:
+            out["servesim"] = self.extensions
         return out
 
     def __getitem__(self, key: str) -> Any:
@@ -101,8 +106,10 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     wall_ms = (time.perf_counter() - started) * 1000
     usage = {pool.name: PoolUsage(pool.worker_seconds, _gpus_per_worker(run, pool.name)) for pool in pools}
     summary = summarize(collector.records, usage, wall_ms, run.sla)
+    workers = [WorkerUsage(pool.name, w.worker_id, w.busy_ms) for pool in pools for w in pool.workers]
+    extensions = {"workers": worker_breakdown(collector.records, workers, loop.now)}
     per_request = request_records(collector.records) if capture_per_request else None
-    return Report(summary, per_request)
+    return Report(summary, per_request, extensions)
 
 
 def _gpus_per_worker(run: LoweredRun, pool: str) -> int:

@@ -36,6 +36,8 @@ class Worker:
         self.pass_ends = array("d")
         self.busy = False
         self.parked = False
+        self.busy_ms = 0.0
+        """Simulated time spent in passes (the sum of pass durations)."""
 
     def enqueue(self, rank: int, request: EngineRequest) -> None:
         """Route a request to one of this worker's ranks (wakes a parked worker)."""
@@ -64,6 +66,7 @@ class Worker:
             effect = effect or result.has_effect
             done.append((rank_index, result))
         self.pass_ends.append(end)
+        self.busy_ms += end - now
         for _, result in done:
             if result.metrics is not None:
                 result.metrics.wall_time_secs = (end - now) / 1000
