@@ -20,7 +20,8 @@ from servesim.config import SimConfig, load_config, parse_config
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import PoolUsage, summarize
-from servesim.runtime.replay import Pool, ReplayLoop
+from servesim.runtime.replay import ReplayLoop
+from servesim.scaling.contract import ScalingPolicy
 
 
 class ProgressMeter:
@@ -74,7 +75,8 @@ class Report:
 
 
 def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_request: bool = False,
-             progress: bool = False, fast: bool = True, unservable: str = "reject") -> Report:
+             progress: bool = False, fast: bool = True, unservable: str = "reject",
+             scaling: ScalingPolicy | None = None) -> Report:
     """Run one simulation and return its report.
 
     `config` is a validated `SimConfig`, a mapping in the YAML schema, or a path to a YAML file.
@@ -82,7 +84,9 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     `fast=False` turns off the fast paths (implicitly advanced decode cohorts); results are
     identical either way, which the test suite checks. `unservable="fail"` makes a request that
     can never fit the KV pool stall the run into an error, as the reference does; the default
-    ("reject") reports it as rejected with a reason and carries on.
+    ("reject") reports it as rejected with a reason and carries on. `scaling` plugs in a
+    scaling policy of your own (see `servesim.scaling.contract`); by default the config's
+    `planner` section decides.
     """
     if unservable not in ("reject", "fail"):
         raise ValueError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
@@ -96,8 +100,14 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     collector = Collector()
     cluster_type = DisaggregatedCluster if run.disaggregated else AggregatedCluster
     cluster = cluster_type(run, driver, collector, fast=fast)
+    if scaling is None and getattr(config, "planner", None) is not None:
+        from servesim.scaling.planner import make_planner
+
+        scaling = make_planner(config.planner, config.evaluation.sla, run.disaggregated)
+    if scaling is not None:
+        cluster.enable_scaling(scaling)
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
-    pools = [Pool(name, workers) for name, workers in cluster.pools.items()]
+    pools = list(cluster.pools.values())
     loop = ReplayLoop(driver, pools, cluster, run.time_cap_ms, progress=meter)
     driver.start(0.0)
     loop.run()
@@ -106,8 +116,11 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     wall_ms = (time.perf_counter() - started) * 1000
     usage = {pool.name: PoolUsage(pool.worker_seconds, _gpus_per_worker(run, pool.name)) for pool in pools}
     summary = summarize(collector.records, usage, wall_ms, run.sla)
-    workers = [WorkerUsage(pool.name, w.worker_id, w.busy_ms) for pool in pools for w in pool.workers]
+    workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
+               for w in fleet.by_id.values()]
     extensions = {"workers": worker_breakdown(collector.records, workers, loop.now)}
+    if cluster.scaler is not None:
+        summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
     return Report(summary, per_request, extensions)
 

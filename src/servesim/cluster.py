@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from servesim.build import LoweredRun, PoolSpec
@@ -27,14 +27,18 @@ from servesim.engine.worker import Worker, WorkerPass
 from servesim.placement.base import Placement, RouteRequest, Router
 from servesim.placement.round_robin import FlatRoundRobin, RoundRobin
 from servesim.placement.routers import KvRouter, KvRouterSettings, LeastLoaded, RandomRouter, SessionAffinity
+from servesim.runtime.replay import Pool
+from servesim.scaling.contract import ScalingPolicy
+from servesim.scaling.fleet import Fleet
+from servesim.scaling.scaler import PoolTraits, Scaler
 from servesim.traffic.driver import Arrival, Driver
 
 INF = float("inf")
 
 
-def make_workers(spec: PoolSpec, *, fast: bool) -> list[Worker]:
-    """The workers of one pool; scheduler ids are worker-major (worker w, rank r → w·dp + r)."""
-    return [Worker(w, spec.make_ranks(lazy_decode=fast), w * spec.dp_size) for w in range(spec.replicas)]
+def worker_factory(spec: PoolSpec, pool_index: int, *, fast: bool) -> Callable[[int], Worker]:
+    """Makes worker `w` of a pool; scheduler ids are worker-major (worker w, rank r → w·dp + r)."""
+    return lambda w: Worker(w, spec.make_ranks(lazy_decode=fast), w * spec.dp_size, pool_index)
 
 
 def make_router(config: RouterConfig, spec: PoolSpec, *, flat: bool = False, decode: bool = False) -> Router:
@@ -79,26 +83,53 @@ def route_request(request: EngineRequest, session_id: str, block_size: int, with
     return RouteRequest(request.rid, session_id, request.prompt_len, keys, full - shared)
 
 
-def listen_for_kv_events(workers: list[Worker]) -> dict[tuple[int, int], list[tuple[str, int]]]:
-    """Buffer the blocks each rank caches and evicts, per (worker, rank), until its pass ends."""
-    buffers: dict[tuple[int, int], list[tuple[str, int]]] = {}
-    for worker in workers:
-        for r, rank in enumerate(worker.ranks):
-            events: list[tuple[str, int]] = []
-            buffers[(worker.worker_id, r)] = events
-            rank.pool.listener = lambda kind, key, events=events: events.append((kind, key))
-    return buffers
+def listen_for_kv_events(worker: Worker, buffers: dict[tuple[int, int], list[tuple[str, int]]]) -> None:
+    """Buffer the blocks each rank of `worker` caches and evicts until its pass ends."""
+    for r, rank in enumerate(worker.ranks):
+        events: list[tuple[str, int]] = []
+        buffers[(worker.worker_id, r)] = events
+        rank.pool.listener = lambda kind, key, events=events: events.append((kind, key))
 
 
 class _Cluster:
     """What both topologies share: request registration, records, terminal handling."""
 
-    def __init__(self, driver: Driver, collector: Collector) -> None:
+    def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool) -> None:
+        self.run = run
         self.driver = driver
         self.collector = collector
+        self.fast = fast
         self._open: dict[int, tuple[Arrival, RequestRecord]] = {}
         self._kv_events: dict[tuple[int, int], list[tuple[str, int]]] = {}
         self._kv_router: Router | None = None
+        self.pools: dict[str, Pool] = {}
+        """The runtime's pools: the provisioned workers of each, by role ("decode" is also the
+        aggregated pool)."""
+        self.fleets: dict[str, Fleet] = {}
+        self.scaler: Scaler | None = None
+
+    def _add_pool(self, name: str, spec: PoolSpec, router: Router, *, kv_events: bool = False) -> Fleet:
+        """Create a pool's initial workers and the fleet that manages their lifecycle."""
+        make = worker_factory(spec, len(self.pools), fast=self.fast)
+        if kv_events:
+            plain = make
+
+            def make(w: int) -> Worker:
+                worker = plain(w)
+                listen_for_kv_events(worker, self._kv_events)
+                return worker
+        workers = [make(w) for w in range(spec.replicas)]
+        pool = self.pools[name] = Pool(name, workers)
+        fleet = self.fleets[name] = Fleet(name, workers, pool.workers, router, make, spec.startup_ms)
+        return fleet
+
+    def enable_scaling(self, policy: ScalingPolicy) -> None:
+        """Let `policy` change the number of workers while the replay runs."""
+        specs = {name: self.run.pool(_role(name, self.run.disaggregated)) for name in self.fleets}
+        for spec in specs.values():
+            spec.rank_config.record_metrics = True  # shared by every rank of the pool
+        traits = {name: _traits(spec) for name, spec in specs.items()}
+        self.scaler = Scaler(policy, self.fleets, traits, self.run.disaggregated)
 
     def _register(self, arrival: Arrival) -> tuple[RequestRecord, EngineRequest]:
         record = self.collector.on_arrival(arrival.session_id, arrival.turn_index, arrival.arrival_ms,
@@ -122,6 +153,28 @@ class _Cluster:
         self.collector.on_terminal(record, now, status, request.generated, request.token_spans,
                                    worker.pass_ends if worker is not None else None, request.reject_reason)
         self.driver.on_terminal(arrival, now, request.generated, ends_session=status == FAILED)
+        if self.scaler is not None and status == COMPLETED:
+            self._tally_completion(record)
+
+    def _tally_completion(self, record: RequestRecord) -> None:
+        tally = self.scaler.traffic
+        tally.completed += 1
+        tally.isl += record.input_length
+        tally.osl += record.output_length
+        times = record.token_times()
+        if times and times[0] > record.arrival_ms:
+            tally.ttft_sum += times[0] - record.arrival_ms
+            tally.ttft_n += 1
+        if len(times) > 1:
+            tally.itl_sum += (times[-1] - times[0]) / (len(times) - 1)
+            tally.itl_n += 1
+
+    def _tally_route(self, request: EngineRequest, overlap_tokens: int, block_size: int) -> None:
+        if self.scaler is not None:
+            blocks = request.prompt_len // block_size
+            if blocks > 0:
+                self.scaler.traffic.hit_sum += min(1.0, overlap_tokens // block_size / blocks)
+                self.scaler.traffic.hit_n += 1
 
     def _record(self, request: EngineRequest) -> RequestRecord:
         return self.collector.records[request.rid]
@@ -137,16 +190,31 @@ class _Cluster:
                 router.on_kv_events((worker.worker_id, r), events[:], now)
                 events.clear()
 
-    # -- handler protocol defaults ------------------------------------------------------------
+    # -- handler protocol: worker lifecycle and scaling ticks --------------------------------
 
     def next_timer(self) -> float:
-        return INF
+        return min((f.next_ready() for f in self.fleets.values()), default=INF)
 
     def fire_timers(self, now: float) -> bool:
-        return False
+        """Workers whose startup ends now become active (before any other timer)."""
+        ready = [t for fleet in self.fleets.values() for t in fleet.ready(now)]
+        if ready and self.scaler is not None:
+            self.scaler.on_transitions(ready, now)
+        return bool(ready)
 
     def drive(self, now: float) -> Iterable[Worker]:
+        """Remove draining workers that have finished their last request."""
+        if self.scaler is not None:
+            for fleet in self.fleets.values():
+                self.scaler.on_transitions(fleet.settle_drained(now), now)
         return ()
+
+    def next_control(self) -> float:
+        return self.scaler.next_tick() if self.scaler is not None else INF
+
+    def control(self, now: float) -> Iterable[Worker]:
+        assert self.scaler is not None
+        return self.scaler.tick(now)
 
     def in_flight(self) -> int:
         return len(self._open)
@@ -159,24 +227,25 @@ class AggregatedCluster(_Cluster):
     """One pool of workers that both prefill and decode."""
 
     def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool = True) -> None:
-        super().__init__(driver, collector)
+        super().__init__(run, driver, collector, fast=fast)
         spec = run.pool("aggregated")
         self.block_size = spec.rank_config.block_size
-        self.workers = make_workers(spec, fast=fast)
-        self.pools = {"decode": self.workers}
-        self.router = make_router(run.config.router, spec)
-        self._kv_events = listen_for_kv_events(self.workers) if self.router.wants_kv_events else {}
-        self._kv_router = self.router
+        self.router = self._kv_router = make_router(run.config.router, spec)
+        self.fleet = self._add_pool("decode", spec, self.router, kv_events=self.router.wants_kv_events)
 
     def release_arrivals(self, now: float) -> list[Worker]:
-        return [self._place(arrival, now) for arrival in self.driver.release(now)]
+        arrivals = self.driver.release(now)
+        if self.scaler is not None:
+            self.scaler.traffic.arrivals += len(arrivals)
+        return [self._place(arrival, now) for arrival in arrivals]
 
     def _place(self, arrival: Arrival, now: float) -> Worker:
         record, request = self._register(arrival)
         request.shared_blocks = arrival.unique_from // self.block_size
         routed = route_request(request, arrival.session_id, self.block_size, self.router.wants_kv_events)
         placement = self.router.place(routed, now)
-        worker = self.workers[placement.worker]
+        self._tally_route(request, placement.overlap_tokens, self.block_size)
+        worker = self.fleet.by_id[placement.worker]
         scheduler_id = worker.first_scheduler_id + placement.rank
         self.collector.on_route(record, Route("agg", placement.worker, scheduler_id, placement.rank,
                                               placement.overlap_tokens))
@@ -187,6 +256,8 @@ class AggregatedCluster(_Cluster):
         worker.finish_pass()
         self._record_admissions(outcome, "agg")
         self._flush_kv_events(worker, now)
+        if self.scaler is not None:
+            self.scaler.on_pass("decode", worker, outcome)
         router = self.router
         for _rank, result in outcome.ranks:
             for request in result.first_tokens:
@@ -222,43 +293,42 @@ class DisaggregatedCluster(_Cluster):
     """Prefill and decode pools with KV transfer between them (vLLM source-first handoff)."""
 
     def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool = True) -> None:
-        super().__init__(driver, collector)
+        super().__init__(run, driver, collector, fast=fast)
         prefill, decode = run.pool("prefill"), run.pool("decode")
         self.transfer = run.transfer
-        self.prefill_workers = make_workers(prefill, fast=fast)
-        self.decode_workers = make_workers(decode, fast=fast)
-        self.pools = {"prefill": self.prefill_workers, "decode": self.decode_workers}
-        self.workers = self.prefill_workers + self.decode_workers
         self.prefill_block_size = prefill.rank_config.block_size
         self.decode_block_size = decode.rank_config.block_size
         self.decode_blocks = decode.rank_config.num_blocks
-        self.prefill_router = make_router(run.config.router, prefill, flat=True)
+        self.prefill_router = self._kv_router = make_router(run.config.router, prefill, flat=True)
         self.decode_router = make_router(run.config.router, decode, flat=True, decode=True)
-        self._kv_events = (listen_for_kv_events(self.prefill_workers)
-                           if self.prefill_router.wants_kv_events else {})
-        self._kv_router = self.prefill_router
+        self.prefill_fleet = self._add_pool("prefill", prefill, self.prefill_router,
+                                            kv_events=self.prefill_router.wants_kv_events)
+        self.decode_fleet = self._add_pool("decode", decode, self.decode_router)
         self._actions: deque[tuple[int, _Handoff]] = deque()
         self._deferred: dict[Worker, list[tuple[int, _Handoff]]] = {}
         self._timers: list[tuple[float, int, _Handoff]] = []
         self._timer_seq = 0
         self._handoffs: dict[int, _Handoff] = {}
         self._reserving: dict[EngineRequest, _Handoff] = {}
-        self._decode_set = set(self.decode_workers)
 
     # -- arrivals, timers and the action queue ------------------------------------------------
 
     def release_arrivals(self, now: float) -> list[Worker]:
-        for arrival in self.driver.release(now):
+        arrivals = self.driver.release(now)
+        if self.scaler is not None:
+            self.scaler.traffic.arrivals += len(arrivals)
+        for arrival in arrivals:
             _, request = self._register(arrival)
             request.shared_blocks = arrival.unique_from // self.prefill_block_size
             self._actions.append((_SUBMIT, _Handoff(request)))
         return []
 
     def next_timer(self) -> float:
-        return self._timers[0][0] if self._timers else INF
+        transfer = self._timers[0][0] if self._timers else INF
+        return min(transfer, super().next_timer())
 
     def fire_timers(self, now: float) -> bool:
-        fired = False
+        fired = super().fire_timers(now)
         while self._timers and self._timers[0][0] == now:
             _, _, handoff = heapq.heappop(self._timers)
             self._actions.append((_ACTIVATE, handoff))
@@ -274,6 +344,7 @@ class DisaggregatedCluster(_Cluster):
             if worker is not None:
                 worker.parked = False
                 touched.append(worker)
+        super().drive(now)
         return touched
 
     def _apply(self, kind: int, handoff: _Handoff, now: float) -> Worker | None:
@@ -296,7 +367,8 @@ class DisaggregatedCluster(_Cluster):
     def _submit_prefill(self, handoff: _Handoff, now: float) -> Worker:
         placement = self._route(self.prefill_router, handoff.prefill, self.prefill_block_size, now)
         worker_id, rank = placement.worker, placement.rank
-        worker = self.prefill_workers[worker_id]
+        worker = self.prefill_fleet.by_id[worker_id]
+        self._tally_route(handoff.prefill, placement.overlap_tokens, self.prefill_block_size)
         record = self._record(handoff.prefill)
         self.collector.on_route(record, Route("prefill", worker_id, worker.first_scheduler_id + rank, rank,
                                               placement.overlap_tokens))
@@ -314,7 +386,7 @@ class DisaggregatedCluster(_Cluster):
             self.decode_router.on_terminal(request.rid, now)
             self._fail(handoff, now)
             return None
-        worker = self.decode_workers[worker_id]
+        worker = self.decode_fleet.by_id[worker_id]
         record = self._record(handoff.prefill)
         self.collector.on_route(record, Route("decode", worker_id, worker.first_scheduler_id + rank, rank,
                                               placement.overlap_tokens))
@@ -384,8 +456,10 @@ class DisaggregatedCluster(_Cluster):
 
     def finish_pass(self, worker: Worker, outcome: WorkerPass, now: float, inline: bool) -> bool:
         worker.finish_pass()
-        decode = worker in self._decode_set
+        decode = worker.order[0] == 1
         reserved = self._try_reserve(worker.ranks[0], now) if decode else None
+        if self.scaler is not None:
+            self.scaler.on_pass("decode" if decode else "prefill", worker, outcome)
         if not inline:
             self._actions.extend(self._deferred.pop(worker, ()))
         self._record_admissions(outcome, "decode" if decode else "prefill")
@@ -410,3 +484,13 @@ class DisaggregatedCluster(_Cluster):
                 self._actions.append((_RESERVE, self._handoffs[request.rid]))
         self._queue_transfer(reserved)
         return reserved is not None
+
+
+def _role(pool: str, disaggregated: bool) -> str:
+    return pool if disaggregated else "aggregated"
+
+
+def _traits(spec: PoolSpec) -> PoolTraits:
+    config = spec.rank_config
+    return PoolTraits(spec.gpus_per_worker, config.block_size, config.max_batched_tokens,
+                      config.max_sequences, config.max_model_len, spec.timing)

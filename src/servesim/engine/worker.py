@@ -29,8 +29,10 @@ class WorkerPass:
 class Worker:
     """One logical worker with `len(ranks)` scheduler ranks."""
 
-    def __init__(self, worker_id: int, ranks: list[Rank], first_scheduler_id: int) -> None:
+    def __init__(self, worker_id: int, ranks: list[Rank], first_scheduler_id: int, pool_index: int = 0) -> None:
         self.worker_id = worker_id
+        self.order = (pool_index, worker_id)
+        """Pass-start order among workers at one instant."""
         self.ranks = ranks
         self.first_scheduler_id = first_scheduler_id
         self.pass_ends = array("d")

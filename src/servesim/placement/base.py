@@ -57,8 +57,14 @@ class Router:
         for r in range(self.ranks):
             self.in_flight[(worker_id, r)] = 0
 
+    def worker_draining(self, worker_id: int) -> None:
+        """The worker takes no new requests (it finishes the ones it has)."""
+        if worker_id in self.workers:
+            self.workers.remove(worker_id)
+
     def worker_removed(self, worker_id: int) -> None:
-        self.workers.remove(worker_id)
+        """The worker is gone: forget everything about it."""
+        self.worker_draining(worker_id)
 
     def place(self, request: RouteRequest, now: float) -> Placement:
         slot, overlap = self._choose(request, now)

@@ -17,8 +17,8 @@ class RoundRobin(Router):
         super().worker_added(worker_id)
         self._next_rank[worker_id] = 0
 
-    def worker_removed(self, worker_id: int) -> None:
-        super().worker_removed(worker_id)
+    def worker_draining(self, worker_id: int) -> None:
+        super().worker_draining(worker_id)
         self._next_rank.pop(worker_id, None)
 
     def _choose(self, request: RouteRequest, now: float) -> tuple[Slot, int]:

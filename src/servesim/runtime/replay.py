@@ -16,7 +16,8 @@ Order within one instant, repeated until nothing changes:
 4. the handler's queued actions, driven until none is left;
 5. new passes on idle workers, in pool then worker order. A pass of zero duration is applied at
    once (without waking deferred work) and its worker may pass again at the same instant; a
-   zero-duration pass that changed nothing parks the worker until work reaches it again.
+   zero-duration pass that changed nothing parks the worker until work reaches it again;
+6. once nothing else changes, the handler's control tick (autoscaling) due now.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class PassOutcome(Protocol):
 
 class Worker(Protocol):
     parked: bool
+    order: tuple[int, int]
+    """Pass-start order within one instant: (pool index, worker id)."""
 
     def runnable(self) -> bool: ...
 
@@ -68,6 +71,12 @@ class Handler(Protocol):
 
     def drive(self, now: float) -> Iterable[Worker]:
         """Apply queued follow-up actions until none is left; returns the workers touched."""
+
+    def next_control(self) -> float:
+        """Time of the next control tick (scaling), inf if none."""
+
+    def control(self, now: float) -> Iterable[Worker]:
+        """Run the control tick due at `now` (after all else); returns the workers touched."""
 
     def in_flight(self) -> int:
         """Requests registered and not yet terminal."""
@@ -98,9 +107,6 @@ class ReplayLoop:
         self.now = 0.0
         self._heap: list[tuple[float, int, Worker, PassOutcome]] = []
         self._seq = 0
-        self._workers = [w for pool in self.pools for w in pool.workers]
-        self._order = {w: i for i, w in enumerate(self._workers)}
-        """Pass-start order of workers within one instant."""
         self._progress = progress
 
     def run(self) -> float:
@@ -129,7 +135,10 @@ class ReplayLoop:
         if self._heap and self._heap[0][0] < at:
             at = self._heap[0][0]
         timer = self.handler.next_timer()
-        return timer if timer < at else at
+        if timer < at:
+            at = timer
+        control = self.handler.next_control()
+        return control if control < at else at
 
     def _advance(self, at: float) -> None:
         """Move the clock, integrating provisioned workers over the elapsed interval."""
@@ -165,15 +174,19 @@ class ReplayLoop:
                 if self._start_passes(candidates, now):
                     changed = True
                 candidates.clear()
-            if not changed:
-                return
+            if changed:
+                continue
+            if handler.next_control() == now and not handler.done():
+                candidates.update(handler.control(now))
+                continue
+            return
 
     def _start_passes(self, candidates: set[Worker], now: float) -> bool:
         """Start a pass on every runnable candidate; True if any pass started."""
         started = False
         heap = self._heap
         handler = self.handler
-        for worker in sorted(candidates, key=self._order.__getitem__):
+        for worker in sorted(candidates, key=_start_order):
             while worker.runnable():
                 started = True
                 outcome = worker.start_pass(now)
@@ -188,9 +201,13 @@ class ReplayLoop:
 
     def _dead_end(self) -> SimulationError:
         remaining = self.handler.in_flight()
-        if any(w.holds_requests() for w in self._workers):
+        if any(w.holds_requests() for pool in self.pools for w in pool.workers):
             what = "detected an effect-free zero-duration pass"
         else:
             what = "reached a dead end"
         return SimulationError(
             f"replay invariant violated: offline replay {what} with {remaining} in-flight requests remaining")
+
+
+def _start_order(worker: Worker) -> tuple[int, int]:
+    return worker.order

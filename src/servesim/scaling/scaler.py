@@ -1,0 +1,194 @@
+"""Drives a scaling policy during a replay: builds its snapshots, applies its decisions, and
+records what happened for the report (ticks, scaling events, worker-count timeline)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from servesim.engine.rank import ForwardPassMetrics
+from servesim.engine.worker import Worker, WorkerPass
+from servesim.scaling.contract import (
+    Decision,
+    PoolSnapshot,
+    RankSnapshot,
+    ScalingPolicy,
+    Snapshot,
+    TrafficWindow,
+)
+from servesim.scaling.fleet import ACTIVE, DRAINING, STARTING, Fleet, Transition
+
+IDLE_FPM_MS = 1000.0
+"""A rank idle this long publishes an empty forward-pass record (Dynamo: once per second)."""
+
+
+@dataclass(slots=True)
+class PoolTraits:
+    """The fixed facts of a pool a policy may want."""
+
+    gpus_per_worker: int
+    block_size: int
+    max_batched_tokens: int
+    max_sequences: int
+    context_length: int | None
+    timing: Any
+
+
+@dataclass
+class _TrafficTally:
+    arrivals: int = 0
+    completed: int = 0
+    isl: int = 0
+    osl: int = 0
+    ttft_sum: float = 0.0
+    ttft_n: int = 0
+    itl_sum: float = 0.0
+    itl_n: int = 0
+    hit_sum: float = 0.0
+    hit_n: int = 0
+
+    def window(self, duration_s: float) -> TrafficWindow:
+        return TrafficWindow(
+            duration_s=duration_s, num_req=self.arrivals,
+            avg_isl=self.isl / self.completed if self.completed else 0.0,
+            avg_osl=self.osl / self.completed if self.completed else 0.0,
+            avg_ttft_ms=self.ttft_sum / self.ttft_n if self.ttft_n else 0.0,
+            avg_itl_ms=self.itl_sum / self.itl_n if self.itl_n else 0.0,
+            avg_kv_hit_rate=self.hit_sum / self.hit_n if self.hit_n else 0.0,
+            num_completed=self.completed)
+
+
+@dataclass
+class ScalingRecord:
+    """What the report shows about scaling."""
+
+    ticks: list[dict[str, Any]] = field(default_factory=list)
+    scaling_events: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "total_ticks": len(self.ticks),
+            "ticks": self.ticks,
+            "scaling_events": self.scaling_events,
+            "timeline": self.timeline,
+            "lifecycle": [{"at_s": t.at_ms / 1000, "pool": t.pool, "worker_id": t.worker_id,
+                           "state": t.state, "reason": t.reason} for t in self.transitions],
+            "peak_workers": {pool: max((e[pool]["active"] + e[pool]["starting"] + e[pool]["draining"]
+                                        for e in self.timeline if pool in e), default=0)
+                             for pool in {p for e in self.timeline for p in e if p != "at_s"}},
+        }
+
+
+class Scaler:
+    """Ticks a `ScalingPolicy` and applies its targets to the fleets."""
+
+    def __init__(self, policy: ScalingPolicy, fleets: dict[str, Fleet], traits: dict[str, PoolTraits],
+                 disaggregated: bool) -> None:
+        self.policy = policy
+        self.fleets = fleets
+        self.traits = traits
+        self.disaggregated = disaggregated
+        first = policy.initial_tick_ms()
+        self._next_tick = max(first, 0.0) if math.isfinite(first) else math.inf
+        self._ordinal = 0
+        self._last_tick_ms = 0.0
+        self._fpm: dict[tuple[str, int, int], ForwardPassMetrics] = {}
+        self.traffic = _TrafficTally()
+        self.record = ScalingRecord()
+        self._note_counts(0.0)
+
+    # -- what the cluster reports --------------------------------------------------------------
+
+    def on_pass(self, pool: str, worker: Worker, outcome: WorkerPass) -> None:
+        for rank, result in outcome.ranks:
+            if result.metrics is not None:
+                self._fpm[(pool, worker.worker_id, rank)] = result.metrics
+
+    def on_transitions(self, transitions: list[Transition], now: float) -> None:
+        if transitions:
+            self.record.transitions.extend(transitions)
+            self._note_counts(now)
+
+    # -- ticking -------------------------------------------------------------------------------
+
+    def next_tick(self) -> float:
+        return self._next_tick
+
+    def tick(self, now: float) -> list[Worker]:
+        """Run the policy once and apply its decision; returns workers that became active."""
+        snapshot = self._snapshot(now)
+        decision = self.policy.on_tick(snapshot)
+        transitions: list[Transition] = []
+        for pool, target in (("decode", decision.target_decode), ("prefill", decision.target_prefill)):
+            fleet = self.fleets.get(pool)
+            if fleet is None or target is None or target == fleet.non_draining:
+                continue
+            before = fleet.non_draining
+            reason = decision.reason or ("scale_up" if target > before else "scale_down")
+            transitions += fleet.scale_to(max(0, target), now, reason)
+            self.record.scaling_events.append({"at_s": now / 1000, "component": self._component(pool),
+                                               "from_count": before, "to_count": fleet.non_draining,
+                                               "reason": reason})
+        self._log_tick(snapshot, decision)
+        self.on_transitions(transitions, now)
+        self._ordinal += 1
+        self._last_tick_ms = now
+        nxt = decision.next_tick_ms
+        self._next_tick = nxt if nxt is not None and math.isfinite(nxt) and nxt > now else math.inf
+        return [self.fleets[t.pool].by_id[t.worker_id] for t in transitions if t.state == ACTIVE]
+
+    def _component(self, pool: str) -> str:
+        return pool if self.disaggregated else "agg"
+
+    def _log_tick(self, snapshot: Snapshot, decision: Decision) -> None:
+        self.record.ticks.append({
+            "ordinal": snapshot.tick, "at_s": snapshot.now_ms / 1000, "reason": decision.reason,
+            "target_decode": decision.target_decode, "target_prefill": decision.target_prefill,
+            "workers": {p: {"active": len(s.active), "starting": len(s.starting), "draining": len(s.draining)}
+                        for p, s in snapshot.pools.items()},
+            "traffic": {"num_req": snapshot.traffic.num_req, "avg_ttft_ms": snapshot.traffic.avg_ttft_ms},
+            "diagnostics": decision.diagnostics,
+        })
+
+    def _note_counts(self, now: float) -> None:
+        entry: dict[str, Any] = {"at_s": now / 1000}
+        for pool, fleet in self.fleets.items():
+            entry[pool] = {s: len(fleet.ids(s)) for s in (ACTIVE, STARTING, DRAINING)}
+        if self.record.timeline and self.record.timeline[-1]["at_s"] == entry["at_s"]:
+            self.record.timeline[-1] = entry
+        else:
+            self.record.timeline.append(entry)
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def _snapshot(self, now: float) -> Snapshot:
+        pools = {name: self._pool_snapshot(name, fleet, now) for name, fleet in self.fleets.items()}
+        window = self.traffic.window((now - self._last_tick_ms) / 1000)
+        self.traffic = _TrafficTally()
+        self._fpm.clear()
+        return Snapshot(self._ordinal, now, pools, window, self.disaggregated)
+
+    def _pool_snapshot(self, name: str, fleet: Fleet, now: float) -> PoolSnapshot:
+        traits = self.traits[name]
+        ranks = [self._rank_snapshot(name, fleet, fleet.by_id[w], r, now)
+                 for w in fleet.ids(ACTIVE) for r in range(len(fleet.by_id[w].ranks))]
+        return PoolSnapshot(role=name, active=fleet.ids(ACTIVE), starting=fleet.ids(STARTING),
+                            draining=fleet.ids(DRAINING), ranks=ranks,
+                            gpus_per_worker=traits.gpus_per_worker, block_size=traits.block_size,
+                            max_batched_tokens=traits.max_batched_tokens,
+                            max_sequences=traits.max_sequences, context_length=traits.context_length,
+                            timing=traits.timing)
+
+    def _rank_snapshot(self, pool: str, fleet: Fleet, worker: Worker, rank: int, now: float) -> RankSnapshot:
+        scheduler = worker.ranks[rank]
+        metrics = self._fpm.get((pool, worker.worker_id, rank))
+        if metrics is None and not worker.busy:
+            last = worker.pass_ends[-1] if worker.pass_ends else fleet.activated_at.get(worker.worker_id, 0.0)
+            if now - last >= IDLE_FPM_MS:
+                metrics = ForwardPassMetrics()
+        pool_blocks = scheduler.pool
+        return RankSnapshot(worker.worker_id, rank, metrics, pool_blocks.active, pool_blocks.num_blocks,
+                            len(scheduler.running), len(scheduler.waiting))
