@@ -57,7 +57,7 @@ def assert_same_value(key: str, expected: object, actual: object) -> None:
 
 def assert_matches_reference(config: Path, report: dict) -> None:
     expected = json.loads(_expected(config, "report", ".json").read_text())
-    assert set(report) - {"per_request", "servesim"} == set(expected)
+    assert set(report) - {"per_request"} == set(expected)
     for key, value in expected.items():
         if key not in HOST_FIELDS:
             assert_same_value(key, value, report[key])

@@ -59,15 +59,14 @@ class Report:
     summary: dict[str, Any]
     per_request: list[dict[str, Any]] | None = None
     extensions: dict[str, Any] | None = None
-    """What servesim reports beyond the reference (per-worker breakdown, ...)."""
+    """What servesim reports beyond the reference: `workers`, a per-worker breakdown (also
+    written to `workers.json` by the CLI)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The reference's `prediction.json` object, plus servesim's extensions under "servesim"."""
+        """The reference's `prediction.json` object (with a `planner` section when one ran)."""
         out = dict(self.summary)
         if self.per_request is not None:
             out["per_request"] = self.per_request
-        if self.extensions:
-            out["servesim"] = self.extensions
         return out
 
     def __getitem__(self, key: str) -> Any:
@@ -100,7 +99,7 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     collector = Collector()
     cluster_type = DisaggregatedCluster if run.disaggregated else AggregatedCluster
     cluster = cluster_type(run, driver, collector, fast=fast)
-    if scaling is None and getattr(config, "planner", None) is not None:
+    if scaling is None and config.planner.policy == "enabled":
         from servesim.scaling.planner import make_planner
 
         scaling = make_planner(config.planner, config.evaluation.sla, run.disaggregated)

@@ -15,7 +15,7 @@ from pathlib import Path
 from servesim.errors import ConfigError, RunError
 
 DEFAULT_OUTPUT_DIR = "servesim-output"
-_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl")
+_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json")
 _RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
 
 
@@ -77,6 +77,8 @@ def _predict(args: argparse.Namespace) -> int:
     data = report.to_dict()
     prediction = out_dir / "prediction.json"
     prediction.write_text(report_json(data))
+    if report.extensions:
+        (out_dir / "workers.json").write_text(report_json({"workers": report.extensions["workers"]}))
     if args.capture_per_request:
         if report.per_request is None or not report.per_request:
             print("servesim predict failed: RunError: no request reached a terminal state, "

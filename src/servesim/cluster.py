@@ -226,6 +226,8 @@ class _Cluster:
 class AggregatedCluster(_Cluster):
     """One pool of workers that both prefill and decode."""
 
+    isolated_workers = True
+
     def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool = True) -> None:
         super().__init__(run, driver, collector, fast=fast)
         spec = run.pool("aggregated")
@@ -291,6 +293,9 @@ _SUBMIT, _RESERVE, _TRANSFER, _ACTIVATE, _RELEASE = range(5)
 
 class DisaggregatedCluster(_Cluster):
     """Prefill and decode pools with KV transfer between them (vLLM source-first handoff)."""
+
+    isolated_workers = False
+    """Handoffs reach decode workers at their pass boundaries: every pass must be an event."""
 
     def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool = True) -> None:
         super().__init__(run, driver, collector, fast=fast)

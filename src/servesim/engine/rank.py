@@ -123,6 +123,14 @@ class Rank(Protocol):
 
     def run_pass(self, pass_index: int) -> RankPass: ...
 
+    def can_run_ahead(self, pass_index: int) -> bool:
+        """True when pass `pass_index` would only advance steady decoders."""
+        ...
+
+    def next_decode_ms(self) -> float:
+        """Duration of such a pass."""
+        ...
+
 
 def make_rank(config: RankConfig, timing: TimingModel, *, lazy_decode: bool = True) -> Rank:
     """A rank running the scheduling core of `config.backend`."""

@@ -72,6 +72,17 @@ class VllmRank:
     def num_requests(self) -> int:
         return len(self.running) + len(self.waiting)
 
+    def can_run_ahead(self, pass_index: int) -> bool:
+        """Whether pass `pass_index` would only advance the decode cohort (nothing else)."""
+        return (bool(self.cohort) and not self.explicit and not self.waiting and not self.pending
+                and self._cohort_fits(pass_index))
+
+    def next_decode_ms(self) -> float:
+        """Duration of the next pass if it only advances the cohort."""
+        n = len(self.cohort)
+        total = self._cohort_len
+        return self.timing.decode(n, total, total // n, self.total_kv_tokens)
+
     # -- the pass ---------------------------------------------------------------------------
 
     def run_pass(self, pass_index: int) -> RankPass:
@@ -95,7 +106,7 @@ class VllmRank:
 
     def _cohort_fits(self, pass_index: int) -> bool:
         """Whether every cohort member gets its token and block this pass."""
-        if len(self.cohort) > self._budget:
+        if len(self.cohort) > self.config.max_batched_tokens:
             return False
         events = self._events.get(pass_index)
         if not events or len(events) <= self.pool.free:

@@ -9,7 +9,7 @@ request records the indices of the passes that gave it a token.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from servesim.engine.request import EngineRequest
 from servesim.engine.rank import Rank, RankPass
@@ -24,6 +24,8 @@ class WorkerPass:
     index: int
     ranks: list[tuple[int, RankPass]]
     has_effect: bool
+    skipped_ends: list[float] = field(default_factory=list)
+    """End times of the passes before the last, when the worker ran several back to back."""
 
 
 class Worker:
@@ -52,8 +54,37 @@ class Worker:
     def holds_requests(self) -> bool:
         return any(r.has_work() for r in self.ranks)
 
-    def start_pass(self, now: float) -> WorkerPass:
-        """Run one pass of every rank with work, starting at `now`."""
+    def start_pass(self, now: float, horizon: float = 0.0) -> WorkerPass:
+        """Run one pass of every rank with work, starting at `now`.
+
+        With a `horizon` beyond `now` — a time before which nothing outside this worker can
+        change its work — a lone rank that only decodes runs further passes back to back, as
+        long as each ends by the horizon and none finishes a request; they are exactly the
+        passes the rank would have run one event at a time.
+        """
+        if horizon > now and len(self.ranks) == 1 and self.ranks[0].can_run_ahead(len(self.pass_ends)):
+            return self._run_ahead(now, horizon)
+        return self._one_pass(now)
+
+    def _run_ahead(self, now: float, horizon: float) -> WorkerPass:
+        rank = self.ranks[0]
+        first = index = len(self.pass_ends)
+        start = end = now
+        while True:
+            start = end
+            result = rank.run_pass(index)
+            end = (start + result.prefill_ms) + result.decode_ms
+            self.pass_ends.append(end)
+            index += 1
+            if result.finished or not rank.can_run_ahead(index) or end + rank.next_decode_ms() > horizon:
+                break
+        self.busy_ms += end - now
+        if result.metrics is not None:
+            result.metrics.wall_time_secs = (end - start) / 1000
+        self.busy = True
+        return WorkerPass(now, end, first, [(0, result)], True, self.pass_ends[first:-1].tolist())
+
+    def _one_pass(self, now: float) -> WorkerPass:
         index = len(self.pass_ends)
         end = now
         done: list[tuple[int, RankPass]] = []

@@ -33,12 +33,20 @@ INF = math.inf
 
 
 class Source(Protocol):
+    fixed_arrivals: bool
+    """Whether every request's arrival time is known in advance (open loop, single turns):
+    no completion can make a request arrive earlier than `next_ready_time()` says."""
+
     def next_ready_time(self) -> float: ...
 
 
 class PassOutcome(Protocol):
     end_ms: float
     has_effect: bool
+
+    @property
+    def skipped_ends(self) -> Sequence[float]:
+        """Ends of the earlier passes of a run-ahead (empty for a single pass)."""
 
 
 class Worker(Protocol):
@@ -48,12 +56,17 @@ class Worker(Protocol):
 
     def runnable(self) -> bool: ...
 
-    def start_pass(self, now: float) -> PassOutcome: ...
+    def start_pass(self, now: float, horizon: float = 0.0) -> PassOutcome: ...
 
     def holds_requests(self) -> bool: ...
 
 
 class Handler(Protocol):
+    isolated_workers: bool
+    """Whether a worker's work can change only through requests released by the source and
+    the handler's timers and ticks — so, with fixed arrivals, a worker may run passes ahead
+    up to the next such moment (see `Worker.start_pass`)."""
+
     def release_arrivals(self, now: float) -> Iterable[Worker]:
         """Register and place every request ready at `now`; returns the workers given work."""
 
@@ -107,6 +120,9 @@ class ReplayLoop:
         self.now = 0.0
         self._heap: list[tuple[float, int, Worker, PassOutcome]] = []
         self._seq = 0
+        self._skipped: list[float] = []
+        """Ends of passes a worker ran ahead through: instants the clock still integrates
+        worker-seconds over, exactly as if it had stopped at each (a min-heap)."""
         self._progress = progress
 
     def run(self) -> float:
@@ -123,6 +139,7 @@ class ReplayLoop:
             if at == INF:
                 raise self._dead_end()
             if self.time_cap_ms is not None and at > self.time_cap_ms:
+                self._advance_through_skipped(self.time_cap_ms)
                 break
             self._advance(at)
             self._settle()
@@ -142,6 +159,18 @@ class ReplayLoop:
 
     def _advance(self, at: float) -> None:
         """Move the clock, integrating provisioned workers over the elapsed interval."""
+        self._advance_through_skipped(at)
+        self._step_clock(at)
+
+    def _advance_through_skipped(self, limit: float) -> None:
+        """Visit the skipped instants before (or at) `limit` for worker-seconds' sake."""
+        skipped = self._skipped
+        while skipped and skipped[0] <= limit:
+            at = heapq.heappop(skipped)
+            if at > self.now and (at < limit or self.time_cap_ms == limit):
+                self._step_clock(at)
+
+    def _step_clock(self, at: float) -> None:
         dt = at - self.now
         for pool in self.pools:
             pool.worker_seconds += (dt * len(pool.workers)) / 1000
@@ -181,6 +210,15 @@ class ReplayLoop:
                 continue
             return
 
+    def _horizon(self, now: float) -> float:
+        """The earliest moment something outside a worker could change its work."""
+        if not (self.handler.isolated_workers and self.source.fixed_arrivals):
+            return now
+        at = min(self.source.next_ready_time(), self.handler.next_timer(), self.handler.next_control())
+        if self.time_cap_ms is not None and self.time_cap_ms < at:
+            at = self.time_cap_ms
+        return at
+
     def _start_passes(self, candidates: set[Worker], now: float) -> bool:
         """Start a pass on every runnable candidate; True if any pass started."""
         started = False
@@ -189,10 +227,12 @@ class ReplayLoop:
         for worker in sorted(candidates, key=_start_order):
             while worker.runnable():
                 started = True
-                outcome = worker.start_pass(now)
+                outcome = worker.start_pass(now, self._horizon(now))
                 if outcome.end_ms > now:
                     self._seq += 1
                     heapq.heappush(heap, (outcome.end_ms, self._seq, worker, outcome))
+                    for skipped in outcome.skipped_ends:
+                        heapq.heappush(self._skipped, skipped)
                     break
                 effect = handler.finish_pass(worker, outcome, now, True)
                 if not (outcome.has_effect or effect):

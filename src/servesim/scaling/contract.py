@@ -47,6 +47,10 @@ class PoolSnapshot:
     context_length: int | None
     timing: TimingModel
     """The pool's pass-time model, for policies that predict latencies."""
+    ranks_per_worker: int = 1
+    """Attention-DP ranks of one worker."""
+    kv_blocks_per_rank: int = 0
+    """KV blocks of one rank (0: unknown; policies then read `ranks`)."""
 
     @property
     def max_kv_tokens(self) -> int:
@@ -74,6 +78,8 @@ class TrafficWindow:
     avg_kv_hit_rate: float = 0.0
     """Mean over admissions of the prompt fraction found in the prefix cache."""
     num_completed: int = 0
+    num_kv_hit_samples: int = 0
+    """Admissions behind avg_kv_hit_rate (its weight when windows are merged)."""
 
 
 @dataclass(slots=True)

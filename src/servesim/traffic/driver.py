@@ -79,8 +79,11 @@ class Driver:
         else:
             self._first = []
         self._first_pos = 0
+        self.fixed_arrivals = concurrency is None and all(len(s.turns) == 1 for s in self._sessions)
+        """True in open loop with single-turn sessions: completions never release requests."""
 
     # -- queries ----------------------------------------------------------------------------
+
 
     @property
     def total_requests(self) -> int:

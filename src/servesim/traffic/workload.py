@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 Run = tuple[int, int]
-GENERATED_BASE = -(1 << 62)
+GENERATED_BASE = -(1 << 60)
+"""Generated token values count up from here; they stay negative and, unlike values near
+-2**62, never share a Python hash (which chained block keys rely on)."""
 NEVER = 1 << 62
 """A `unique_from` meaning: every token of the request may also occur in other requests."""
 

@@ -1,0 +1,516 @@
+"""The SGLang KV store of one rank: a page pool and a radix tree over token content.
+
+Pages hold `page` tokens each; the pool has `total_pages` of them. A page is in exactly one of
+four states: free, in the tree and unlocked (*evictable*), in the tree and locked by a request
+(*protected*), or held by a request outside the tree (*private*: its uncached tail). The tree
+only ever holds whole pages.
+
+Token content is never expanded into per-token objects. A request's tokens are a `TokenSeq`: its
+runs (see `servesim.traffic.workload`; ``(v, c > 0)`` = c copies of v, ``(v, -c)`` = v, v+1, …)
+with cumulative start offsets. A tree edge is a short list of *segments* ``(seq, start, end)``
+naming token ranges of the sequences that inserted them, so an edge of 10 000 tokens is one
+tuple. Edges are compared run by run (`TokenSeq.common`), which is O(runs), not O(tokens).
+
+Tree semantics (the reference's radix cache, as observable through scheduling):
+
+* children are found by their first page; a match walks page by page, splitting an edge on a
+  partial match (the split-off prefix becomes a new parent node, the original node keeps the
+  suffix, its lock count and its access time);
+* a locking match touches every fully matched node and locks the deepest node (lock counts are
+  kept along the whole path to the root);
+* an insert from a request's locked node first touches that node's path, then extends a leaf in
+  place when it is unlocked (or is the request's own node, locked only by it), otherwise
+  descends through fully matching children, splits on a partial match and adds a child for the
+  rest; pages that were already in the tree are duplicates and go back to the pool;
+* eviction repeatedly takes the unlocked leaf with the oldest access time (ties by node id);
+  when only part of it is needed it cuts just the newest pages off its end, otherwise it removes
+  the node, and a parent that becomes an unlocked leaf is indexed with its own older time.
+
+Access times come from a per-cache logical clock (one tick per match, per insert and per new
+child), which orders events exactly as the reference's monotonic host clock does.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from itertools import accumulate
+from operator import itemgetter
+
+from servesim.errors import RunError
+from servesim.traffic.workload import Run
+
+
+class TokenSeq:
+    """An immutable token sequence stored as runs, with O(log runs) random access."""
+
+    __slots__ = ("runs", "starts", "length")
+
+    def __init__(self, runs: list[Run]) -> None:
+        counts = list(map(_COUNT, runs))
+        if 0 in counts:
+            runs = [r for r in runs if r[1] != 0]
+            counts = list(map(_COUNT, runs))
+        self.runs = runs
+        self.starts = [0, *accumulate(map(abs, counts))]
+        self.length = self.starts[-1]
+
+    def token_at(self, pos: int) -> int:
+        """The token at position `pos`."""
+        i = bisect_right(self.starts, pos) - 1
+        value, count = self.runs[i]
+        return value if count > 0 else value + (pos - self.starts[i])
+
+    def tokens(self, start: int, end: int) -> tuple[int, ...]:
+        """The tokens of [start, end) as a tuple (for short ranges only)."""
+        return tuple(self.token_at(p) for p in range(start, end))
+
+    def common(self, pos: int, other: TokenSeq, opos: int, limit: int) -> int:
+        """How many tokens from `pos` equal `other`'s tokens from `opos`, at most `limit`.
+
+        Runs are compared piece by piece; where both sides are at run boundaries, identical runs
+        are skipped in bulk (slice comparisons), so long equal histories cost C-level work only.
+        """
+        if limit <= 0:
+            return 0
+        if other is self and opos == pos:
+            return limit
+        ra, sa, rb, sb = self.runs, self.starts, other.runs, other.starts
+        i = bisect_right(sa, pos) - 1
+        j = bisect_right(sb, opos) - 1
+        n = 0
+        while n < limit:
+            oa = pos - sa[i]
+            ob = opos - sb[j]
+            if oa == 0 and ob == 0 and ra[i] == rb[j]:
+                k = _equal_runs(ra, i, rb, j, bisect_right(sa, pos + limit - n) - 1 - i)
+                if k:
+                    step = sa[i + k] - pos
+                    n += step
+                    pos += step
+                    opos += step
+                    i += k
+                    j += k
+                    continue
+            va, ca = ra[i]
+            vb, cb = rb[j]
+            xa, la = (va, ca - oa) if ca > 0 else (va + oa, -ca - oa)
+            xb, lb = (vb, cb - ob) if cb > 0 else (vb + ob, -cb - ob)
+            if xa != xb:
+                break
+            m = min(la, lb, limit - n)
+            k = m if (ca > 0) == (cb > 0) or m == 1 else 1
+            n += k
+            pos += k
+            opos += k
+            if k == la:
+                i += 1
+            if k == lb:
+                j += 1
+        return n
+
+
+_COUNT = itemgetter(1)
+
+
+def _equal_runs(ra: list[Run], i: int, rb: list[Run], j: int, most: int) -> int:
+    """How many runs from ra[i] equal those from rb[j] (at most `most`), by galloping."""
+    most = min(most, len(rb) - j)
+    if most <= 0:
+        return 0
+    lo, k = 0, 1
+    while k <= most and ra[i:i + k] == rb[j:j + k]:
+        lo, k = k, 2 * k
+    hi = min(k, most + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ra[i + lo:i + mid] == rb[j + lo:j + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+Segment = tuple[TokenSeq, int, int]
+
+
+def _segs_common(segs: list[Segment], seq: TokenSeq, pos: int, limit: int) -> int:
+    """Common prefix length of an edge's tokens and `seq` from `pos`, at most `limit`."""
+    n = 0
+    for s, a, b in segs:
+        want = min(b - a, limit - n)
+        c = s.common(a, seq, pos + n, want)
+        n += c
+        if c < want or n >= limit:
+            break
+    return n
+
+
+def _segs_split(segs: list[Segment], k: int) -> tuple[list[Segment], list[Segment]]:
+    """The first `k` tokens of an edge and the rest."""
+    head: list[Segment] = []
+    for i, (s, a, b) in enumerate(segs):
+        if k >= b - a:
+            head.append((s, a, b))
+            k -= b - a
+            if k == 0:
+                return head, segs[i + 1:]
+            continue
+        return head + [(s, a, a + k)], [(s, a + k, b)] + segs[i + 1:]
+    return head, []
+
+
+class Node:
+    """A radix-tree node: the edge from its parent (token segments), lock count, access time."""
+
+    __slots__ = ("parent", "children", "segs", "length", "lock", "time", "nid", "indexed")
+
+    def __init__(self, parent: Node | None, segs: list[Segment], length: int, time: int, nid: int) -> None:
+        self.parent = parent
+        self.children: dict[int, list[Node]] = {}
+        """Children by the first token of their edge (siblings may share it when page > 1)."""
+        self.segs = segs
+        self.length = length
+        self.lock = 0
+        self.time = time
+        self.nid = nid
+        self.indexed = 0
+        """Non-zero while this node is an indexed evictable leaf (the id of its heap entry)."""
+
+    def first_token(self) -> int:
+        s, a, _ = self.segs[0]
+        return s.token_at(a)
+
+
+class RadixCache:
+    """Page pool plus radix tree of one rank (see the module docstring)."""
+
+    def __init__(self, total_pages: int, page: int, caching: bool = True) -> None:
+        self.page = page
+        self.total_pages = total_pages
+        self.free = total_pages
+        """Free pages."""
+        self.caching = caching
+        self.evictable = 0
+        """Tokens in unlocked tree nodes."""
+        self.protected = 0
+        """Tokens in locked tree nodes."""
+        self._clock = 0
+        self._ids = 0
+        self._heap: list[tuple[int, int, int, Node]] = []
+        self.root = self._new_node(None, [], 0, 0)
+
+    # -- clock, nodes, index -------------------------------------------------------------------
+
+    def tick(self) -> int:
+        """The next logical access time."""
+        self._clock += 1
+        return self._clock
+
+    def _new_node(self, parent: Node | None, segs: list[Segment], length: int, time: int) -> Node:
+        self._ids += 1
+        return Node(parent, segs, length, time, self._ids)
+
+    def _index(self, node: Node) -> None:
+        """Index an unlocked leaf as an eviction candidate."""
+        self._ids += 1
+        node.indexed = self._ids
+        heapq.heappush(self._heap, (node.time, node.nid, self._ids, node))
+
+    def _unindex(self, node: Node) -> bool:
+        was = node.indexed != 0
+        node.indexed = 0
+        return was
+
+    def _touch(self, node: Node, now: int) -> None:
+        """Set a node's access time, re-indexing it if it is an eviction candidate."""
+        node.time = now
+        if node.indexed:
+            self._index(node)
+
+    # -- locks ---------------------------------------------------------------------------------
+
+    def inc_lock(self, node: Node) -> None:
+        """Lock `node` and its ancestors (one reference each)."""
+        while node.parent is not None:
+            if node.lock == 0:
+                self._unindex(node)
+                self.evictable -= node.length
+                self.protected += node.length
+            node.lock += 1
+            node = node.parent
+
+    def dec_lock(self, node: Node) -> None:
+        """Release one lock reference on `node` and its ancestors."""
+        while node.parent is not None:
+            node.lock -= 1
+            if node.lock == 0:
+                self.protected -= node.length
+                self.evictable += node.length
+                if not node.children:
+                    self._index(node)
+            node = node.parent
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def _child(self, node: Node, seq: TokenSeq, pos: int, limit: int) -> tuple[Node | None, int]:
+        """The child whose first page matches `seq` at `pos`, and the page-aligned match length."""
+        candidates = node.children.get(seq.token_at(pos))
+        if candidates:
+            page = self.page
+            for child in candidates:
+                c = _segs_common(child.segs, seq, pos, min(limit, child.length))
+                c -= c % page
+                if c:
+                    return child, c
+        return None, 0
+
+    def match_len(self, seq: TokenSeq, n: int) -> int:
+        """Read-only: tokens of `seq[:n]` (n page-aligned) found in the tree."""
+        if not self.caching:
+            return 0
+        node, pos = self.root, 0
+        while pos < n:
+            child, c = self._child(node, seq, pos, n - pos)
+            if child is None:
+                break
+            pos += c
+            if c < child.length:
+                break
+            node = child
+        return pos
+
+    def match_lock(self, seq: TokenSeq, n: int) -> tuple[int, Node]:
+        """Match `seq[:n]` (n page-aligned), touch the matched nodes and lock the deepest one."""
+        if not self.caching:
+            return 0, self.root
+        now = self.tick()
+        node, pos = self.root, 0
+        node.time = now
+        pending: Node | None = None
+        while pos < n:
+            child, c = self._child(node, seq, pos, n - pos)
+            if child is None:
+                break
+            if pending is not None:
+                self._touch(pending, now)
+                pending = None
+            pos += c
+            if c < child.length:
+                node = self._split(child, c)
+                break
+            node = pending = child
+        if pending is not None:
+            self._unindex(pending)
+            pending.time = now
+        self.inc_lock(node)
+        return pos, node
+
+    # -- structure -----------------------------------------------------------------------------
+
+    def _split(self, child: Node, k: int) -> Node:
+        """Split `child`'s edge after `k` tokens; the new parent node gets the prefix."""
+        parent = child.parent
+        assert parent is not None
+        head, tail = _segs_split(child.segs, k)
+        inter = self._new_node(parent, head, k, child.time)
+        inter.lock = child.lock
+        key = child.first_token()
+        siblings = parent.children[key]
+        siblings[siblings.index(child)] = inter
+        child.segs = tail
+        child.length -= k
+        child.parent = inter
+        inter.children[child.first_token()] = [child]
+        return inter
+
+    def _add_child(self, parent: Node, seq: TokenSeq, start: int, end: int) -> Node:
+        node = self._new_node(parent, [(seq, start, end)], end - start, self.tick())
+        self._unindex(parent)
+        parent.children.setdefault(seq.token_at(start), []).append(node)
+        self.evictable += end - start
+        self._index(node)
+        return node
+
+    def _extend_leaf(self, node: Node, seq: TokenSeq, start: int, end: int, now: int) -> None:
+        s, a, b = node.segs[-1]
+        if s is seq and b == start:
+            node.segs[-1] = (s, a, end)
+        else:
+            node.segs.append((seq, start, end))
+        node.length += end - start
+        if node.lock == 0:
+            self.evictable += end - start
+        else:
+            self.protected += end - start
+        node.time = now
+        if node.indexed:
+            self._index(node)
+
+    def grow_own_leaf(self, node: Node, seq: TokenSeq, start: int, end: int) -> bool:
+        """Fast path of `insert` for a leaf locked only by the inserting request (a decoding
+        request caching its new pages): extend it in place. False if `node` is not such a leaf."""
+        if node.lock != 1 or node.children or node.parent is None:
+            return False
+        self._clock += 1
+        now = self._clock
+        n: Node | None = node
+        while n is not None:  # a locked node's ancestors are locked, so none is indexed
+            n.time = now
+            n = n.parent
+        s, a, b = node.segs[-1]
+        if s is seq and b == start:
+            node.segs[-1] = (s, a, end)
+        else:
+            node.segs.append((seq, start, end))
+        node.length += end - start
+        self.protected += end - start
+        return True
+
+    def insert(self, start_node: Node, seq: TokenSeq, start: int, end: int) -> tuple[Node, int]:
+        """Insert `seq[start:end]` below `start_node` (the path of `seq[:start]`, locked by the
+        inserting request). Returns the node ending at `end` and how many tokens were new."""
+        if start >= end:
+            return start_node, 0
+        self._clock += 1
+        now = self._clock
+        node = start_node
+        while node is not None:
+            node.time = now
+            if node.indexed:
+                self._index(node)
+            node = node.parent
+        if start_node.lock == 1 and not start_node.children and start_node.parent is not None:
+            self._extend_leaf(start_node, seq, start, end, now)
+            return start_node, end - start
+        node, pos = start_node, start
+        while pos < end:
+            if (node.parent is not None and not node.children
+                    and (node.lock == 0 or (node is start_node and node.lock == 1))):
+                self._extend_leaf(node, seq, pos, end, now)
+                return node, end - pos
+            child, c = self._child(node, seq, pos, end - pos)
+            if child is None:
+                return self._add_child(node, seq, pos, end), end - pos
+            pos += c
+            if c == child.length:
+                node = child
+                self._touch(child, now)
+                continue
+            inter = self._split(child, c)
+            if pos < end:
+                return self._add_child(inter, seq, pos, end), end - pos
+            return inter, 0
+        return node, 0
+
+    # -- pages ---------------------------------------------------------------------------------
+
+    def evict(self, tokens: int) -> int:
+        """Evict at least `tokens` tokens (whole pages) from unlocked leaves, LRU first."""
+        evicted = 0
+        page = self.page
+        heap = self._heap
+        while evicted < tokens and heap:
+            _, _, entry, victim = heapq.heappop(heap)
+            if victim.indexed != entry:
+                continue
+            victim.indexed = 0
+            pages = -(-(tokens - evicted) // page)
+            if pages * page < victim.length:
+                cut = pages * page
+                s, a, b = victim.segs[-1]
+                if cut < b - a:
+                    victim.segs[-1] = (s, a, b - cut)
+                else:
+                    victim.segs = _segs_split(victim.segs, victim.length - cut)[0]
+                victim.length -= cut
+                self._release(cut)
+                evicted += cut
+                self._index(victim)
+                continue
+            parent = victim.parent
+            assert parent is not None
+            key = victim.first_token()
+            siblings = parent.children[key]
+            siblings.remove(victim)
+            if not siblings:
+                del parent.children[key]
+            self._release(victim.length)
+            evicted += victim.length
+            if parent.parent is not None and not parent.children and parent.lock == 0:
+                self._index(parent)
+        return evicted
+
+    def _release(self, tokens: int) -> None:
+        self.evictable -= tokens
+        self.free += tokens // self.page
+
+    def reserve(self, pages: int) -> bool:
+        """Take `pages` free pages, evicting unlocked leaves if needed; False if impossible."""
+        if pages <= self.free:
+            self.free -= pages
+            return True
+        if pages * self.page > self.free * self.page + self.evictable:
+            return False
+        self.evict((pages - self.free) * self.page)
+        if pages > self.free:
+            return False
+        self.free -= pages
+        return True
+
+    def give_back(self, pages: int) -> None:
+        """Return pages a request held privately to the pool."""
+        self.free += pages
+
+
+    # -- pool counters (what other stages read) ----------------------------------------------
+
+    @property
+    def num_blocks(self) -> int:
+        """Pages of the pool."""
+        return self.total_pages
+
+    @property
+    def active(self) -> int:
+        """Pages in use by requests: locked in the tree or held privately."""
+        return self.total_pages - self.free - self.evictable // self.page
+
+    @property
+    def listener(self) -> None:
+        return None
+
+    @listener.setter
+    def listener(self, callback: object) -> None:
+        """KV events for the KV router are not emitted by the radix cache yet."""
+        if callback is not None:
+            raise RunError("the kv_router policy needs KV events, which the SGLang core does not "
+                           "emit yet; use router policy round_robin, random or least_loaded with "
+                           "backend 'sglang'")
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def check(self) -> tuple[int, int]:
+        """Recompute the tree's evictable/protected sizes and lock counts from scratch.
+
+        Returns (evictable, protected) tokens; raises AssertionError on any inconsistency.
+        """
+        evictable = protected = 0
+        stack = list(self._children_of(self.root))
+        while stack:
+            node = stack.pop()
+            assert node.length > 0 and node.length % self.page == 0
+            assert node.length == sum(b - a for _, a, b in node.segs)
+            assert node.lock >= sum(c.lock for c in self._children_of(node)), "locks cover the path"
+            if node.lock:
+                protected += node.length
+            else:
+                evictable += node.length
+            assert bool(node.indexed) == (node.lock == 0 and not node.children), "leaf index"
+            stack.extend(self._children_of(node))
+        assert (evictable, protected) == (self.evictable, self.protected), "size counters"
+        assert 0 <= self.free <= self.total_pages
+        return evictable, protected
+
+    @staticmethod
+    def _children_of(node: Node) -> list[Node]:
+        return [c for group in node.children.values() for c in group]

@@ -1,0 +1,486 @@
+"""The SGLang scheduling core of one rank (the reference wheel's behaviour, spec/engine.md §5).
+
+One call to `run_pass` is one scheduler iteration:
+
+1. the schedule policy reorders the waiting queue (`lpm`, with prefix caching only: longest
+   radix match first, requests repeating an earlier one's first 32 tokens last; `fifo`: none);
+2. prefill admission pops waiting heads while running slots remain. A head is admitted when its
+   uncomputed tokens plus its clipped remaining output are below ``free + evictable − Σ running
+   min(remaining output, clip) × new_token_ratio``; a prompt longer than `chunked_prefill_size`
+   is cut to the page-floored remaining chunk budget, a shorter one is taken whole; the chunk
+   (cached tokens included) is charged in whole pages to `chunked_prefill_size` and
+   `max_prefill_tokens`. A request's first chunk matches the radix tree on the chunk's own
+   tokens and reuses every matched page (no "last token" cap); continuation chunks never match
+   again. Every chunk is an admission whose reused tokens are the tokens it did not compute.
+   `max_batched_tokens` plays no role. A failed allocation resets the ratio;
+3. the prefill time of the batch (`bs` chunks, floor means of chunk ends and prefixes);
+4. chunked requests cache their page-aligned prefix and return to the front of the queue,
+   completed prompts join the running list (output-0 requests finish at once, without a token);
+5. the decode step: every running request (including the ones whose prefill just completed)
+   needs room for one more token; while the pool (free + evictable) is short and more than one
+   request runs, the one with the fewest generated tokens is retracted (its KV released, its
+   tokens kept) to the front of the queue and the ratio reset; the survivors each emit a token,
+   finished ones move their sequence into the tree, the others cache their full pages;
+6. the ratio decays by one step.
+
+**Unservable requests.** Where the reference stalls forever, servesim rejects the request
+(``EngineRequest.reject_reason`` says why) and the run goes on:
+
+* *at admission*: at the start of a pass in which **no request is running** on the rank, the
+  waiting head is rejected when even an otherwise idle rank with full per-pass budgets could not
+  admit it — its uncomputed tokens plus min(remaining output, clip_max_new_tokens) are not below
+  the pool (minus the pages it already holds), its next chunk is empty (chunked_prefill_size <
+  page size), or that chunk in whole pages exceeds max_prefill_tokens or chunked_prefill_size.
+  The check repeats for the next head. While requests run, a blocked head just waits, exactly
+  as in the reference, so a run the reference completes is reproduced unchanged;
+* *in decode*: when retraction has left a single running request and its sequence plus the next
+  token no longer fits the whole pool, that request is rejected (keeping the tokens it emitted).
+
+Any other effect-free pass (possible only with several partially prefilled requests in
+unusual LPM orders) parks the worker like the reference does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from servesim.engine.radix import RadixCache, TokenSeq
+from servesim.engine.rank import ForwardPassMetrics, RankConfig, RankPass, population_variance
+from servesim.engine.request import EngineRequest
+from servesim.engine.timing import TimingModel
+from servesim.errors import RunError
+from servesim.traffic.workload import output_runs
+
+LPM_MAX_WAITING = 128
+"""LPM falls back to FIFO above this many waiting requests."""
+LPM_PREFIX = 32
+"""LPM's in-queue prefix de-duplication threshold (tokens)."""
+RATIO_INIT, RATIO_MIN_FACTOR, RATIO_DECAY_STEPS = 0.7, 0.14, 600.0
+
+
+class SgRequest:
+    """A request inside an SGLang rank: its content and KV lease."""
+
+    __slots__ = ("req", "seq", "length", "materialized", "pages", "cached", "node", "lpm_key")
+
+    def __init__(self, req: EngineRequest) -> None:
+        self.req = req
+        self.length = req.prompt_len + req.generated
+        """Known tokens: the prompt and the tokens generated so far."""
+        runs = req.prompt_runs + output_runs(req.output_base, req.max_output, req.output_ids)
+        self.seq = TokenSeq(runs)
+        """Prompt and every token it may generate (the known length grows over time)."""
+        self.materialized = 0
+        """Tokens with KV (page-rounded up in `pages`)."""
+        self.pages = 0
+        """Pages of the lease: the cached prefix's tree pages, then private ones."""
+        self.cached = 0
+        """Leading tokens of the lease that are in the tree, under the locked `node`."""
+        self.node = None
+        self.lpm_key: tuple[int, ...] | None = None
+        """LPM: the request's first 32 tokens (rounded up to whole pages), once computed."""
+
+    def remaining_output(self) -> int:
+        return self.req.max_output - self.req.generated
+
+
+class SglangRank:
+    """Scheduler, radix cache and timing of one rank running the SGLang policy."""
+
+    def __init__(self, config: RankConfig, timing: TimingModel) -> None:
+        if config.role != "aggregated":
+            raise RunError("backend 'sglang' supports aggregated serving only "
+                           "(disaggregated SGLang workers are not implemented yet)")
+        self.config = config
+        self.settings = config.sglang
+        self.timing = timing
+        self.page = config.block_size
+        self.total_tokens = config.num_blocks * config.block_size
+        self.cache = RadixCache(config.num_blocks, config.block_size, config.prefix_caching)
+        self.waiting: deque[SgRequest] = deque()
+        self.running: list[SgRequest] = []
+        self._context = 0
+        """Σ length of the running requests."""
+        self.ratio_init = RATIO_INIT * self.settings.schedule_conservativeness
+        self.ratio_min = self.ratio_init * RATIO_MIN_FACTOR
+        self.ratio_decay = (self.ratio_init - self.ratio_min) / RATIO_DECAY_STEPS
+        self.ratio = self.ratio_init
+
+    @property
+    def pool(self) -> RadixCache:
+        """The KV store, with the pool counters (`active`, `num_blocks`) other stages read."""
+        return self.cache
+
+    # -- queue interface --------------------------------------------------------------------
+
+    def enqueue(self, request: EngineRequest) -> None:
+        """A request routed to this rank joins the tail of the waiting queue."""
+        self.waiting.append(SgRequest(request))
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def num_requests(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def can_run_ahead(self, pass_index: int) -> bool:
+        """Whether the next pass would only decode: nothing waits and no retraction is needed."""
+        if self.waiting or not self.running:
+            return False
+        cache = self.cache
+        return self._growth() * self.page <= cache.free * self.page + cache.evictable
+
+    def next_decode_ms(self) -> float:
+        """Duration of the next pass if it only decodes."""
+        n, total = len(self.running), self._context
+        return self.timing.decode(n, total, total // n, self.total_tokens)
+
+    def _growth(self) -> int:
+        """Pages the running requests need for their next tokens (a running request holds
+        exactly the pages of its known tokens, so it needs one when those fill whole pages)."""
+        page = self.page
+        if page == 1:
+            return len(self.running)
+        return sum(1 for r in self.running if r.length % page == 0)
+
+    # -- the pass ---------------------------------------------------------------------------
+
+    def run_pass(self, pass_index: int) -> RankPass:
+        """Run one scheduler iteration; tokens are credited to worker pass `pass_index`."""
+        result = RankPass()
+        batch: list[tuple[SgRequest, int, int]] = []
+        if self.waiting:
+            if self.settings.schedule_policy == "lpm":
+                self._apply_lpm()
+            if not self.running and self.config.reject_unservable:
+                self._reject_unservable(result)
+            batch, oom = self._admit(result)
+            if oom:
+                self.ratio = self.ratio_init
+            result.prefill_ms = self._prefill_time(batch)
+            self._place_batch(batch, result)
+        decoding: list[SgRequest] = []
+        retracted = self._decode(pass_index, result, decoding) if self.running else []
+        if retracted:
+            self.waiting.extendleft(reversed(retracted))
+            self.ratio = self.ratio_init
+        self.ratio = max(self.ratio - self.ratio_decay, self.ratio_min)
+        if not result.has_effect and self.config.reject_unservable:
+            self._roll_back_partial_prefills(result)
+        if self.config.record_metrics:
+            result.metrics = self._forward_pass_metrics(batch, decoding)
+        return result
+
+    # -- schedule policy --------------------------------------------------------------------
+
+    def _apply_lpm(self) -> None:
+        """Longest radix match (of the full pages of each request's sequence) first, except that
+        a request with at most 32 tokens cached whose first 32 tokens (rounded up to pages)
+        repeat those of an earlier such request goes last. A stable, permanent reordering of the
+        waiting queue; skipped above 128 waiting requests and without prefix caching."""
+        waiting = self.waiting
+        if len(waiting) > LPM_MAX_WAITING or len(waiting) < 2 or not self.cache.caching:
+            return
+        page, cache = self.page, self.cache
+        span = -(-LPM_PREFIX // page) * page
+        seen: set[tuple[int, ...]] = set()
+        keyed = []
+        for r in waiting:
+            length = r.length
+            match = cache.match_len(r.seq, length - length % page)
+            late = False
+            if match <= LPM_PREFIX and length >= span:
+                if r.lpm_key is None:
+                    r.lpm_key = r.seq.tokens(0, span)
+                late = r.lpm_key in seen
+                seen.add(r.lpm_key)
+            keyed.append((late, -match, r))
+        keyed.sort(key=lambda item: (item[0], item[1]))
+        self.waiting = deque(item[2] for item in keyed)
+
+    # -- admission --------------------------------------------------------------------------
+
+    def _reject_unservable(self, result: RankPass) -> None:
+        """With nothing running, drop waiting heads no idle rank could ever admit."""
+        while self.waiting:
+            r = self.waiting[0]
+            reason = self._never_admissible(r)
+            if reason is None:
+                return
+            self.waiting.popleft()
+            self._release(r)
+            r.req.reject_reason = reason
+            result.rejected.append(r.req)
+
+    def _never_admissible(self, r: SgRequest) -> str | None:
+        """Why `r` fails admission even on an idle rank with full budgets (None if it does not)."""
+        s, page = self.settings, self.page
+        extend = r.length - r.materialized
+        chunk = extend if extend <= s.chunked_prefill_size else s.chunked_prefill_size // page * page
+        if chunk == 0:
+            return f"chunked_prefill_size {s.chunked_prefill_size} is smaller than one page ({page})"
+        charged = -(-chunk // page) * page
+        out = min(r.remaining_output(), s.clip_max_new_tokens) if chunk == extend else 0
+        room = self.total_tokens - r.pages * page
+        if charged + out >= room:
+            return (f"its next {charged} prompt tokens + {out} reserved output tokens do not fit "
+                    f"below the {room} KV tokens an idle rank could give it")
+        if charged > s.max_prefill_tokens or charged > s.chunked_prefill_size:
+            return (f"a prefill chunk of {charged} tokens exceeds max_prefill_tokens "
+                    f"{s.max_prefill_tokens} or chunked_prefill_size {s.chunked_prefill_size}")
+        return None
+
+    def _admit(self, result: RankPass) -> tuple[list[tuple[SgRequest, int, int]], bool]:
+        """Build the prefill batch: (request, chunk end, reused tokens) per chunk; OOM flag."""
+        s, page, cache = self.settings, self.page, self.cache
+        ratio, clip = self.ratio, s.clip_max_new_tokens
+        reserved = 0.0
+        for r in self.running:
+            reserved += min(r.remaining_output(), clip) * ratio
+        rem_total = (cache.free * page + cache.evictable) - reserved
+        rem_input, rem_chunk = s.max_prefill_tokens, s.chunked_prefill_size
+        slots = self.config.max_sequences - len(self.running)
+        batch: list[tuple[SgRequest, int, int]] = []
+        waiting = self.waiting
+        while waiting and len(batch) < slots:
+            r = waiting[0]
+            extend = r.length - r.materialized
+            chunk = extend if extend <= s.chunked_prefill_size else rem_chunk // page * page
+            if chunk == 0:
+                break
+            charged = -(-chunk // page) * page
+            out = min(r.remaining_output(), clip) if chunk == extend else 0
+            if not charged + out < rem_total or charged > rem_input or charged > rem_chunk:
+                break
+            reused = self._allocate(r, r.materialized + chunk)
+            if reused is None:
+                return batch, True
+            waiting.popleft()
+            chunk_end = r.materialized
+            rem_total -= charged + out
+            rem_input -= charged
+            rem_chunk -= charged
+            result.admitted.append((r.req, reused))
+            result.scheduled_tokens += chunk_end - reused
+            batch.append((r, chunk_end, reused))
+            if rem_chunk <= 0:
+                break
+        return batch, False
+
+    def _allocate(self, r: SgRequest, chunk_end: int) -> int | None:
+        """Give `r` pages up to `chunk_end`; returns the tokens it did not have to compute."""
+        page, cache = self.page, self.cache
+        pages_needed = -(-chunk_end // page)
+        if r.materialized == 0:
+            matched, node = cache.match_lock(r.seq, chunk_end - chunk_end % page)
+            fresh = pages_needed - matched // page
+            if not cache.reserve(fresh):
+                cache.dec_lock(node)
+                return None
+            r.node, r.cached, r.pages = node, matched, pages_needed
+            reused = matched
+        else:
+            if not cache.reserve(pages_needed - r.pages):
+                return None
+            r.pages = pages_needed
+            reused = r.materialized
+        r.materialized = chunk_end
+        r.req.computed = chunk_end
+        return reused
+
+    def _prefill_time(self, batch: list[tuple[SgRequest, int, int]]) -> float:
+        count = len(batch)
+        if not count:
+            return 0.0
+        mean_isl = sum(end for _, end, _ in batch) // count
+        mean_prefix = sum(reused for _, _, reused in batch) // count
+        if mean_isl == mean_prefix:
+            return 0.0
+        return self.timing.prefill(count, mean_isl, mean_prefix)
+
+    def _place_batch(self, batch: list[tuple[SgRequest, int, int]], result: RankPass) -> None:
+        """Chunked requests back to the queue front, finished prompts to running."""
+        partial = []
+        for r, _end, _reused in batch:
+            if r.materialized < r.length:
+                self._cache_prefix(r)
+                partial.append(r)
+            elif r.remaining_output() <= 0:
+                self._finish(r)
+                result.finished.append(r.req)
+            else:
+                self.running.append(r)
+                self._context += r.length
+        self.waiting.extendleft(reversed(partial))
+
+    # -- decode -----------------------------------------------------------------------------
+
+    def _decode(self, pass_index: int, result: RankPass, decoding: list[SgRequest]) -> list[SgRequest]:
+        """One token for every running request, retracting under memory pressure.
+
+        `decoding` receives the requests that got a token, with their lengths before it."""
+        retracted, growth = self._make_room(result)
+        running = self.running
+        if not running or not self.cache.reserve(growth):
+            return retracted
+        n = len(running)
+        total = self._context
+        result.decode_ms = self.timing.decode(n, total, total // n, self.total_tokens)
+        result.emitted = n
+        result.scheduled_tokens += n
+        decoding.extend(running)
+        done: list[SgRequest] = []
+        page, cache = self.page, self.cache
+        caching = cache.caching
+        for r in running:
+            req = r.req
+            req.generated += 1
+            if req.generated == 1:
+                result.first_tokens.append(req)
+            req.add_token_pass(pass_index)
+            length = r.length = r.materialized = req.computed = r.length + 1
+            r.pages = -(-length // page)
+            if req.generated >= req.max_output:
+                self._finish(r)
+                done.append(r)
+            elif caching:
+                end = length - length % page
+                if end > r.cached:
+                    if cache.grow_own_leaf(r.node, r.seq, r.cached, end):
+                        r.cached = end
+                    else:
+                        self._cache_prefix(r)
+        self._context += n
+        if done:
+            self.running = [r for r in running if r.req.generated < r.req.max_output]
+            self._context -= sum(r.length for r in done)
+            result.finished.extend(r.req for r in done)
+        return retracted
+
+    def _make_room(self, result: RankPass) -> tuple[list[SgRequest], int]:
+        """Retract fewest-output requests while the next tokens do not fit (never the last one);
+        reject a lone request that has outgrown the whole pool. Returns the retracted requests
+        and the pages the remaining ones need."""
+        page, cache, running = self.page, self.cache, self.running
+        growth = self._growth()
+        retracted: list[SgRequest] = []
+        while cache.free * page + cache.evictable < growth * page and len(running) > 1:
+            victim = min(range(len(running)), key=lambda i: running[i].req.generated)
+            r = running.pop(victim)
+            growth -= r.length % page == 0
+            self._context -= r.length
+            self._release(r)
+            r.req.preempted = True
+            retracted.append(r)
+            result.preemptions += 1
+        if len(running) == 1 and cache.free * page + cache.evictable < growth * page:
+            r = running[0]
+            need = -(-(r.length + 1) // page) * page
+            if need > self.total_tokens and self.config.reject_unservable:
+                running.pop()
+                self._context -= r.length
+                self._release(r)
+                r.req.reject_reason = (f"sequence of {r.length + 1} tokens outgrew the KV pool "
+                                       f"({self.total_tokens} tokens)")
+                result.rejected.append(r.req)
+                growth = 0
+        return retracted, growth
+
+    # -- forward-pass metrics ---------------------------------------------------------------
+
+    def _forward_pass_metrics(self, batch: list[tuple[SgRequest, int, int]],
+                              decoding: list[SgRequest]) -> ForwardPassMetrics:
+        """This pass's prefill chunks and decodes, and the queues after the pass."""
+        m = ForwardPassMetrics()
+        prompts = [r.req.prompt_len for r, _, _ in batch]
+        m.num_prefill_requests = len(batch)
+        m.sum_prefill_tokens = sum(end - reused for _, end, reused in batch)
+        m.sum_prefill_kv_tokens = sum(reused for _, _, reused in batch)
+        m.var_prefill_length = population_variance(len(prompts), sum(prompts), sum(x * x for x in prompts))
+        lengths = [r.length - 1 for r in decoding]
+        m.num_decode_requests, m.sum_decode_kv_tokens = len(lengths), sum(lengths)
+        m.var_decode_kv_tokens = population_variance(len(lengths), sum(lengths), sum(x * x for x in lengths))
+        fresh = [r.req.prompt_len for r in self.waiting if not r.req.preempted]
+        resumed = [r.length for r in self.waiting if r.req.preempted]
+        m.num_queued_prefill, m.sum_queued_prefill_tokens = len(fresh), sum(fresh)
+        m.var_queued_prefill_length = population_variance(len(fresh), sum(fresh), sum(x * x for x in fresh))
+        m.num_queued_decode, m.sum_queued_decode_kv_tokens = len(resumed), sum(resumed)
+        m.var_queued_decode_kv_tokens = population_variance(len(resumed), sum(resumed),
+                                                            sum(x * x for x in resumed))
+        return m
+
+    def _roll_back_partial_prefills(self, result: RankPass) -> None:
+        """Deadlock breaker: release the KV of every partially prefilled waiting request.
+
+        Reached only after a pass with no effect at all, i.e. where the reference stalls for
+        ever: the only pages that can still block progress are held by chunked requests waiting
+        for their next chunk (the lone running request needs them, or they block each other).
+        They keep their queue position and prefill again later; the ratio resets as after a
+        retraction."""
+        for r in self.waiting:
+            if r.node is not None:
+                self._release(r)
+                r.req.preempted = True
+                result.preemptions += 1
+        if result.preemptions:
+            self.ratio = self.ratio_init
+
+    # -- KV lease ---------------------------------------------------------------------------
+
+    def _cache_prefix(self, r: SgRequest) -> None:
+        """Insert the request's full pages into the tree; its lock moves to the new end."""
+        cache = self.cache
+        if not cache.caching:
+            return
+        end = r.materialized - r.materialized % self.page
+        if end <= r.cached:
+            return
+        node, new = cache.insert(r.node, r.seq, r.cached, end)
+        if node is not r.node:
+            cache.inc_lock(node)
+            cache.dec_lock(r.node)
+        cache.give_back((end - r.cached - new) // self.page)
+        r.node, r.cached = node, end
+
+    def _finish(self, r: SgRequest) -> None:
+        """Move a completed request's full pages into the tree, free the rest, unlock."""
+        cache, page = self.cache, self.page
+        if cache.caching:
+            end = r.materialized - r.materialized % page
+            cache.give_back(r.pages - end // page)
+            node, new = cache.insert(r.node, r.seq, r.cached, end)
+            cache.give_back((end - r.cached - new) // page)
+            cache.dec_lock(r.node)
+        else:
+            cache.give_back(r.pages)
+        self._clear(r)
+
+    def _release(self, r: SgRequest) -> None:
+        """Retraction or rejection: free private pages, unlock the cached prefix."""
+        if r.node is None:
+            return
+        self.cache.give_back(r.pages - r.cached // self.page)
+        self.cache.dec_lock(r.node)
+        self._clear(r)
+
+    @staticmethod
+    def _clear(r: SgRequest) -> None:
+        r.node = None
+        r.pages = r.cached = r.materialized = 0
+        r.req.computed = 0
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Assert page conservation: free + evictable + protected + private == total."""
+        evictable, protected = self.cache.check()
+        page = self.page
+        private = 0
+        assert self._context == sum(r.length for r in self.running)
+        assert all(r.materialized == r.length for r in self.running)
+        for r in list(self.running) + list(self.waiting):
+            private += r.pages - r.cached // page
+            assert r.pages == -(-r.materialized // page) and r.cached <= r.materialized
+            assert (r.node is None) == (r.materialized == 0)
+        total = self.cache.free + (evictable + protected) // page + private
+        assert total == self.cache.total_pages, (total, self.cache.total_pages)
