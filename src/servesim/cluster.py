@@ -498,4 +498,5 @@ def _role(pool: str, disaggregated: bool) -> str:
 def _traits(spec: PoolSpec) -> PoolTraits:
     config = spec.rank_config
     return PoolTraits(spec.gpus_per_worker, config.block_size, config.max_batched_tokens,
-                      config.max_sequences, config.max_model_len, spec.timing)
+                      config.max_sequences, config.max_model_len, spec.timing, spec.dp_size,
+                      config.num_blocks)

@@ -46,7 +46,7 @@ def _lifecycle(report: dict) -> list[tuple[float, int, str, str]]:
 def test_a_worker_cancelled_while_starting_is_removed_at_once():
     report = simulate(_config(startup=5.0), scaling=Scripted([(1000, 2), (3000, 1)]),
                       capture_per_request=True).to_dict()
-    assert _lifecycle(report) == [(1.0, 1, "starting", "scripted"), (3.0, 1, "removed", "startup_cancelled")]
+    assert _lifecycle(report) == [(1.0, 1, "starting", "scale_up"), (3.0, 1, "removed", "startup_cancelled")]
     assert {r["decode_worker_idx"] for r in report["per_request"]} == {0}, "a starting worker gets no traffic"
     duration = report["decode_worker_seconds"]
     assert duration == pytest.approx(report["duration_ms"] / 1000 + 2.0, rel=1e-9), "2 s of a second worker"
@@ -58,8 +58,8 @@ def test_new_workers_serve_after_startup_and_get_fresh_ids():
     policy = Scripted(plan)
     report = simulate(_config(startup=1.0), scaling=policy, capture_per_request=True).to_dict()
     states = _lifecycle(report)
-    assert (1.0, 1, "starting", "scripted") in states and (2.0, 1, "active", "worker_ready") in states
-    assert (4.0, 2, "draining", "scripted") in states and (4.0, 1, "draining", "scripted") in states
+    assert (1.0, 1, "starting", "scale_up") in states and (2.0, 1, "active", "worker_ready") in states
+    assert (4.0, 2, "draining", "scale_down") in states and (4.0, 1, "draining", "scale_down") in states
     assert [w for t, w, s, _ in states if t == 6.0 and s == "starting"] == [3, 4], "ids are never reused"
     served = {r["decode_worker_idx"] for r in report["per_request"]}
     assert served == {0, 1, 2, 3, 4}
@@ -76,7 +76,7 @@ def test_draining_workers_finish_their_requests_before_removal():
     report = simulate(_config(rate=40.0, requests=160, startup=0.0, replicas=2),
                       scaling=Scripted([(1500, 1)]), capture_per_request=True).to_dict()
     drain = [e for e in _lifecycle(report) if e[1] == 1]
-    assert drain[0][2:] == ("draining", "scripted") and drain[1][2:] == ("removed", "drained")
+    assert drain[0][2:] == ("draining", "scale_down") and drain[1][2:] == ("removed", "drained")
     removed_at = drain[1][0] * 1000
     on_worker_1 = [r for r in report["per_request"] if r["decode_worker_idx"] == 1]
     assert max(r["terminal_time_ms"] for r in on_worker_1) == removed_at

@@ -55,8 +55,7 @@ class PoolSnapshot:
     @property
     def max_kv_tokens(self) -> int:
         """KV capacity of one worker in tokens (all its DP ranks)."""
-        per_worker = len(self.ranks) // max(1, len(self.active))
-        return self.ranks[0].total_blocks * self.block_size * per_worker if self.ranks else 0
+        return self.kv_blocks_per_rank * self.block_size * self.ranks_per_worker
 
     @property
     def non_draining(self) -> int:

@@ -33,6 +33,8 @@ class PoolTraits:
     max_sequences: int
     context_length: int | None
     timing: Any
+    ranks_per_worker: int = 1
+    kv_blocks_per_rank: int = 0
 
 
 @dataclass
@@ -56,7 +58,7 @@ class _TrafficTally:
             avg_ttft_ms=self.ttft_sum / self.ttft_n if self.ttft_n else 0.0,
             avg_itl_ms=self.itl_sum / self.itl_n if self.itl_n else 0.0,
             avg_kv_hit_rate=self.hit_sum / self.hit_n if self.hit_n else 0.0,
-            num_completed=self.completed)
+            num_completed=self.completed, num_kv_hit_samples=self.hit_n)
 
 
 @dataclass
@@ -127,7 +129,7 @@ class Scaler:
             if fleet is None or target is None or target == fleet.non_draining:
                 continue
             before = fleet.non_draining
-            reason = decision.reason or ("scale_up" if target > before else "scale_down")
+            reason = "scale_up" if target > before else "scale_down"
             transitions += fleet.scale_to(max(0, target), now, reason)
             self.record.scaling_events.append({"at_s": now / 1000, "component": self._component(pool),
                                                "from_count": before, "to_count": fleet.non_draining,
@@ -180,7 +182,8 @@ class Scaler:
                             gpus_per_worker=traits.gpus_per_worker, block_size=traits.block_size,
                             max_batched_tokens=traits.max_batched_tokens,
                             max_sequences=traits.max_sequences, context_length=traits.context_length,
-                            timing=traits.timing)
+                            timing=traits.timing, ranks_per_worker=traits.ranks_per_worker,
+                            kv_blocks_per_rank=traits.kv_blocks_per_rank)
 
     def _rank_snapshot(self, pool: str, fleet: Fleet, worker: Worker, rank: int, now: float) -> RankSnapshot:
         scheduler = worker.ranks[rank]
