@@ -38,6 +38,7 @@ SUPPORTED = [
     "engine/02-vllm-preemption/config-noprefix.yaml",
     "engine/03-vllm-prefix-cache-polynomial/config.yaml",
     "engine/03-vllm-prefix-cache-polynomial/config-small-kv.yaml",
+    "engine/04-sglang-fixed/config.yaml",
     "engine/05-trtllm-no-evict/config.yaml",
     "engine/05-trtllm-no-evict/config-vllm-control.yaml",
     "engine/06-attention-dp-barrier/config.yaml",

@@ -2,49 +2,59 @@
 
 One call to `run_pass` is one scheduler iteration:
 
-1. the schedule policy reorders the waiting queue (`lpm`, with prefix caching only: longest
-   radix match first, requests repeating an earlier one's first 32 tokens last; `fifo`: none);
-2. prefill admission pops waiting heads while running slots remain. A head is admitted when its
-   uncomputed tokens plus its clipped remaining output are below ``free + evictable − Σ running
-   min(remaining output, clip) × new_token_ratio``; a prompt longer than `chunked_prefill_size`
-   is cut to the page-floored remaining chunk budget, a shorter one is taken whole; the chunk
-   (cached tokens included) is charged in whole pages to `chunked_prefill_size` and
-   `max_prefill_tokens`. A request's first chunk matches the radix tree on the chunk's own
-   tokens and reuses every matched page (no "last token" cap); continuation chunks never match
-   again. Every chunk is an admission whose reused tokens are the tokens it did not compute.
-   `max_batched_tokens` plays no role. A failed allocation resets the ratio;
-3. the prefill time of the batch (`bs` chunks, floor means of chunk ends and prefixes);
+1. with `lpm` (and prefix caching on, at most 128 waiting) the waiting queue is stably and
+   permanently re-sorted: longest radix match of each request's full pages first, except that a
+   request with at most 32 tokens cached whose first 32 tokens (rounded up to pages) repeat an
+   earlier such request's goes last; `fifo` leaves the queue alone;
+2. prefill admission takes waiting heads while running slots remain (strict head of line). The
+   next chunk is the whole uncomputed rest when that is at most `chunked_prefill_size`, else the
+   page-floored remaining chunk budget (never a partial fit of a short prompt). The chunk, cached
+   tokens included and rounded up to pages, plus min(remaining output, clip_max_new_tokens) when
+   it completes the prompt, must be below ``free + evictable − Σ running min(remaining output,
+   clip) × new_token_ratio``, and within the remaining `max_prefill_tokens` and chunk budgets.
+   A request's first chunk matches the radix tree on the chunk's own tokens and reuses every
+   matched page (no "last token" cap); continuation chunks never match again. Every chunk is an
+   admission whose reused tokens are the tokens it did not compute. `max_batched_tokens` plays
+   no role. A failed allocation resets the ratio;
+3. the prefill time of the batch (`bs` chunks, floor means of chunk ends and prefixes; zero when
+   they are equal, e.g. a fully cached prompt);
 4. chunked requests cache their page-aligned prefix and return to the front of the queue,
    completed prompts join the running list (output-0 requests finish at once, without a token);
 5. the decode step: every running request (including the ones whose prefill just completed)
    needs room for one more token; while the pool (free + evictable) is short and more than one
-   request runs, the one with the fewest generated tokens is retracted (its KV released, its
-   tokens kept) to the front of the queue and the ratio reset; the survivors each emit a token,
-   finished ones move their sequence into the tree, the others cache their full pages;
-6. the ratio decays by one step.
+   request runs, the one with the fewest generated tokens (first in running order) is retracted
+   — its private pages freed, its cached prefix unlocked, its tokens kept — to the front of the
+   queue, and the ratio resets; the others each emit a token, finished ones move their sequence
+   into the tree, the others cache their full pages;
+6. the ratio (0.7 × schedule_conservativeness at first and after every reset) decays by
+   (init − 0.14·init) / 600 down to 0.14·init.
 
-**Unservable requests.** Where the reference stalls forever, servesim rejects the request
-(``EngineRequest.reject_reason`` says why) and the run goes on:
+**Unservable requests** (with `RankConfig.reject_unservable`, servesim's default). Where the
+reference stalls for ever, servesim rejects the request with `EngineRequest.reject_reason` and
+the run goes on. The rules only act where the reference would make no progress any more, so any
+run the reference completes is reproduced unchanged:
 
 * *at admission*: at the start of a pass in which **no request is running** on the rank, the
   waiting head is rejected when even an otherwise idle rank with full per-pass budgets could not
-  admit it — its uncomputed tokens plus min(remaining output, clip_max_new_tokens) are not below
-  the pool (minus the pages it already holds), its next chunk is empty (chunked_prefill_size <
-  page size), or that chunk in whole pages exceeds max_prefill_tokens or chunked_prefill_size.
-  The check repeats for the next head. While requests run, a blocked head just waits, exactly
-  as in the reference, so a run the reference completes is reproduced unchanged;
+  admit its next chunk: that chunk (in whole pages) plus its output reserve is not below the
+  pool minus the pages the request already holds, or the chunk is empty (chunked_prefill_size <
+  page size), or it exceeds max_prefill_tokens or chunked_prefill_size. The check repeats for
+  the new head. While requests run, a blocked head just waits, as in the reference;
 * *in decode*: when retraction has left a single running request and its sequence plus the next
-  token no longer fits the whole pool, that request is rejected (keeping the tokens it emitted).
+  token no longer fits the whole pool, that request is rejected (keeping the tokens it emitted);
+* *deadlock*: after a pass with no effect at all (the lone running request needs pages held by
+  partially prefilled waiting requests, which in turn cannot continue), those partial prefills
+  are rolled back like retractions: they keep their queue position and prefill again later.
 
-Any other effect-free pass (possible only with several partially prefilled requests in
-unusual LPM orders) parks the worker like the reference does.
+Without `reject_unservable` none of this happens and such a rank stalls (its worker is parked
+and the run ends in the reference's "effect-free zero-duration pass" error).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from servesim.engine.radix import RadixCache, TokenSeq
+from servesim.engine.radix import Node, RadixCache, TokenSeq
 from servesim.engine.rank import ForwardPassMetrics, RankConfig, RankPass, population_variance
 from servesim.engine.request import EngineRequest
 from servesim.engine.timing import TimingModel
@@ -76,11 +86,12 @@ class SgRequest:
         """Pages of the lease: the cached prefix's tree pages, then private ones."""
         self.cached = 0
         """Leading tokens of the lease that are in the tree, under the locked `node`."""
-        self.node = None
+        self.node: Node | None = None
         self.lpm_key: tuple[int, ...] | None = None
         """LPM: the request's first 32 tokens (rounded up to whole pages), once computed."""
 
     def remaining_output(self) -> int:
+        """Tokens it may still generate."""
         return self.req.max_output - self.req.generated
 
 
@@ -118,9 +129,11 @@ class SglangRank:
         self.waiting.append(SgRequest(request))
 
     def has_work(self) -> bool:
+        """Whether a request is running or waiting."""
         return bool(self.running or self.waiting)
 
     def num_requests(self) -> int:
+        """Requests running or waiting on this rank."""
         return len(self.running) + len(self.waiting)
 
     def can_run_ahead(self, pass_index: int) -> bool:
@@ -289,6 +302,7 @@ class SglangRank:
         return reused
 
     def _prefill_time(self, batch: list[tuple[SgRequest, int, int]]) -> float:
+        """The prefill phase of the pass: the timing model on the chunks' floor means."""
         count = len(batch)
         if not count:
             return 0.0
@@ -465,6 +479,7 @@ class SglangRank:
 
     @staticmethod
     def _clear(r: SgRequest) -> None:
+        """Forget a released lease."""
         r.node = None
         r.pages = r.cached = r.materialized = 0
         r.req.computed = 0
