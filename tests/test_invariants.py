@@ -56,6 +56,12 @@ def scenarios(draw) -> tuple[dict, list[dict] | None]:
                                         {"type": "fixed", "prefill_ms": 3.3, "decode_ms": 0.7},
                                         {"type": "fixed", "prefill_ms": 10, "decode_ms": 2}])),
     }
+    if draw(st.booleans()):
+        worker["scheduler"]["preemption_mode"] = draw(st.sampled_from(["lifo", "fifo"]))
+    if draw(st.booleans()):
+        nextn = draw(st.integers(1, 4))
+        worker["speculative"] = {"num_speculative_tokens": nextn, "seed": draw(st.integers(0, 99)),
+                                 "acceptance_rates": draw(st.lists(st.sampled_from([0, 0.4, 0.9, 1]), max_size=nextn))}
     engine = {"model": "m", "hardware": "h200_sxm", "context_length": draw(st.sampled_from([60, 120, 4096])),
               "workers": {"aggregated": worker}}
     if draw(st.booleans()):

@@ -29,7 +29,7 @@ from servesim.config.schema import (
     runtime_rejections,
 )
 from servesim.engine.timing import FixedTiming, PolynomialTiming, TimingModel
-from servesim.engine.rank import Rank, RankConfig, SglangSettings, make_rank
+from servesim.engine.rank import Rank, RankConfig, SglangSettings, SpeculativeSettings, make_rank
 from servesim.errors import ConfigError, RunError
 from servesim.report.summary import Sla
 from servesim.traffic.driver import Driver
@@ -53,9 +53,11 @@ class PoolSpec:
     timing: TimingModel
     startup_ms: float = 0.0
 
-    def make_ranks(self, *, lazy_decode: bool = True) -> list[Rank]:
-        return [make_rank(self.rank_config, self.timing, lazy_decode=lazy_decode)
-                for _ in range(self.dp_size)]
+    def make_ranks(self, worker_id: int, *, lazy_decode: bool = True) -> list[Rank]:
+        """The DP ranks of worker `worker_id` (which seeds their speculative-decoding samplers)."""
+        first = worker_id * self.dp_size
+        return [make_rank(self.rank_config, self.timing, lazy_decode=lazy_decode, sampler_seed=first + r)
+                for r in range(self.dp_size)]
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,8 @@ def _pool(config: SimConfig, role: str, worker: WorkerConfig, unservable: str) -
         reject_unservable=unservable == "reject",
         sglang=(SglangSettings(**worker.scheduler.sglang.model_dump())
                 if worker.scheduler.sglang is not None else SglangSettings()),
+        speculative=_speculative(worker),
+        preempt_first=worker.scheduler.preemption_mode == "fifo",
     )
     return PoolSpec(
         role=role,
@@ -156,6 +160,20 @@ def _pool(config: SimConfig, role: str, worker: WorkerConfig, unservable: str) -
         timing=_timing_model(engine, worker, role),
         startup_ms=1000 * worker.startup_seconds,
     )
+
+
+_DEFAULT_ACCEPTANCE = (0.85, 0.3, 0.0, 0.0, 0.0)
+
+
+def _speculative(worker: WorkerConfig) -> SpeculativeSettings | None:
+    """Speculative decoding settings with the reference's defaults (rates padded with 0)."""
+    spec = worker.speculative
+    if spec is None:
+        return None
+    n = spec.num_speculative_tokens
+    rates = list(spec.acceptance_rates) if spec.acceptance_rates is not None else list(_DEFAULT_ACCEPTANCE)
+    rates = (rates + [0.0] * n)[:n]
+    return SpeculativeSettings(nextn=n, acceptance_rates=tuple(float(r) for r in rates), seed=spec.seed)
 
 
 def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:

@@ -38,7 +38,7 @@ INF = float("inf")
 
 def worker_factory(spec: PoolSpec, pool_index: int, *, fast: bool) -> Callable[[int], Worker]:
     """Makes worker `w` of a pool; scheduler ids are worker-major (worker w, rank r → w·dp + r)."""
-    return lambda w: Worker(w, spec.make_ranks(lazy_decode=fast), w * spec.dp_size, pool_index)
+    return lambda w: Worker(w, spec.make_ranks(w, lazy_decode=fast), w * spec.dp_size, pool_index)
 
 
 def make_router(config: RouterConfig, spec: PoolSpec, *, flat: bool = False, decode: bool = False) -> Router:

@@ -77,7 +77,8 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
             model=aic.aic_model_name(engine.model), system=engine.hardware, backend=engine.backend,
             version=version, tp=par.tensor, pp=par.pipeline, attention_dp=par.attention_data,
             moe_tp=par.moe_tensor if moe else None, moe_ep=par.moe_expert if moe else None,
-            block_size=worker.kv_cache.block_size_for(engine.backend), systems_path=str(systems))
+            block_size=worker.kv_cache.block_size_for(engine.backend), systems_path=str(systems),
+            nextn=worker.speculative.num_speculative_tokens if worker.speculative is not None else 0)
         model = aic.aic_timing(key, timing.interpolate_context)
     except aic.AicUnavailable as exc:
         log.warning("servesim: warning: AIConfigurator cannot time %s on %s with %s (%s); "

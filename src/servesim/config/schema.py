@@ -70,6 +70,7 @@ __all__ = [
     "SglangSchedulerConfig",
     "SimConfig",
     "SlaConfig",
+    "SpeculativeConfig",
     "SourceConfig",
     "StopConfig",
     "SyntheticSessionSource",
@@ -270,6 +271,8 @@ class SchedulerConfig(_Model):
     """Max running requests per rank (max_num_seqs); omitted = 256, or 1 for the prefill role."""
     sglang: SglangSchedulerConfig | None = None
     """SGLang knobs (servesim extension, backend 'sglang' only); omitted = the reference's defaults."""
+    preemption_mode: Literal["lifo", "fifo"] | None = None
+    """vLLM preemption victim (servesim extension, backend 'vllm' only): 'lifo' = the last running request (omitted), 'fifo' = the first."""
 
     @field_validator("max_sequences", mode="before")
     @classmethod
@@ -475,6 +478,19 @@ TimingConfig = Annotated[
 ]
 
 
+class SpeculativeConfig(_Model):
+    """Speculative (MTP / EAGLE) decoding: several tokens per decode step when drafts are accepted
+    (servesim extension; the reference's engine has it but its YAML does not expose it)."""
+
+    num_speculative_tokens: Annotated[int, Strict(), Ge(1), Le(5)]
+    """Draft tokens per step (nextn), 1..5."""
+    acceptance_rates: list[Fraction] | None = None
+    """Conditional acceptance probability of each draft given the previous ones were accepted;
+    missing entries are 0. Omitted: 0.85, 0.3, 0, 0, 0 (truncated to nextn)."""
+    seed: NonNegativeInt = 42
+    """Seed of the acceptance sampler (rank r of worker w uses seed + w × DP size + r)."""
+
+
 class WorkerConfig(_Model):
     """Settings shared by every worker of one role."""
 
@@ -488,6 +504,8 @@ class WorkerConfig(_Model):
     """Pass-duration model: {type: default} (AIC), {type: polynomial}, {type: fixed, prefill_ms, decode_ms} or {type: roofline} (servesim extension)."""
     startup_seconds: LaxNonNegativeNumber = 0.0
     """Delay before a newly added worker becomes ready (initial workers are ready at t=0)."""
+    speculative: SpeculativeConfig | None = None
+    """Speculative decoding (servesim extension); omitted = off."""
 
 
 class WorkersConfig(_Model):
@@ -554,6 +572,9 @@ class EngineConfig(_Model):
         if self.backend != "sglang":
             problems += [(f"workers.{role}.scheduler.sglang", f"only allowed when backend is 'sglang' (backend is '{self.backend}')")
                          for role, worker in self.roles.items() if worker.scheduler.sglang is not None]
+        if self.backend != "vllm":
+            problems += [(f"workers.{role}.scheduler.preemption_mode", f"only allowed when backend is 'vllm' (backend is '{self.backend}')")
+                         for role, worker in self.roles.items() if worker.scheduler.preemption_mode is not None]
         if self.backend in ("vllm", "trtllm"):
             for role, worker in self.roles.items():
                 size = worker.kv_cache.block_size_for(self.backend)

@@ -27,6 +27,15 @@ class SglangSettings:
     schedule_conservativeness: float = 1.0
 
 
+@dataclass(slots=True, frozen=True)
+class SpeculativeSettings:
+    """Speculative decoding: draft tokens per step and their conditional acceptance rates."""
+
+    nextn: int
+    acceptance_rates: tuple[float, ...]
+    seed: int = 42
+
+
 @dataclass(slots=True)
 class RankConfig:
     """The settings of one scheduler rank."""
@@ -42,6 +51,9 @@ class RankConfig:
     """"aggregated", or in disaggregated serving "prefill" (prompts only, then held for the
     transfer) or "decode" (receives prebuilt requests, never charges prefill time)."""
     sglang: SglangSettings = field(default_factory=SglangSettings)
+    speculative: SpeculativeSettings | None = None
+    preempt_first: bool = False
+    """vLLM FIFO preemption: the victim is the first running request instead of the last."""
     record_metrics: bool = False
     """Build forward-pass metrics every pass (for scaling policies)."""
     reject_unservable: bool = True
@@ -132,16 +144,19 @@ class Rank(Protocol):
         ...
 
 
-def make_rank(config: RankConfig, timing: TimingModel, *, lazy_decode: bool = True) -> Rank:
-    """A rank running the scheduling core of `config.backend`."""
+def make_rank(config: RankConfig, timing: TimingModel, *, lazy_decode: bool = True, sampler_seed: int = 0) -> Rank:
+    """A rank running the scheduling core of `config.backend`.
+
+    `sampler_seed` seeds the rank's speculative-decoding acceptance sampler.
+    """
     if config.backend == "sglang":
         from servesim.engine.sglang import SglangRank
 
-        return SglangRank(config, timing)
+        return SglangRank(config, timing, sampler_seed=sampler_seed)
     if config.backend == "trtllm":
         from servesim.engine.trtllm import TrtllmRank
 
-        return TrtllmRank(config, timing, lazy_decode=lazy_decode)
+        return TrtllmRank(config, timing, lazy_decode=lazy_decode, sampler_seed=sampler_seed)
     from servesim.engine.vllm import VllmRank
 
-    return VllmRank(config, timing, lazy_decode=lazy_decode)
+    return VllmRank(config, timing, lazy_decode=lazy_decode, sampler_seed=sampler_seed)

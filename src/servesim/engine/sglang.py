@@ -58,6 +58,7 @@ from servesim.engine.radix import Node, RadixCache, TokenSeq
 from servesim.engine.rank import ForwardPassMetrics, RankConfig, RankPass, population_variance
 from servesim.engine.request import EngineRequest
 from servesim.engine.timing import TimingModel
+from servesim.runtime.rng import StdRng
 from servesim.errors import RunError
 from servesim.traffic.workload import output_runs
 
@@ -98,7 +99,7 @@ class SgRequest:
 class SglangRank:
     """Scheduler, radix cache and timing of one rank running the SGLang policy."""
 
-    def __init__(self, config: RankConfig, timing: TimingModel) -> None:
+    def __init__(self, config: RankConfig, timing: TimingModel, *, sampler_seed: int = 0) -> None:
         if config.role != "aggregated":
             raise RunError("backend 'sglang' supports aggregated serving only "
                            "(disaggregated SGLang workers are not implemented yet)")
@@ -116,6 +117,10 @@ class SglangRank:
         self.ratio_min = self.ratio_init * RATIO_MIN_FACTOR
         self.ratio_decay = (self.ratio_init - self.ratio_min) / RATIO_DECAY_STEPS
         self.ratio = self.ratio_init
+        spec = config.speculative
+        self._sampler = StdRng((spec.seed + sampler_seed) % (1 << 64)) if spec is not None else None
+        self._burst_max = spec.nextn + 1 if spec is not None else 1
+        """Tokens a decode step may add to one request (1 + draft tokens)."""
 
     @property
     def pool(self) -> RadixCache:
@@ -149,12 +154,20 @@ class SglangRank:
         return self.timing.decode(n, total, total // n, self.total_tokens)
 
     def _growth(self) -> int:
-        """Pages the running requests need for their next tokens (a running request holds
-        exactly the pages of its known tokens, so it needs one when those fill whole pages)."""
+        """Pages the running requests need for their next tokens (without speculative decoding
+        a running request holds exactly the pages of its known tokens, so it needs one when
+        those fill whole pages)."""
+        if self._sampler is not None:
+            return sum(self._growth_of(r) for r in self.running)
         page = self.page
         if page == 1:
             return len(self.running)
         return sum(1 for r in self.running if r.length % page == 0)
+
+    def _growth_of(self, r: SgRequest) -> int:
+        """Pages `r` needs for its next decode step (a full burst, within its output)."""
+        burst = min(self._burst_max, r.remaining_output())
+        return max(0, -(-(r.length + burst) // self.page) - r.pages)
 
     # -- the pass ---------------------------------------------------------------------------
 
@@ -346,14 +359,25 @@ class SglangRank:
         done: list[SgRequest] = []
         page, cache = self.page, self.cache
         caching = cache.caching
+        sampler = self._sampler
+        added = 0
         for r in running:
             req = r.req
-            req.generated += 1
-            if req.generated == 1:
+            if sampler is None:
+                burst = 1
+                r.pages = -(-(r.length + 1) // page)
+            else:
+                burst = self._sample_burst(r.remaining_output())
+                held = r.pages + self._growth_of(r)
+                r.pages = -(-(r.length + burst) // page)
+                cache.give_back(held - r.pages)  # the room reserved for a full burst is temporary
+            added += burst
+            if req.generated == 0:
                 result.first_tokens.append(req)
-            req.add_token_pass(pass_index)
-            length = r.length = r.materialized = req.computed = r.length + 1
-            r.pages = -(-length // page)
+            req.generated += burst
+            for _ in range(burst):
+                req.add_token_pass(pass_index)
+            length = r.length = r.materialized = req.computed = r.length + burst
             if req.generated >= req.max_output:
                 self._finish(r)
                 done.append(r)
@@ -364,7 +388,7 @@ class SglangRank:
                         r.cached = end
                     else:
                         self._cache_prefix(r)
-        self._context += n
+        self._context += added
         if done:
             self.running = [r for r in running if r.req.generated < r.req.max_output]
             self._context -= sum(r.length for r in done)
@@ -380,8 +404,8 @@ class SglangRank:
         retracted: list[SgRequest] = []
         while cache.free * page + cache.evictable < growth * page and len(running) > 1:
             victim = min(range(len(running)), key=lambda i: running[i].req.generated)
+            growth -= self._growth_of(running[victim])
             r = running.pop(victim)
-            growth -= r.length % page == 0
             self._context -= r.length
             self._release(r)
             r.req.preempted = True
@@ -389,7 +413,7 @@ class SglangRank:
             result.preemptions += 1
         if len(running) == 1 and cache.free * page + cache.evictable < growth * page:
             r = running[0]
-            need = -(-(r.length + 1) // page) * page
+            need = -(-(r.length + min(self._burst_max, r.remaining_output())) // page) * page
             if need > self.total_tokens and self.config.reject_unservable:
                 running.pop()
                 self._context -= r.length
@@ -399,6 +423,16 @@ class SglangRank:
                 result.rejected.append(r.req)
                 growth = 0
         return retracted, growth
+
+    def _sample_burst(self, left: int) -> int:
+        """1 + the leading accepted draft tokens, within the `left` output tokens."""
+        sampler = self._sampler
+        burst = 1
+        for rate in self.config.speculative.acceptance_rates:
+            if not sampler.bernoulli(rate):
+                break
+            burst += 1
+        return min(burst, left)
 
     # -- forward-pass metrics ---------------------------------------------------------------
 

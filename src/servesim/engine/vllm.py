@@ -22,6 +22,8 @@ from servesim.engine.kv import Block, BlockPool
 from servesim.engine.rank import ForwardPassMetrics, RankConfig, RankPass, population_variance
 from servesim.engine.request import EngineRequest
 from servesim.engine.timing import TimingModel
+from servesim.errors import RunError
+from servesim.runtime.rng import StdRng
 
 OK, BLOCKED, SELF_PREEMPTED = 0, 1, 2
 _ALLOC, _CACHE, _FINISH = 0, 1, 2
@@ -30,10 +32,15 @@ _ALLOC, _CACHE, _FINISH = 0, 1, 2
 class VllmRank:
     """Scheduler, KV pool and timing of one rank running the vLLM policy."""
 
-    def __init__(self, config: RankConfig, timing: TimingModel, *, lazy_decode: bool = True) -> None:
+    def __init__(self, config: RankConfig, timing: TimingModel, *, lazy_decode: bool = True,
+                 sampler_seed: int = 0) -> None:
         self.config = config
         self.timing = timing
-        self.lazy_decode = lazy_decode
+        spec = config.speculative
+        self._sampler = StdRng((spec.seed + sampler_seed) % (1 << 64)) if spec is not None else None
+        self.lazy_decode = lazy_decode and spec is None and not config.preempt_first
+        """Whether steady decoders join the cohort; off when a burst or a FIFO victim could
+        touch a cohort member."""
         self.pool = BlockPool(config.num_blocks, config.prefix_caching)
         self.waiting: deque[EngineRequest] = deque()
         self.running: dict[EngineRequest, None] = {}
@@ -268,22 +275,34 @@ class VllmRank:
 
         A preempted request whose prompt and generated tokens outgrew the whole pool can never
         be readmitted: the reference then stalls the worker until the run fails; servesim
-        rejects it with a reason (unless `reject_unservable` is off).
+        rejects it with a reason (unless `reject_unservable` is off). With speculative decoding
+        the same holds as soon as its tokens plus the room for one burst outgrow the pool (the
+        reference then preempts and readmits it for ever; without `reject_unservable` the run
+        fails).
         """
         limit = self.config.max_model_len
         if limit is not None and request.prompt_len >= limit:
             return True
         if request.prebuilt:
             return False
-        blocks = -(-request.length // self.config.block_size)
+        bs = self.config.block_size
+        blocks = -(-request.length // bs)
+        if not request.preempted:
+            return blocks > self.config.num_blocks
+        tokens = request.length
+        if self._sampler is not None:
+            tokens += min(self.config.speculative.nextn + 1, self._tokens_left(request))
+        blocks = -(-tokens // bs)
         if blocks <= self.config.num_blocks:
             return False
-        if not request.preempted:
-            return True
+        reason = (f"its {tokens} tokens{' (with room for a speculative burst)' if tokens > request.length else ''} "
+                  f"need {blocks} KV blocks, more than the {self.config.num_blocks} a rank has")
         if self.config.reject_unservable:
-            request.reject_reason = (f"its {request.length} tokens need {blocks} KV blocks, "
-                                     f"more than the {self.config.num_blocks} a rank has")
+            request.reject_reason = reason
             return True
+        if tokens > request.length:
+            raise RunError(f"a request can never complete: {reason}; the reference preempts and "
+                           f"readmits it for ever")
         return False
 
     def _cache_hits(self, request: EngineRequest) -> list[Block]:
@@ -303,6 +322,8 @@ class VllmRank:
                 if block.refs < 0:
                     break
                 hits.append(block)
+        if hits and self._sampler is not None and self.config.backend == "vllm":
+            hits.pop()  # vLLM's EAGLE/MTP rule: speculative decoding recomputes one more block
         return hits
 
     def _cache_limit(self, request: EngineRequest) -> int:
@@ -381,10 +402,11 @@ class VllmRank:
         self._batch[request] = (tokens, isl, prompt_before)
 
     def _victim(self) -> EngineRequest | None:
-        """The request to preempt when an allocation fails: the last running one."""
+        """The request to preempt when an allocation fails: the last running one (the first
+        with FIFO preemption)."""
         if not self.running:
             return None
-        victim = next(reversed(self.running))
+        victim = next(iter(self.running)) if self.config.preempt_first else next(reversed(self.running))
         if victim in self.cohort:
             raise AssertionError("a cohort member was chosen as a preemption victim")
         return victim
@@ -467,6 +489,8 @@ class VllmRank:
         if self._holds:
             self._hold(done + ready)
             return
+        if self._sampler is not None:
+            ready = self._reserve_draft_blocks(ready)
         n_cohort = len(self.cohort)
         n = n_cohort + len(ready)
         if n:
@@ -479,10 +503,14 @@ class VllmRank:
         limit = self.config.max_model_len
         joining = self.lazy_decode
         for request in ready:
-            request.generated += 1
-            if request.generated == 1:
+            first = request.generated == 0
+            if self._sampler is not None:
+                self._emit_burst(request, pass_index)
+            else:
+                request.generated += 1
+                request.add_token_pass(pass_index)
+            if first:
                 result.first_tokens.append(request)
-            request.add_token_pass(pass_index)
             if request.generated >= request.max_output or (limit is not None and request.length >= limit):
                 done.append(request)
             elif joining and self.explicit[0] is request:
@@ -500,6 +528,62 @@ class VllmRank:
         if done:
             finished = set(done)
             self.explicit = [r for r in self.explicit if r not in finished]
+
+    # -- speculative decoding ----------------------------------------------------------------
+
+    def _reserve_draft_blocks(self, ready: list[EngineRequest]) -> list[EngineRequest]:
+        """Give every ready request room for a full burst (preempting LIFO when short).
+
+        The room is temporary: after the burst a request keeps only the blocks of its computed
+        tokens (`_emit_burst`).
+        """
+        burst_max = self.config.speculative.nextn + 1
+        bs = self.config.block_size
+        kept = []
+        for request in ready:
+            if request not in self.running:
+                continue  # preempted to make room for an earlier request
+            burst = min(burst_max, self._tokens_left(request))
+            need = -(-(request.length + burst) // bs) - len(request.lease)
+            while need > 0 and not self.pool.allocate(need):
+                victim = self._victim()
+                self._preempt(victim)
+                if victim is request:
+                    break
+            if request in self.running:
+                request.lease.extend([None] * max(0, need))
+                kept.append(request)
+        return [r for r in kept if r in self.running]
+
+    def _tokens_left(self, request: EngineRequest) -> int:
+        """Output tokens the request may still produce (its budget and the context limit)."""
+        left = request.max_output - request.generated
+        limit = self.config.max_model_len
+        return left if limit is None else min(left, limit - request.length)
+
+    def _emit_burst(self, request: EngineRequest, pass_index: int) -> None:
+        """One verified draft burst: 1 + the leading accepted drafts, within the output left."""
+        spec = self.config.speculative
+        sampler = self._sampler
+        left = self._tokens_left(request)
+        burst = 1
+        for rate in spec.acceptance_rates:
+            if not sampler.bernoulli(rate):
+                break
+            burst += 1
+        burst = min(burst, left)
+        before = request.computed
+        request.generated += burst
+        request.computed += burst - 1  # the drafts are verified; the last token stays dangling
+        for _ in range(burst):
+            request.add_token_pass(pass_index)
+        bs = self.config.block_size
+        if self.config.prefix_caching and request.computed // bs > before // bs:
+            self._cache_completed(request, before // bs, request.computed // bs)
+        keep = -(-request.computed // bs)
+        if len(request.lease) > keep:
+            self.pool.release(request.lease[keep:], 0)
+            del request.lease[keep:]
 
     # -- disaggregated serving ---------------------------------------------------------------
 
