@@ -46,12 +46,16 @@ def inputs_present(config: Path) -> bool:
     return all((config.parent / p).exists() for p in source.get("paths", []))
 
 
+_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+"""Both tools run as installed for users: compiled modules cached (the first run writes them)."""
+
+
 def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of one run of `cmd`."""
     import time
 
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_ENV)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -42,6 +42,11 @@ SUPPORTED = [
     "engine/05-trtllm-no-evict/config.yaml",
     "engine/05-trtllm-no-evict/config-vllm-control.yaml",
     "engine/06-attention-dp-barrier/config.yaml",
+    "engine/10-sglang-disagg/config-507.yaml",
+    "engine/10-sglang-disagg/config-510.yaml",
+    "engine/10-sglang-disagg/config-516.yaml",
+    "engine/10-sglang-disagg/config-521.yaml",
+    "engine/11-vllm-disagg-decode-never-fits/config-712.yaml",
 ]
 
 

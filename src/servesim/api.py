@@ -6,9 +6,11 @@ collect → report, around the replay loop.
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from servesim.config import SimConfig, load_config, parse_config
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import PoolUsage, summarize
+from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.scaling.contract import ScalingPolicy
 
@@ -94,6 +97,15 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     elif not isinstance(config, SimConfig):
         config = parse_config(config)
     run = lower(config, unservable=unservable)
+    with _collection_paused():
+        return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
+                       scaling=scaling)
+
+
+def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast: bool,
+            scaling: ScalingPolicy | None) -> Report:
+    """Wire the stages of a lowered run, replay it and build the report."""
+    config = run.config
     started = time.perf_counter()
     driver = run.make_driver()
     collector = Collector()
@@ -107,8 +119,11 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
         cluster.enable_scaling(scaling)
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
     pools = list(cluster.pools.values())
-    loop = ReplayLoop(driver, pools, cluster, run.time_cap_ms, progress=meter)
     driver.start(0.0)
+    if fast and isinstance(cluster, AggregatedCluster) and cluster.isolated:
+        loop: ReplayLoop | IsolatedReplay = IsolatedReplay(pools, cluster, run.time_cap_ms, progress=meter)
+    else:
+        loop = ReplayLoop(driver, pools, cluster, run.time_cap_ms, progress=meter)
     loop.run()
     if meter is not None:
         meter.close()
@@ -122,6 +137,19 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
     return Report(summary, per_request, extensions)
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: the replay allocates many long-lived objects and
+    no reference cycles worth collecting, so collections would only cost time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _gpus_per_worker(run: LoweredRun, pool: str) -> int:

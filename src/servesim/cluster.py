@@ -2,9 +2,14 @@
 
 `AggregatedCluster` places every request on one pool of workers. `DisaggregatedCluster` runs
 each request's prompt on a prefill worker and its decoding on a decode worker, moving the KV
-cache between them through the reference's handoff protocol:
+cache between them through the reference's handoff protocol. vLLM hands off *source first*:
 
-    SubmitPrefill → (prompt done, KV held) → ReserveDestination → StartTransfer
+    SubmitPrefill → (prompt done, KV held) → ReserveDestination → (reserved) → StartTransfer
+        → (transfer complete) → ActivateDestination → ReleaseSource
+
+SGLang *destination first*: the decode KV is reserved before the prompt is prefilled:
+
+    ReserveDestination → (reserved) → SubmitPrefill → (prompt done, KV held) → StartTransfer
         → (transfer complete) → ActivateDestination → ReleaseSource
 
 Actions are queued and driven in FIFO order after the instant's pass completions, transfers
@@ -21,8 +26,8 @@ from dataclasses import dataclass
 from servesim.build import LoweredRun, PoolSpec
 from servesim.config.schema import RouterConfig
 from servesim.collect.collector import COMPLETED, FAILED, REJECTED, Collector, RequestRecord, Route
+from servesim.engine.rank import HandoffRank
 from servesim.engine.request import EngineRequest
-from servesim.engine.vllm import VllmRank
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.placement.base import Placement, RouteRequest, Router
 from servesim.placement.round_robin import FlatRoundRobin, RoundRobin
@@ -241,7 +246,27 @@ class AggregatedCluster(_Cluster):
             self.scaler.traffic.arrivals += len(arrivals)
         return [self._place(arrival, now) for arrival in arrivals]
 
+    @property
+    def isolated(self) -> bool:
+        """Whether each worker's timeline depends only on the requests routed to it, which are
+        known before the run (see `servesim.runtime.isolated`)."""
+        return self.driver.fixed_arrivals and self.router.state_free and self.scaler is None
+
+    def route_ahead(self, until: float) -> list[tuple[float, Worker, int, EngineRequest]]:
+        """Register and route every request arriving by `until`: (arrival, worker, rank, request)."""
+        routed = []
+        for arrival in self.driver.release(until):
+            worker, rank, request = self._route(arrival, arrival.arrival_ms)
+            routed.append((arrival.arrival_ms, worker, rank, request))
+        return routed
+
     def _place(self, arrival: Arrival, now: float) -> Worker:
+        worker, rank, request = self._route(arrival, now)
+        worker.enqueue(rank, request)
+        return worker
+
+    def _route(self, arrival: Arrival, now: float) -> tuple[Worker, int, EngineRequest]:
+        """Register a request and choose its worker and rank."""
         record, request = self._register(arrival)
         request.shared_blocks = arrival.unique_from // self.block_size
         routed = route_request(request, arrival.session_id, self.block_size, self.router.wants_kv_events)
@@ -251,8 +276,7 @@ class AggregatedCluster(_Cluster):
         scheduler_id = worker.first_scheduler_id + placement.rank
         self.collector.on_route(record, Route("agg", placement.worker, scheduler_id, placement.rank,
                                               placement.overlap_tokens))
-        worker.enqueue(placement.rank, request)
-        return worker
+        return worker, placement.rank, request
 
     def finish_pass(self, worker: Worker, outcome: WorkerPass, now: float, inline: bool) -> bool:
         worker.finish_pass()
@@ -261,6 +285,10 @@ class AggregatedCluster(_Cluster):
         if self.scaler is not None:
             self.scaler.on_pass("decode", worker, outcome)
         router = self.router
+        for end, finished in outcome.early_finishes:
+            for request in finished:
+                router.on_terminal(request.rid, end)
+                self._terminal(request, worker, COMPLETED, end)
         for _rank, result in outcome.ranks:
             for request in result.first_tokens:
                 router.on_first_token(request.rid, now)
@@ -281,18 +309,36 @@ class _Handoff:
 
     prefill: EngineRequest
     prefill_worker: Worker | None = None
-    prefill_rank: VllmRank | None = None
+    prefill_rank: HandoffRank | None = None
     decode: EngineRequest | None = None
     decode_worker: Worker | None = None
-    decode_rank: VllmRank | None = None
+    decode_rank: HandoffRank | None = None
     transfer_tokens: int = 0
 
 
 _SUBMIT, _RESERVE, _TRANSFER, _ACTIVATE, _RELEASE = range(5)
 
 
+@dataclass(frozen=True, slots=True)
+class HandoffOrder:
+    """Which action each step of a handoff queues next (the backends differ only here)."""
+
+    on_arrival: int
+    """Queued when the request arrives."""
+    on_reserved: int
+    """Queued when its destination is reserved."""
+    on_held: int
+    """Queued when its prompt is done and held on the prefill worker."""
+
+
+SOURCE_FIRST = HandoffOrder(on_arrival=_SUBMIT, on_reserved=_TRANSFER, on_held=_RESERVE)
+"""vLLM: prefill, then reserve a destination, then transfer."""
+DESTINATION_FIRST = HandoffOrder(on_arrival=_RESERVE, on_reserved=_SUBMIT, on_held=_TRANSFER)
+"""SGLang: reserve a destination, then prefill, then transfer."""
+
+
 class DisaggregatedCluster(_Cluster):
-    """Prefill and decode pools with KV transfer between them (vLLM source-first handoff)."""
+    """Prefill and decode pools with KV transfer between them (source- or destination-first)."""
 
     isolated_workers = False
     """Handoffs reach decode workers at their pass boundaries: every pass must be an event."""
@@ -301,6 +347,7 @@ class DisaggregatedCluster(_Cluster):
         super().__init__(run, driver, collector, fast=fast)
         prefill, decode = run.pool("prefill"), run.pool("decode")
         self.transfer = run.transfer
+        self.order = DESTINATION_FIRST if decode.rank_config.backend == "sglang" else SOURCE_FIRST
         self.prefill_block_size = prefill.rank_config.block_size
         self.decode_block_size = decode.rank_config.block_size
         self.decode_blocks = decode.rank_config.num_blocks
@@ -325,7 +372,7 @@ class DisaggregatedCluster(_Cluster):
         for arrival in arrivals:
             _, request = self._register(arrival)
             request.shared_blocks = arrival.unique_from // self.prefill_block_size
-            self._actions.append((_SUBMIT, _Handoff(request)))
+            self._actions.append((self.order.on_arrival, _Handoff(request)))
         return []
 
     def next_timer(self) -> float:
@@ -387,23 +434,23 @@ class DisaggregatedCluster(_Cluster):
         request = self._engine_request(handoff.prefill.rid, arrival, self.decode_block_size)
         placement = self._route(self.decode_router, request, self.decode_block_size, now)
         worker_id, rank = placement.worker, placement.rank
-        if -(-request.prompt_len // self.decode_block_size) > self.decode_blocks:
+        worker = self.decode_fleet.by_id[worker_id]
+        self.collector.on_route(self._record(handoff.prefill),
+                                Route("decode", worker_id, worker.first_scheduler_id + rank, rank,
+                                      placement.overlap_tokens))
+        if -(-request.prompt_len // self.decode_block_size) > self.decode_blocks:  # routed, then failed
             self.decode_router.on_terminal(request.rid, now)
             self._fail(handoff, now)
             return None
-        worker = self.decode_fleet.by_id[worker_id]
-        record = self._record(handoff.prefill)
-        self.collector.on_route(record, Route("decode", worker_id, worker.first_scheduler_id + rank, rank,
-                                              placement.overlap_tokens))
         handoff.decode, handoff.decode_worker = request, worker
         handoff.decode_rank = worker.ranks[rank]
         handoff.decode_rank.pending.append(request)
         self._reserving[request] = handoff
         if not worker.busy:
-            self._queue_transfer(self._try_reserve(handoff.decode_rank, now))
+            self._queue_reserved(self._try_reserve(handoff.decode_rank, now))
         return worker
 
-    def _try_reserve(self, rank: VllmRank, now: float) -> _Handoff | None:
+    def _try_reserve(self, rank: HandoffRank, now: float) -> _Handoff | None:
         """One reservation attempt on a decode rank; the handoff it reserved, if any."""
         reserved = rank.try_reserve()
         if reserved is None:
@@ -414,9 +461,10 @@ class DisaggregatedCluster(_Cluster):
         self._record(request).destination_reserved_ms = now
         return handoff
 
-    def _queue_transfer(self, handoff: _Handoff | None) -> None:
+    def _queue_reserved(self, handoff: _Handoff | None) -> None:
+        """Queue what follows a reservation (if one was made)."""
         if handoff is not None:
-            self._actions.append((_TRANSFER, handoff))
+            self._actions.append((self.order.on_reserved, handoff))
 
     def _start_transfer(self, handoff: _Handoff, now: float) -> None:
         assert self.transfer is not None
@@ -437,7 +485,7 @@ class DisaggregatedCluster(_Cluster):
         self._record(handoff.prefill).destination_activated_ms = now
         rank.activate(handoff.decode)
         self._actions.append((_RELEASE, handoff))
-        self._queue_transfer(self._try_reserve(rank, now))
+        self._queue_reserved(self._try_reserve(rank, now))
         return worker
 
     def _release_source(self, handoff: _Handoff, now: float, *, record_time: bool = True) -> Worker | None:
@@ -447,14 +495,17 @@ class DisaggregatedCluster(_Cluster):
             self._deferred.setdefault(worker, []).append((_RELEASE, handoff))
             return None
         handoff.prefill_rank.release_held(handoff.prefill)
+        self._flush_kv_events(worker, now)  # an SGLang prefill worker caches the prompt only now
         if record_time:
             self._record(handoff.prefill).source_released_ms = now
         return worker
 
     def _fail(self, handoff: _Handoff, now: float) -> None:
-        """The prompt can never fit the decode pool: the request fails, its prefill KV is freed."""
-        self._release_source(handoff, now, record_time=False)
-        del self._handoffs[handoff.prefill.rid]
+        """The prompt can never fit the decode pool: the request fails, its prefill KV (if it was
+        prefilled already) is freed."""
+        if handoff.prefill_worker is not None:
+            self._release_source(handoff, now, record_time=False)
+            del self._handoffs[handoff.prefill.rid]
         self._terminal(handoff.prefill, None, FAILED, now)
 
     # -- pass completions ---------------------------------------------------------------------
@@ -486,8 +537,8 @@ class DisaggregatedCluster(_Cluster):
                 router.on_first_token(request.rid, now)
                 router.on_terminal(request.rid, now)
                 self._record(request).source_held_ms = now
-                self._actions.append((_RESERVE, self._handoffs[request.rid]))
-        self._queue_transfer(reserved)
+                self._actions.append((self.order.on_held, self._handoffs[request.rid]))
+        self._queue_reserved(reserved)
         return reserved is not None
 
 

@@ -474,6 +474,37 @@ def test_random_workloads_end_and_conserve_pages(workload):
     assert r.cache.active == 0 and r.cache.protected == 0
 
 
+@settings(max_examples=100, deadline=None)
+@given(workloads())
+def test_kv_events_track_exactly_the_pages_in_the_tree(workload):
+    """What the KV router's indexer learns from the radix cache's events is, after every pass,
+    the set of pages resident in the tree: no page stored twice, none removed unannounced."""
+    knobs, setup, specs = workload
+    page = setup["page"]
+    r = rank(num_blocks=setup["pool_tokens"] // page, page=page, max_sequences=setup["max_sequences"], **knobs)
+    resident: set[int] = set()
+
+    def listen(kind: str, key: int) -> None:
+        if kind == "stored":
+            assert key not in resident
+            resident.add(key)
+        else:
+            resident.remove(key)
+
+    r.cache.listener = listen
+    arrivals = sorted((at, i) for i, (at, _, _) in enumerate(specs))
+    requests = [request(i, ids, out) for i, (_, ids, out) in enumerate(specs)]
+    for p in range(20_000):
+        while arrivals and arrivals[0][0] <= p:
+            r.enqueue(requests[arrivals.pop(0)[1]])
+        if not (arrivals or r.has_work()):
+            break
+        if r.has_work():
+            r.run_pass(p)
+            assert resident == r.cache.cached_keys()
+    assert not r.has_work()
+
+
 @st.composite
 def sglang_configs(draw) -> dict:
     cfg = config(**{"schedule_policy": draw(st.sampled_from(["fifo", "lpm"])),

@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import types
 import typing
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -82,6 +85,30 @@ def _models(annotation: Any) -> list[type[BaseModel]]:
     return [m for arg in typing.get_args(annotation) for m in _models(arg)]
 
 
+@cache
+def _attribute_docs(model: type) -> dict[str, str]:
+    """The docstrings written under a class's attributes (read from its source; pydantic's own
+    `use_attribute_docstrings` would parse every model at import time, on every run)."""
+    tree = ast.parse(inspect.getsource(model))
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):
+            docs[node.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
+def field_doc(model: type[BaseModel], name: str) -> str:
+    """A field's docstring, from the class that declares it."""
+    for klass in model.__mro__:
+        doc = _attribute_docs(klass).get(name) if klass.__module__ == model.__module__ else None
+        if doc is not None:
+            return doc
+    return ""
+
+
 def _sections(model: type[BaseModel], path: str, out: list[str], seen: set[type]) -> None:
     if model in seen:
         return
@@ -94,7 +121,7 @@ def _sections(model: type[BaseModel], path: str, out: list[str], seen: set[type]
     out += [f"## {title}", "", doc, "", "| key | type | default | meaning |", "|---|---|---|---|"]
     nested = []
     for name, field in model.model_fields.items():
-        out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {field.description or ''} |")
+        out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {field_doc(model, name)} |")
         key = f"{path}.{name}" if path else name
         if path == "engine.workers":
             key = "engine.workers.<role>"

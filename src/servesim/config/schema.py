@@ -217,7 +217,7 @@ def _type_tag(default: str | None) -> Callable[[Any], str | None]:
 class _Model(BaseModel):
     """Base of every schema object: immutable, unknown keys rejected, docstrings as help."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 # --------------------------------------------------------------------------------------------

@@ -144,6 +144,8 @@ class BlockPool:
         `keep_private` (a preempted request), else as anonymous LRU capacity. Returns the owner's
         private blocks (in block order) when `keep_private`.
         """
+        if not keep_private and lease.count(None) == len(lease):
+            return self._release_private(len(lease), complete)
         lru = self._lru
         caching = self.caching
         own: list[Block] = []
@@ -187,6 +189,15 @@ class BlockPool:
         self.active -= freed
         own.reverse()
         return own
+
+    def _release_private(self, held: int, complete: int) -> list[Block]:
+        """`release` of a lease of private blocks only: the full ones become anonymous LRU
+        capacity (evicted before the cached blocks released after them), the rest free capacity."""
+        full = min(held, complete) if self.caching else 0
+        self.anonymous += held - full
+        self._push_gap(full)
+        self.active -= held
+        return []
 
     def _push_gap(self, count: int) -> int:
         """Append `count` anonymous LRU blocks at the tail; returns 0."""

@@ -28,6 +28,15 @@ Tree semantics (the reference's radix cache, as observable through scheduling):
 
 Access times come from a per-cache logical clock (one tick per match, per insert and per new
 child), which orders events exactly as the reference's monotonic host clock does.
+
+**KV events.** With a `listener` (the KV router's indexer), the cache reports every page that
+enters the tree (``("stored", key)``) and every page it evicts (``("removed", key)``), at page
+granularity. A page's key is the chained block key (`servesim.engine.blocks`) of the tree path
+up to and including it, which is the inserting sequence's own key for that page — a node's
+tokens sit at the same depth as they do in the sequence that inserted them — so the keys are
+exactly those the router computes for a request's blocks. Pages beyond a sequence's
+`shared_pages` (content no other request can have) are never reported. Without a listener no
+key is computed.
 """
 
 from __future__ import annotations
@@ -37,16 +46,17 @@ from bisect import bisect_right
 from itertools import accumulate
 from operator import itemgetter
 
-from servesim.errors import RunError
+from servesim.engine.blocks import ROOT_KEY, chain_keys
+from servesim.engine.kv import KvListener
 from servesim.traffic.workload import Run
 
 
 class TokenSeq:
     """An immutable token sequence stored as runs, with O(log runs) random access."""
 
-    __slots__ = ("runs", "starts", "length")
+    __slots__ = ("runs", "starts", "length", "shared_pages", "keys")
 
-    def __init__(self, runs: list[Run]) -> None:
+    def __init__(self, runs: list[Run], shared_pages: int = 1 << 62) -> None:
         counts = list(map(_COUNT, runs))
         if 0 in counts:
             runs = [r for r in runs if r[1] != 0]
@@ -54,6 +64,18 @@ class TokenSeq:
         self.runs = runs
         self.starts = [0, *accumulate(map(abs, counts))]
         self.length = self.starts[-1]
+        self.shared_pages = shared_pages
+        """Leading pages whose content another sequence could also have (KV events only)."""
+        self.keys: list[int] = []
+        """Chained keys of the leading pages, as far as KV events needed them."""
+
+    def page_keys(self, page: int, stop: int) -> list[int]:
+        """Chained keys of (at least) the first `stop` pages of `page` tokens."""
+        keys = self.keys
+        have = len(keys)
+        if have < stop:
+            keys.extend(chain_keys(self.runs, page, stop - have, have, keys[-1] if keys else ROOT_KEY))
+        return keys
 
     def token_at(self, pos: int) -> int:
         """The token at position `pos`."""
@@ -199,6 +221,8 @@ class RadixCache:
         self._ids = 0
         self._heap: list[tuple[int, int, int, Node]] = []
         self.root = self._new_node(None, [], 0, 0)
+        self.listener: KvListener | None = None
+        """Told of every page stored in and evicted from the tree (see the module docstring)."""
 
     # -- clock, nodes, index -------------------------------------------------------------------
 
@@ -227,6 +251,22 @@ class RadixCache:
         node.time = now
         if node.indexed:
             self._index(node)
+
+    def _announce(self, kind: str, seq: TokenSeq, start: int, end: int) -> None:
+        """Report the shareable pages of tokens [start, end) of `seq` (page-aligned; the tree
+        depth of a node's tokens equals their position in the sequence that inserted them)."""
+        listener = self.listener
+        page = self.page
+        first, stop = start // page, min(end // page, seq.shared_pages)
+        if listener is None or stop <= first:
+            return
+        keys = seq.page_keys(page, stop)
+        for i in range(first, stop):
+            listener(kind, keys[i])
+
+    def _announce_removed(self, segs: list[Segment]) -> None:
+        for s, a, b in segs:
+            self._announce("removed", s, a, b)
 
     # -- locks ---------------------------------------------------------------------------------
 
@@ -330,6 +370,8 @@ class RadixCache:
         parent.children.setdefault(seq.token_at(start), []).append(node)
         self.evictable += end - start
         self._index(node)
+        if self.listener is not None:
+            self._announce("stored", seq, start, end)
         return node
 
     def _extend_leaf(self, node: Node, seq: TokenSeq, start: int, end: int, now: int) -> None:
@@ -346,6 +388,8 @@ class RadixCache:
         node.time = now
         if node.indexed:
             self._index(node)
+        if self.listener is not None:
+            self._announce("stored", seq, start, end)
 
     def grow_own_leaf(self, node: Node, seq: TokenSeq, start: int, end: int) -> bool:
         """Fast path of `insert` for a leaf locked only by the inserting request (a decoding
@@ -365,6 +409,8 @@ class RadixCache:
             node.segs.append((seq, start, end))
         node.length += end - start
         self.protected += end - start
+        if self.listener is not None:
+            self._announce("stored", seq, start, end)
         return True
 
     def insert(self, start_node: Node, seq: TokenSeq, start: int, end: int) -> tuple[Node, int]:
@@ -421,8 +467,12 @@ class RadixCache:
                 s, a, b = victim.segs[-1]
                 if cut < b - a:
                     victim.segs[-1] = (s, a, b - cut)
+                    if self.listener is not None:
+                        self._announce("removed", s, b - cut, b)
                 else:
-                    victim.segs = _segs_split(victim.segs, victim.length - cut)[0]
+                    victim.segs, gone = _segs_split(victim.segs, victim.length - cut)
+                    if self.listener is not None:
+                        self._announce_removed(gone)
                 victim.length -= cut
                 self._release(cut)
                 evicted += cut
@@ -435,6 +485,8 @@ class RadixCache:
             siblings.remove(victim)
             if not siblings:
                 del parent.children[key]
+            if self.listener is not None:
+                self._announce_removed(victim.segs)
             self._release(victim.length)
             evicted += victim.length
             if parent.parent is not None and not parent.children and parent.lock == 0:
@@ -475,18 +527,6 @@ class RadixCache:
         """Pages in use by requests: locked in the tree or held privately."""
         return self.total_pages - self.free - self.evictable // self.page
 
-    @property
-    def listener(self) -> None:
-        return None
-
-    @listener.setter
-    def listener(self, callback: object) -> None:
-        """KV events for the KV router are not emitted by the radix cache yet."""
-        if callback is not None:
-            raise RunError("the kv_router policy needs KV events, which the SGLang core does not "
-                           "emit yet; use router policy round_robin, random or least_loaded with "
-                           "backend 'sglang'")
-
     # -- checks --------------------------------------------------------------------------------
 
     def check(self) -> tuple[int, int]:
@@ -510,6 +550,20 @@ class RadixCache:
         assert (evictable, protected) == (self.evictable, self.protected), "size counters"
         assert 0 <= self.free <= self.total_pages
         return evictable, protected
+
+    def cached_keys(self) -> set[int]:
+        """Keys of every shareable page in the tree: what KV events have announced (tests)."""
+        keys: set[int] = set()
+        page = self.page
+        stack = list(self._children_of(self.root))
+        while stack:
+            node = stack.pop()
+            for s, a, b in node.segs:
+                stop = min(b // page, s.shared_pages)
+                if stop > a // page:
+                    keys.update(s.page_keys(page, stop)[a // page:stop])
+            stack.extend(self._children_of(node))
+        return keys
 
     @staticmethod
     def _children_of(node: Node) -> list[Node]:

@@ -7,6 +7,7 @@ cores (vLLM/TRT-LLM in `engine.vllm`, SGLang in `engine.sglang`) all offer the s
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -141,6 +142,45 @@ class Rank(Protocol):
 
     def next_decode_ms(self) -> float:
         """Duration of such a pass."""
+        ...
+
+    def decode_pass(self, pass_index: int) -> DecodePass:
+        """Run pass `pass_index`, which `can_run_ahead` said only advances steady decoders."""
+        ...
+
+
+@dataclass(slots=True)
+class DecodePass:
+    """What a decode-only pass did: cheaper to make than a `RankPass`."""
+
+    duration_ms: float
+    emitted: int
+    finished: list[EngineRequest]
+    metrics: ForwardPassMetrics | None = None
+
+    def as_rank_pass(self) -> RankPass:
+        return RankPass(decode_ms=self.duration_ms, finished=self.finished, scheduled_tokens=self.emitted,
+                        emitted=self.emitted, metrics=self.metrics)
+
+
+class HandoffRank(Rank, Protocol):
+    """A rank in disaggregated serving: a prefill rank holds finished prompts until their KV
+    has been transferred; a decode rank reserves KV for incoming prompts and activates them."""
+
+    pending: deque[EngineRequest]
+    """Decode role: requests waiting for a destination reservation, in arrival order."""
+
+    def release_held(self, request: EngineRequest) -> None:
+        """Prefill role: free a held request's KV (its full blocks stay cached)."""
+        ...
+
+    def try_reserve(self) -> tuple[EngineRequest, int] | None:
+        """Decode role: one reservation attempt for the front pending request; the reserved
+        request and the prompt tokens to transfer, or None."""
+        ...
+
+    def activate(self, request: EngineRequest) -> None:
+        """Decode role: the request's prompt KV has arrived; it waits to be decoded."""
         ...
 
 

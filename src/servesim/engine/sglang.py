@@ -55,11 +55,11 @@ from __future__ import annotations
 from collections import deque
 
 from servesim.engine.radix import Node, RadixCache, TokenSeq
-from servesim.engine.rank import ForwardPassMetrics, RankConfig, RankPass, population_variance
+from servesim.engine.rank import DecodePass, ForwardPassMetrics, RankConfig, RankPass, population_variance
 from servesim.engine.request import EngineRequest
 from servesim.engine.timing import TimingModel
-from servesim.runtime.rng import StdRng
 from servesim.errors import RunError
+from servesim.runtime.rng import StdRng
 from servesim.traffic.workload import output_runs
 
 LPM_MAX_WAITING = 128
@@ -79,7 +79,7 @@ class SgRequest:
         self.length = req.prompt_len + req.generated
         """Known tokens: the prompt and the tokens generated so far."""
         runs = req.prompt_runs + output_runs(req.output_base, req.max_output, req.output_ids)
-        self.seq = TokenSeq(runs)
+        self.seq = TokenSeq(runs, req.shared_blocks)
         """Prompt and every token it may generate (the known length grows over time)."""
         self.materialized = 0
         """Tokens with KV (page-rounded up in `pages`)."""
@@ -100,9 +100,6 @@ class SglangRank:
     """Scheduler, radix cache and timing of one rank running the SGLang policy."""
 
     def __init__(self, config: RankConfig, timing: TimingModel, *, sampler_seed: int = 0) -> None:
-        if config.role != "aggregated":
-            raise RunError("backend 'sglang' supports aggregated serving only "
-                           "(disaggregated SGLang workers are not implemented yet)")
         self.config = config
         self.settings = config.sglang
         self.timing = timing
@@ -118,9 +115,26 @@ class SglangRank:
         self.ratio_decay = (self.ratio_init - self.ratio_min) / RATIO_DECAY_STEPS
         self.ratio = self.ratio_init
         spec = config.speculative
+        if config.role == "prefill":
+            spec = None  # a prefill worker's one decode step never drafts
         self._sampler = StdRng((spec.seed + sampler_seed) % (1 << 64)) if spec is not None else None
         self._burst_max = spec.nextn + 1 if spec is not None else 1
         """Tokens a decode step may add to one request (1 + draft tokens)."""
+        self._holds = config.role == "prefill"
+        self._charges_prefill = config.role != "decode"
+        self._clip = min(self.settings.clip_max_new_tokens, 1) if self._holds else self.settings.clip_max_new_tokens
+        """Output tokens admission reserves per request at most: a prefill worker runs every
+        request for one output token."""
+        self.generation = 0
+        """Capacity generation: bumped by every completion, hold and retraction."""
+        self.pending: deque[EngineRequest] = deque()
+        """Decode role: requests waiting for a destination reservation, in arrival order."""
+        self.ready: deque[SgRequest] = deque()
+        """Decode role: activated (prebuilt) requests not yet promoted into `running`."""
+        self._reserved: dict[EngineRequest, SgRequest] = {}
+        """Decode role: reserved destinations whose prompt KV has not arrived yet."""
+        self._held: dict[EngineRequest, SgRequest] = {}
+        """Prefill role: finished prompts whose KV waits for the transfer."""
 
     @property
     def pool(self) -> RadixCache:
@@ -134,16 +148,16 @@ class SglangRank:
         self.waiting.append(SgRequest(request))
 
     def has_work(self) -> bool:
-        """Whether a request is running or waiting."""
-        return bool(self.running or self.waiting)
+        """Whether a request is running, waiting or (decode role) activated."""
+        return bool(self.running or self.waiting or self.ready)
 
     def num_requests(self) -> int:
-        """Requests running or waiting on this rank."""
-        return len(self.running) + len(self.waiting)
+        """Requests running, waiting or (decode role) activated on this rank."""
+        return len(self.running) + len(self.waiting) + len(self.ready)
 
     def can_run_ahead(self, pass_index: int) -> bool:
         """Whether the next pass would only decode: nothing waits and no retraction is needed."""
-        if self.waiting or not self.running:
+        if self.waiting or self.ready or self.pending or self._holds or not self.running:
             return False
         cache = self.cache
         return self._growth() * self.page <= cache.free * self.page + cache.evictable
@@ -152,6 +166,11 @@ class SglangRank:
         """Duration of the next pass if it only decodes."""
         n, total = len(self.running), self._context
         return self.timing.decode(n, total, total // n, self.total_tokens)
+
+    def decode_pass(self, pass_index: int) -> DecodePass:
+        """Pass `pass_index` when it only decodes (`can_run_ahead`)."""
+        result = self.run_pass(pass_index)
+        return DecodePass(result.prefill_ms + result.decode_ms, result.emitted, result.finished, result.metrics)
 
     def _growth(self) -> int:
         """Pages the running requests need for their next tokens (without speculative decoding
@@ -175,7 +194,10 @@ class SglangRank:
         """Run one scheduler iteration; tokens are credited to worker pass `pass_index`."""
         result = RankPass()
         batch: list[tuple[SgRequest, int, int]] = []
-        if self.waiting:
+        prebuilt = bool(self.ready)
+        if prebuilt:
+            self._promote(result)
+        if self.waiting and not (prebuilt or self.pending):
             if self.settings.schedule_policy == "lpm":
                 self._apply_lpm()
             if not self.running and self.config.reject_unservable:
@@ -183,13 +205,15 @@ class SglangRank:
             batch, oom = self._admit(result)
             if oom:
                 self.ratio = self.ratio_init
-            result.prefill_ms = self._prefill_time(batch)
+            if self._charges_prefill:
+                result.prefill_ms = self._prefill_time(batch)
             self._place_batch(batch, result)
         decoding: list[SgRequest] = []
         retracted = self._decode(pass_index, result, decoding) if self.running else []
         if retracted:
             self.waiting.extendleft(reversed(retracted))
             self.ratio = self.ratio_init
+            self.generation += 1
         self.ratio = max(self.ratio - self.ratio_decay, self.ratio_min)
         if not result.has_effect and self.config.reject_unservable:
             self._roll_back_partial_prefills(result)
@@ -246,7 +270,7 @@ class SglangRank:
         if chunk == 0:
             return f"chunked_prefill_size {s.chunked_prefill_size} is smaller than one page ({page})"
         charged = -(-chunk // page) * page
-        out = min(r.remaining_output(), s.clip_max_new_tokens) if chunk == extend else 0
+        out = min(r.remaining_output(), self._clip) if chunk == extend else 0
         room = self.total_tokens - r.pages * page
         if charged + out >= room:
             return (f"its next {charged} prompt tokens + {out} reserved output tokens do not fit "
@@ -259,7 +283,7 @@ class SglangRank:
     def _admit(self, result: RankPass) -> tuple[list[tuple[SgRequest, int, int]], bool]:
         """Build the prefill batch: (request, chunk end, reused tokens) per chunk; OOM flag."""
         s, page, cache = self.settings, self.page, self.cache
-        ratio, clip = self.ratio, s.clip_max_new_tokens
+        ratio, clip = self.ratio, self._clip
         reserved = 0.0
         for r in self.running:
             reserved += min(r.remaining_output(), clip) * ratio
@@ -333,8 +357,12 @@ class SglangRank:
                 self._cache_prefix(r)
                 partial.append(r)
             elif r.remaining_output() <= 0:
-                self._finish(r)
-                result.finished.append(r.req)
+                if self._holds:
+                    self._hold(r, result)
+                else:
+                    self._finish(r)
+                    result.finished.append(r.req)
+                    self.generation += 1
             else:
                 self.running.append(r)
                 self._context += r.length
@@ -353,9 +381,12 @@ class SglangRank:
         n = len(running)
         total = self._context
         result.decode_ms = self.timing.decode(n, total, total // n, self.total_tokens)
-        result.emitted = n
         result.scheduled_tokens += n
         decoding.extend(running)
+        if self._holds:
+            self._hold_running(result)
+            return retracted
+        result.emitted = n
         done: list[SgRequest] = []
         page, cache = self.page, self.cache
         caching = cache.caching
@@ -393,36 +424,60 @@ class SglangRank:
             self.running = [r for r in running if r.req.generated < r.req.max_output]
             self._context -= sum(r.length for r in done)
             result.finished.extend(r.req for r in done)
+            self.generation += len(done)
         return retracted
 
     def _make_room(self, result: RankPass) -> tuple[list[SgRequest], int]:
         """Retract fewest-output requests while the next tokens do not fit (never the last one);
-        reject a lone request that has outgrown the whole pool. Returns the retracted requests
-        and the pages the remaining ones need."""
+        deal with a lone request that still does not fit (`_stalled`). Returns the retracted
+        requests and the pages the remaining ones need."""
         page, cache, running = self.page, self.cache, self.running
         growth = self._growth()
         retracted: list[SgRequest] = []
         while cache.free * page + cache.evictable < growth * page and len(running) > 1:
             victim = min(range(len(running)), key=lambda i: running[i].req.generated)
             growth -= self._growth_of(running[victim])
-            r = running.pop(victim)
+            self._retract(running.pop(victim), result, retracted)
+        if len(running) == 1 and cache.free * page + cache.evictable < growth * page:
+            growth = self._stalled(result, retracted, growth)
+        return retracted, growth
+
+    def _stalled(self, result: RankPass, retracted: list[SgRequest], growth: int) -> int:
+        """The lone running request's next token does not fit; returns the pages still needed.
+
+        The reference emits nothing and, on a decode worker, spins for ever. servesim (with
+        `reject_unservable`) rejects the request if its sequence has outgrown the whole pool;
+        on a decode worker whose other pages are held by reserved or activated destinations, it
+        retracts the request so that those can run first (without `reject_unservable` the run
+        fails there, as the reference never finishes)."""
+        r = self.running[0]
+        need = -(-(r.length + min(self._burst_max, r.remaining_output())) // self.page) * self.page
+        reject = self.config.reject_unservable
+        if need > self.total_tokens and reject:
+            self.running.pop()
             self._context -= r.length
             self._release(r)
-            r.req.preempted = True
-            retracted.append(r)
-            result.preemptions += 1
-        if len(running) == 1 and cache.free * page + cache.evictable < growth * page:
-            r = running[0]
-            need = -(-(r.length + min(self._burst_max, r.remaining_output())) // page) * page
-            if need > self.total_tokens and self.config.reject_unservable:
-                running.pop()
-                self._context -= r.length
-                self._release(r)
-                r.req.reject_reason = (f"sequence of {r.length + 1} tokens outgrew the KV pool "
-                                       f"({self.total_tokens} tokens)")
-                result.rejected.append(r.req)
-                growth = 0
-        return retracted, growth
+            r.req.reject_reason = (f"sequence of {r.length + 1} tokens outgrew the KV pool "
+                                   f"({self.total_tokens} tokens)")
+            result.rejected.append(r.req)
+            return 0
+        if self.config.role != "decode":
+            return growth
+        if not reject:
+            raise RunError(f"a decode worker stalls: its only running request ({r.length} tokens) needs "
+                           f"a KV page and none is free; the reference spins for ever here")
+        if self._reserved or self.ready:
+            self._retract(self.running.pop(), result, retracted)
+            return 0
+        return growth
+
+    def _retract(self, r: SgRequest, result: RankPass, retracted: list[SgRequest]) -> None:
+        """Take `r` out of `running`: private pages freed, cached prefix unlocked, tokens kept."""
+        self._context -= r.length
+        self._release(r)
+        r.req.preempted = True
+        retracted.append(r)
+        result.preemptions += 1
 
     def _sample_burst(self, left: int) -> int:
         """1 + the leading accepted draft tokens, within the `left` output tokens."""
@@ -433,6 +488,80 @@ class SglangRank:
                 break
             burst += 1
         return min(burst, left)
+
+    # -- disaggregated serving ---------------------------------------------------------------
+
+    def _hold_running(self, result: RankPass) -> None:
+        """Prefill role: the prompts completed this pass have run the decode step for their one
+        output token (its KV page included), but the token is not emitted: they are held with
+        their KV until the transfer is done."""
+        page = self.page
+        for r in self.running:
+            r.length = r.materialized = r.length + 1
+            r.pages = -(-r.length // page)
+            self._hold(r, result)
+        self.running = []
+        self._context = 0
+
+    def _hold(self, r: SgRequest, result: RankPass) -> None:
+        """Prefill role: keep a finished prompt's lease for the transfer."""
+        self._held[r.req] = r
+        result.held.append(r.req)
+        self.generation += 1
+
+    def release_held(self, request: EngineRequest) -> None:
+        """Prefill role: the transfer is done (or dropped); the prompt's full pages stay cached."""
+        self._finish(self._held.pop(request))
+
+    def try_reserve(self) -> tuple[EngineRequest, int] | None:
+        """Decode role: one attempt to reserve the page-rounded prompt of the front pending
+        destination, reusing its resident full pages.
+
+        Returns the reserved request and how many prompt tokens must be transferred (its pages
+        not already resident, in whole pages), or None. An attempt that fails is not repeated
+        before the capacity generation changes.
+        """
+        if not self.pending:
+            return None
+        request = self.pending[0]
+        if request.reserve_attempt == self.generation:
+            return None
+        r = SgRequest(request)
+        page, cache = self.page, self.cache
+        prompt = request.prompt_len
+        matched, node = cache.match_lock(r.seq, prompt - prompt % page)
+        pages = -(-prompt // page)
+        fresh = pages - matched // page
+        if not cache.reserve(fresh):
+            cache.dec_lock(node)
+            request.reserve_attempt = self.generation
+            return None
+        r.node, r.cached, r.pages = node, matched, pages
+        self.pending.popleft()
+        self._reserved[request] = r
+        return request, fresh * page
+
+    def activate(self, request: EngineRequest) -> None:
+        """Decode role: the transferred prompt becomes cache-visible and waits to be promoted."""
+        r = self._reserved.pop(request)
+        r.materialized = request.computed = request.prompt_len
+        self._cache_prefix(r)
+        self.ready.append(r)
+
+    def _promote(self, result: RankPass) -> None:
+        """Decode role: activated requests join `running` first (reuse 0, already computed);
+        output-0 requests complete at once without a token (still taking a slot this pass)."""
+        ready = self.ready
+        for _ in range(min(len(ready), self.config.max_sequences - len(self.running))):
+            r = ready.popleft()
+            result.admitted.append((r.req, 0))
+            if r.remaining_output() <= 0:
+                self._finish(r)
+                result.finished.append(r.req)
+                self.generation += 1
+            else:
+                self.running.append(r)
+                self._context += r.length
 
     # -- forward-pass metrics ---------------------------------------------------------------
 
@@ -487,7 +616,10 @@ class SglangRank:
         if node is not r.node:
             cache.inc_lock(node)
             cache.dec_lock(r.node)
-        cache.give_back((end - r.cached - new) // self.page)
+        duplicates = (end - r.cached - new) // self.page
+        if duplicates:
+            cache.give_back(duplicates)
+            self.generation += 1
         r.node, r.cached = node, end
 
     def _finish(self, r: SgRequest) -> None:
@@ -527,9 +659,11 @@ class SglangRank:
         private = 0
         assert self._context == sum(r.length for r in self.running)
         assert all(r.materialized == r.length for r in self.running)
-        for r in list(self.running) + list(self.waiting):
+        for r in [*self.running, *self.waiting, *self.ready, *self._held.values()]:
             private += r.pages - r.cached // page
             assert r.pages == -(-r.materialized // page) and r.cached <= r.materialized
             assert (r.node is None) == (r.materialized == 0)
+        for r in self._reserved.values():
+            private += r.pages - r.cached // page
         total = self.cache.free + (evictable + protected) // page + private
         assert total == self.cache.total_pages, (total, self.cache.total_pages)

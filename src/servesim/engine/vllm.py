@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 
 from servesim.engine.kv import Block, BlockPool
-from servesim.engine.rank import ForwardPassMetrics, RankConfig, RankPass, population_variance
+from servesim.engine.rank import DecodePass, ForwardPassMetrics, RankConfig, RankPass, population_variance
 from servesim.engine.request import EngineRequest
 from servesim.engine.timing import TimingModel
 from servesim.errors import RunError
@@ -62,6 +62,8 @@ class VllmRank:
         """Σ squared sequence length of the cohort at the start of the next pass."""
         self._events: dict[int, list[tuple[int, EngineRequest, int]]] = {}
         """Cohort work by pass index: (kind, request, epoch); stale epochs are skipped."""
+        self._next_decode = (0, 0, 0.0)
+        """(cohort size, Σ length, duration) of the last `next_decode_ms` answer."""
         # Per-pass scratch state.
         self._budget = 0
         self._pass: RankPass = RankPass()
@@ -88,7 +90,30 @@ class VllmRank:
         """Duration of the next pass if it only advances the cohort."""
         n = len(self.cohort)
         total = self._cohort_len
-        return self.timing.decode(n, total, total // n, self.total_kv_tokens)
+        ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+        self._next_decode = (n, total, ms)
+        return ms
+
+    def decode_pass(self, pass_index: int) -> DecodePass:
+        """Pass `pass_index` when it only advances the cohort (`can_run_ahead`): the same state
+        changes as `run_pass`, without its general machinery."""
+        n = len(self.cohort)
+        total = self._cohort_len
+        known_n, known_total, duration = self._next_decode
+        if known_n != n or known_total != total:
+            duration = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+        metrics = None
+        if self.config.record_metrics:
+            self._batch = {}
+            metrics = self._forward_pass_metrics()
+        self._apply_cohort_events(pass_index)
+        self._cohort_len_sq += 2 * total + n
+        self._cohort_len = total + n
+        done: list[EngineRequest] = []
+        self._finish_cohort_members(pass_index, done)
+        if done:
+            self._complete(done)
+        return DecodePass(duration, n, done, metrics)
 
     # -- the pass ---------------------------------------------------------------------------
 
@@ -128,6 +153,10 @@ class VllmRank:
             return
         self._budget -= n
         self._pass.scheduled_tokens += n
+        self._apply_cohort_events(pass_index)
+
+    def _apply_cohort_events(self, pass_index: int) -> None:
+        """The cohort's block work in pass `pass_index`: new blocks, and blocks completed."""
         events = self._events.get(pass_index)
         if not events:
             return
@@ -152,16 +181,22 @@ class VllmRank:
 
     def _schedule_event(self, r: EngineRequest, at: int, kind: int) -> None:
         """Queue a block event unless the request finishes before that pass."""
-        if kind != _FINISH and at > r.anchor + self._steps_left(r) - 1:
+        if kind != _FINISH and at >= r.anchor + self._steps_left(r):
             return
-        self._events.setdefault(at, []).append((kind, r, r.epoch))
+        events = self._events.get(at)
+        if events is None:
+            self._events[at] = [(kind, r, r.epoch)]
+        else:
+            events.append((kind, r, r.epoch))
 
     def _steps_left(self, r: EngineRequest) -> int:
         """Tokens the request will still emit from its anchor pass on (≥ 1)."""
         left = r.max_output - r.generated
         limit = self.config.max_model_len
-        if limit is not None and limit - r.length < left:
-            left = limit - r.length
+        if limit is not None:
+            room = limit - r.prompt_len - r.generated
+            if room < left:
+                return room
         return left
 
     def _join_cohort(self, r: EngineRequest, anchor: int) -> None:
@@ -169,8 +204,9 @@ class VllmRank:
         r.anchor = anchor
         r.epoch += 1
         self.cohort[r] = None
-        self._cohort_len += r.length
-        self._cohort_len_sq += r.length * r.length
+        length = r.prompt_len + r.generated
+        self._cohort_len += length
+        self._cohort_len_sq += length * length
         bs = self.config.block_size
         c = r.computed
         self._schedule_event(r, anchor + self._steps_left(r) - 1, _FINISH)
@@ -195,8 +231,9 @@ class VllmRank:
                 spans.append(pass_index)
         r.epoch += 1
         del self.cohort[r]
-        self._cohort_len -= r.length
-        self._cohort_len_sq -= r.length * r.length
+        length = r.prompt_len + r.generated
+        self._cohort_len -= length
+        self._cohort_len_sq -= length * length
 
     def _dissolve_cohort(self, pass_index: int) -> None:
         """Turn every cohort member back into an explicit request, keeping running order."""
@@ -212,7 +249,8 @@ class VllmRank:
         if not events:
             return
         finishing = [r for kind, r, epoch in events if kind == _FINISH and r.epoch == epoch]
-        finishing.sort(key=lambda r: r.order)
+        if len(finishing) > 1:
+            finishing.sort(key=_running_order)
         for r in finishing:
             self._leave_cohort(r, pass_index + 1)
             done.append(r)
@@ -519,13 +557,18 @@ class VllmRank:
                 continue
             joining = False
         result.finished.extend(done)
+        if done:
+            self._complete(done)
+
+    def _complete(self, done: list[EngineRequest]) -> None:
+        """Requests finished in this pass leave the rank and release their blocks."""
         self.generation += len(done)
         bs = self.config.block_size
         for request in done:
             del self.running[request]
             self.pool.release(request.lease, request.computed // bs)
             request.lease = []
-        if done:
+        if self.explicit:
             finished = set(done)
             self.explicit = [r for r in self.explicit if r not in finished]
 
@@ -639,3 +682,7 @@ class VllmRank:
         request.computed = request.prompt_len
         request.prebuilt = True
         self.waiting.append(request)
+
+
+def _running_order(request: EngineRequest) -> int:
+    return request.order

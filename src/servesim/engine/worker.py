@@ -9,7 +9,8 @@ request records the indices of the passes that gave it a token.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from servesim.engine.request import EngineRequest
 from servesim.engine.rank import Rank, RankPass
@@ -24,8 +25,10 @@ class WorkerPass:
     index: int
     ranks: list[tuple[int, RankPass]]
     has_effect: bool
-    skipped_ends: list[float] = field(default_factory=list)
+    skipped_ends: Sequence[float] = ()
     """End times of the passes before the last, when the worker ran several back to back."""
+    early_finishes: Sequence[tuple[float, list[EngineRequest]]] = ()
+    """Requests finished by those earlier passes, with the pass end (see `Worker.start_pass`)."""
 
 
 class Worker:
@@ -49,40 +52,54 @@ class Worker:
         self.parked = False
 
     def runnable(self) -> bool:
-        return not self.busy and not self.parked and any(r.has_work() for r in self.ranks)
+        return not self.busy and not self.parked and self.holds_requests()
 
     def holds_requests(self) -> bool:
-        return any(r.has_work() for r in self.ranks)
+        for rank in self.ranks:
+            if rank.has_work():
+                return True
+        return False
 
-    def start_pass(self, now: float, horizon: float = 0.0) -> WorkerPass:
+    def start_pass(self, now: float, horizon: float = 0.0, through_finishes: bool = False) -> WorkerPass:
         """Run one pass of every rank with work, starting at `now`.
 
         With a `horizon` beyond `now` — a time before which nothing outside this worker can
         change its work — a lone rank that only decodes runs further passes back to back, as
-        long as each ends by the horizon and none finishes a request; they are exactly the
-        passes the rank would have run one event at a time.
+        long as each ends by the horizon; they are exactly the passes the rank would have run
+        one event at a time. The run stops at a pass that finishes a request unless
+        `through_finishes` (nobody needs to hear of a completion before the horizon); then the
+        earlier completions travel in `WorkerPass.early_finishes`.
         """
         if horizon > now and len(self.ranks) == 1 and self.ranks[0].can_run_ahead(len(self.pass_ends)):
-            return self._run_ahead(now, horizon)
+            return self._run_ahead(now, horizon, through_finishes)
         return self._one_pass(now)
 
-    def _run_ahead(self, now: float, horizon: float) -> WorkerPass:
+    def _run_ahead(self, now: float, horizon: float, through_finishes: bool) -> WorkerPass:
         rank = self.ranks[0]
-        first = index = len(self.pass_ends)
-        start = end = now
+        ends = self.pass_ends
+        first = index = len(ends)
+        early: list[tuple[float, list[EngineRequest]]] = []
+        end = now
         while True:
             start = end
-            result = rank.run_pass(index)
-            end = (start + result.prefill_ms) + result.decode_ms
-            self.pass_ends.append(end)
+            step = rank.decode_pass(index)
+            end = start + step.duration_ms
+            ends.append(end)
             index += 1
-            if result.finished or not rank.can_run_ahead(index) or end + rank.next_decode_ms() > horizon:
+            if step.finished and not through_finishes:
                 break
+            if not rank.can_run_ahead(index):
+                break
+            if end + rank.next_decode_ms() > horizon:
+                break
+            if step.finished:
+                early.append((end, step.finished))
         self.busy_ms += end - now
+        result = step.as_rank_pass()
         if result.metrics is not None:
             result.metrics.wall_time_secs = (end - start) / 1000
         self.busy = True
-        return WorkerPass(now, end, first, [(0, result)], True, self.pass_ends[first:-1].tolist())
+        return WorkerPass(now, end, first, [(0, result)], True, ends[first:-1].tolist(), early)
 
     def _one_pass(self, now: float) -> WorkerPass:
         index = len(self.pass_ends)

@@ -91,3 +91,7 @@ class Router:
 
     wants_kv_events = False
     """Whether the engines should report cached and evicted blocks to this router."""
+
+    state_free = False
+    """Whether placements depend only on the order of arrivals (never on what the workers or
+    requests in flight are doing), so they can all be made before the run."""

@@ -8,6 +8,8 @@ from servesim.placement.base import Placement, RouteRequest, Router, Slot
 class RoundRobin(Router):
     """Cycles over the active workers; each worker cycles over its own DP ranks."""
 
+    state_free = True
+
     def __init__(self, ranks_per_worker: int) -> None:
         super().__init__(ranks_per_worker)
         self._next_worker = 0
@@ -32,6 +34,8 @@ class RoundRobin(Router):
 
 class FlatRoundRobin(Router):
     """Cycles over every (worker, rank) of the active workers as one flat list."""
+
+    state_free = True
 
     def __init__(self, ranks_per_worker: int) -> None:
         super().__init__(ranks_per_worker)

@@ -23,6 +23,8 @@ from servesim.placement.base import Placement, RouteRequest, Router, Slot
 class RandomRouter(Router):
     """Uniformly random (worker, rank)."""
 
+    state_free = True
+
     def _choose(self, request: RouteRequest, now: float) -> tuple[Slot, int]:
         return self.rng.choice(self.slots()), 0
 

@@ -49,7 +49,7 @@ def _handoff_fields(record: RequestRecord) -> dict[str, Any]:
     prefill = [a for a in record.admissions if a.pool == "prefill"]
     decode = [a for a in record.admissions if a.pool == "decode"]
     prefill_route, decode_route = _route(record, "prefill"), _route(record, "decode")
-    if prefill_route is None:
+    if prefill_route is None and decode_route is None:
         return dict.fromkeys((
             "decode_admit_ms", "decode_reused_input_tokens", "decode_route_overlap_tokens",
             "destination_activated_ms", "destination_reserved_ms", "prefill_admit_ms",
@@ -62,8 +62,8 @@ def _handoff_fields(record: RequestRecord) -> dict[str, Any]:
         "destination_activated_ms": record.destination_activated_ms,
         "destination_reserved_ms": record.destination_reserved_ms,
         "prefill_admit_ms": prefill[0].at_ms if prefill else None,
-        "prefill_route_overlap_tokens": prefill_route.overlap_tokens,
-        "prefill_worker_idx": prefill_route.scheduler_id,
+        "prefill_route_overlap_tokens": prefill_route.overlap_tokens if prefill_route else None,
+        "prefill_worker_idx": prefill_route.scheduler_id if prefill_route else None,
         "source_held_ms": record.source_held_ms,
         "source_released_ms": record.source_released_ms,
     }
@@ -78,7 +78,9 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
     pools: dict[str, int] = {}
     for adm in record.admissions:
         pools[adm.pool] = pools.get(adm.pool, 0) + 1
-    serving = _route(record, "decode") or _route(record, "agg")
+    # A request that failed at its decode reservation has a decode route but no serving worker.
+    serving = _route(record, "agg") or (_route(record, "decode") if record.destination_reserved_ms is not None
+                                        else None)
     prompt_side = [a for a in record.admissions if a.pool != "decode"]
     out = _handoff_fields(record)
     out.update({

@@ -142,31 +142,37 @@ def _sketch_rank(n: int, p: float) -> int:
     return int(q * float(span))
 
 
-def _select_keys(keys: IntArray, ranks: list[int]) -> dict[int, int]:
-    """The rank-th smallest key for each requested rank (ranks index ``keys``)."""
+def _select_keys(keys: IntArray, counts: IntArray, ranks: list[int]) -> dict[int, int]:
+    """The rank-th smallest key (0-based, counting each key `counts` times) for each rank."""
     if not ranks:
         return {}
+    order = np.argsort(keys, kind="stable")
+    cumulative = np.cumsum(counts[order])
     wanted = sorted(set(ranks))
-    picked = np.partition(keys, wanted)
-    return {r: int(picked[r]) for r in wanted}
+    where = np.searchsorted(cumulative, wanted, side="right")
+    return {r: int(keys[order[i]]) for r, i in zip(wanted, where.tolist(), strict=True)}
 
 
-def sketch_percentiles(x: FloatArray) -> dict[str, float]:
-    """The DDSketch estimates of ``PERCENTILES`` for finite samples x (N >= 1).
+def sketch_percentiles(x: FloatArray, counts: IntArray) -> dict[str, float]:
+    """The DDSketch estimates of ``PERCENTILES`` for finite samples x, each occurring `counts`
+    times (N = Σ counts >= 1).
 
     Walk order is negative buckets (largest magnitude first), the zero bucket, then positive
     buckets ascending; a single sample is returned exactly.
     """
-    n = x.size
+    n = int(counts.sum())
     if n == 1:
-        return {name: float(x[0]) for name, _ in PERCENTILES}
-    positive = _collapse_lowest(sketch_keys(_keep(x, x >= MIN_INDEXABLE)))
-    negative = _collapse_lowest(sketch_keys(-_keep(x, x <= -MIN_INDEXABLE)))
-    n_neg, n_zero = negative.size, n - positive.size - negative.size
+        value = float(x[np.flatnonzero(counts)[0]])
+        return {name: value for name, _ in PERCENTILES}
+    up, down = x >= MIN_INDEXABLE, x <= -MIN_INDEXABLE
+    positive, pos_counts = _collapse_lowest(sketch_keys(_keep(x, up))), _keep(counts, up)
+    negative, neg_counts = _collapse_lowest(sketch_keys(-_keep(x, down))), _keep(counts, down)
+    n_neg = int(neg_counts.sum())
+    n_zero = n - int(pos_counts.sum()) - n_neg
     ranks = {name: _sketch_rank(n, p) for name, p in PERCENTILES}
-    neg_keys = _select_keys(negative, [n_neg - 1 - r for r in ranks.values() if r < n_neg])
+    neg_keys = _select_keys(negative, neg_counts, [n_neg - 1 - r for r in ranks.values() if r < n_neg])
     first = n_neg + n_zero  # sketch rank of the smallest positive sample
-    pos_keys = _select_keys(positive, [r - first for r in ranks.values() if r >= first])
+    pos_keys = _select_keys(positive, pos_counts, [r - first for r in ranks.values() if r >= first])
     out: dict[str, float] = {}
     for name, r in ranks.items():
         if r < n_neg:
@@ -178,22 +184,28 @@ def sketch_percentiles(x: FloatArray) -> dict[str, float]:
     return out
 
 
-def sketch_stats(values: Iterable[float] | FloatArray) -> dict[str, float]:
-    """Mean, min, max, population std (exact) and streaming-DDSketch percentiles of the samples.
+def sketch_stats(values: Iterable[float] | FloatArray, counts: IntArray | None = None) -> dict[str, float]:
+    """Mean, min, max, population std (exact) and streaming-DDSketch percentiles of the samples,
+    sample i occurring `counts[i]` times (once each without `counts`).
 
     Non-finite samples are ignored, as the reference's accumulator ignores them. The reference
-    accumulates mean/std with Welford; numpy's two-pass result may differ in the last ulp, except
-    that a constant sample set gives exactly (mean = value, std = 0.0) like Welford. Empty input
-    gives 0.0 for every statistic.
+    accumulates mean/std with Welford; the weighted two-pass result here may differ from it in
+    the last ulp, except that a constant sample set gives exactly (mean = value, std = 0.0) like
+    Welford. Empty input gives 0.0 for every statistic.
     """
     x = _as_array(values)
-    x = _keep(x, np.isfinite(x))
+    w = np.ones(x.size, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
+    keep = np.isfinite(x) & (w > 0)
+    x, w = _keep(x, keep), _keep(w, keep)
     if x.size == 0:
         return _zero_stats()
+    n = int(w.sum())
     lo, hi = float(x.min()), float(x.max())
     if lo == hi:
         mean, std = lo, 0.0
     else:
-        mean, std = float(np.mean(x)), float(np.std(x))
-    stats = {"mean": mean, "min": lo, "max": hi, "std": std, **sketch_percentiles(x)}
+        weights = w.astype(np.float64)
+        mean = float(np.dot(weights, x) / n)
+        std = math.sqrt(float(np.dot(weights, (x - mean) ** 2)) / n)
+    stats = {"mean": mean, "min": lo, "max": hi, "std": std, **sketch_percentiles(x, w)}
     return {name: stats[name] for name in STAT_NAMES}

@@ -32,7 +32,8 @@ class Sla:
 
 @dataclass(slots=True)
 class _Timelines:
-    """Per counted request: token count, first/second/last token time; plus all gaps."""
+    """Per counted request: token count, first/second/last token time; plus every token gap of
+    every request, as distinct gap values and how many gaps have each."""
 
     arrival: np.ndarray
     count: np.ndarray
@@ -40,46 +41,63 @@ class _Timelines:
     second: np.ndarray
     last: np.ndarray
     gaps: np.ndarray
+    gap_counts: np.ndarray
 
 
 def _timelines(counted: Sequence[RequestRecord]) -> _Timelines:
-    views: dict[int, np.ndarray] = {}
-    pieces: list[np.ndarray] = []
+    """Read the timelines off the token spans, without materialising one value per token.
+
+    A request's tokens are stamped with the ends of runs of consecutive passes of one worker,
+    so its gaps inside a run are that worker's pass-to-pass gaps: the report counts, for each
+    gap between two consecutive passes of a worker, how many requests span it, plus one gap per
+    request between the runs it has.
+    """
     n = len(counted)
     arrival = np.empty(n)
     count = np.zeros(n, dtype=np.int64)
+    first = np.full(n, np.nan)
+    second = np.full(n, np.nan)
+    last = np.full(n, np.nan)
+    runs: dict[int, tuple[Sequence[float], list[int], list[int]]] = {}
+    between: list[float] = []
     for i, record in enumerate(counted):
         arrival[i] = record.arrival_ms
         spans = record.token_spans
         if not spans:
             continue
         ends = record.pass_ends
-        view = views.get(id(ends))
-        if view is None:
-            view = views[id(ends)] = np.frombuffer(ends, dtype=np.float64)
+        assert ends is not None
+        entry = runs.get(id(ends))
+        if entry is None:
+            entry = runs[id(ends)] = (ends, [], [])
+        starts, stops = entry[1], entry[2]
         total = 0
         for j in range(0, len(spans), 2):
-            pieces.append(view[spans[j]:spans[j + 1]])
-            total += spans[j + 1] - spans[j]
+            a, b = spans[j], spans[j + 1]
+            total += b - a
+            if b - a > 1:
+                starts.append(a)
+                stops.append(b - 1)
+            if j:
+                between.append(ends[a] - ends[spans[j - 1] - 1])
         count[i] = total
-    times = np.concatenate(pieces) if pieces else np.empty(0)
-    starts = np.concatenate(([0], np.cumsum(count)[:-1])) if n else np.empty(0, dtype=np.int64)
-    has = count > 0
-    first = np.full(n, np.nan)
-    second = np.full(n, np.nan)
-    last = np.full(n, np.nan)
-    first[has] = times[starts[has]]
-    last[has] = times[starts[has] + count[has] - 1]
-    two = count > 1
-    second[two] = times[starts[two] + 1]
-    gaps = np.diff(times)
-    if len(gaps):
-        keep = np.ones(len(gaps), dtype=bool)
-        boundaries = np.cumsum(count)[:-1] - 1
-        boundaries = boundaries[(boundaries >= 0) & (boundaries < len(gaps))]
-        keep[boundaries] = False
-        gaps = gaps[keep]
-    return _Timelines(arrival, count, first, second, last, gaps)
+        a0 = spans[0]
+        first[i] = ends[a0]
+        last[i] = ends[spans[-1] - 1]
+        if total > 1:
+            second[i] = ends[a0 + 1] if spans[1] - a0 > 1 else ends[spans[2]]
+    values = [np.array(between)]
+    weights = [np.ones(len(between), dtype=np.int64)]
+    for ends, starts, stops in runs.values():
+        if not starts:
+            continue
+        view = np.frombuffer(ends, dtype=np.float64)
+        size = len(view)
+        covering = np.cumsum(np.bincount(starts, minlength=size) - np.bincount(stops, minlength=size))[:-1]
+        used = covering > 0
+        values.append(np.diff(view)[used])
+        weights.append(covering[used])
+    return _Timelines(arrival, count, first, second, last, np.concatenate(values), np.concatenate(weights))
 
 
 def _put(summary: dict[str, float], metric: str, stats: dict[str, float]) -> None:
@@ -97,7 +115,8 @@ def summarize(records: Sequence[RequestRecord], pools: dict[str, PoolUsage],
     duration = max((r.terminal_ms for r in counted), default=0.0)
     ds = max(duration / 1000, 1e-9)
     prefill, decode = pools.get("prefill", PoolUsage()), pools.get("decode", PoolUsage())
-    reused_max = sum(max((a.reused_tokens for a in r.admissions), default=0) for r in counted)
+    reused_max = sum(r.admissions[0].reused_tokens if len(r.admissions) == 1
+                     else max(a.reused_tokens for a in r.admissions) for r in counted)
     reused_first = sum(r.admissions[0].reused_tokens for r in counted)
     processed = total_in + total_out
     summary: dict[str, float | int] = {
@@ -131,9 +150,10 @@ def summarize(records: Sequence[RequestRecord], pools: dict[str, PoolUsage],
     _put(summary, "ttst_ms", exact_stats(tl.second[two] - tl.first[two]))
     _put(summary, "tpot_ms", exact_stats((tl.last[two] - tl.first[two]) / (tl.count[two] - 1)))
     _put(summary, "e2e_latency_ms", exact_stats(e2e))
-    _put(summary, "itl_ms", sketch_stats(tl.gaps))
-    positive = tl.gaps[tl.gaps > 0]
-    _put(summary, "output_token_throughput_per_user", sketch_stats(1000.0 / positive))
+    _put(summary, "itl_ms", sketch_stats(tl.gaps, tl.gap_counts))
+    positive = tl.gaps > 0
+    _put(summary, "output_token_throughput_per_user",
+         sketch_stats(1000.0 / tl.gaps[positive], tl.gap_counts[positive]))
     if sla is not None:
         summary.update(_goodput(counted, tl, sla, ds))
     return summary

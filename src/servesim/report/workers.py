@@ -33,6 +33,7 @@ def worker_breakdown(records: Sequence[RequestRecord], workers: Sequence[WorkerU
         for w in workers
     }
     for record in records:
+        counted = record.counted
         for route in record.routes:
             pool = "decode" if route.pool == "agg" else route.pool
             entry = stats.get((pool, route.worker_id))
@@ -40,15 +41,22 @@ def worker_breakdown(records: Sequence[RequestRecord], workers: Sequence[WorkerU
                 continue
             entry["requests"] += 1
             entry["overlap_tokens_credited"] += route.overlap_tokens
-            if record.counted:
+            if counted:
                 entry["completed_requests"] += 1
                 entry["input_tokens"] += record.input_length
-                entry["reused_input_tokens"] += max(
-                    (a.reused_tokens for a in record.admissions if _pool(a.pool) == pool), default=0)
+                entry["reused_input_tokens"] += _reused(record, pool)
     for entry in stats.values():
         tokens = entry["input_tokens"]
         entry["prefix_cache_reused_ratio"] = entry["reused_input_tokens"] / tokens if tokens else 0.0
     return list(stats.values())
+
+
+def _reused(record: RequestRecord, pool: str) -> int:
+    """The most prompt tokens the request reused in one admission to `pool`."""
+    admissions = record.admissions
+    if len(admissions) == 1 and _pool(admissions[0].pool) == pool:
+        return admissions[0].reused_tokens
+    return max((a.reused_tokens for a in admissions if _pool(a.pool) == pool), default=0)
 
 
 def _pool(admission_pool: str) -> str:

@@ -240,13 +240,18 @@ class ReplayLoop:
         return started
 
     def _dead_end(self) -> SimulationError:
-        remaining = self.handler.in_flight()
-        if any(w.holds_requests() for pool in self.pools for w in pool.workers):
-            what = "detected an effect-free zero-duration pass"
-        else:
-            what = "reached a dead end"
-        return SimulationError(
-            f"replay invariant violated: offline replay {what} with {remaining} in-flight requests remaining")
+        holds = any(w.holds_requests() for pool in self.pools for w in pool.workers)
+        return dead_end_error(self.handler.in_flight(), holds)
+
+
+def dead_end_error(remaining: int, workers_hold_requests: bool) -> SimulationError:
+    """The reference's error when nothing can happen any more but requests are in flight."""
+    if workers_hold_requests:
+        what = "detected an effect-free zero-duration pass"
+    else:
+        what = "reached a dead end"
+    return SimulationError(
+        f"replay invariant violated: offline replay {what} with {remaining} in-flight requests remaining")
 
 
 def _start_order(worker: Worker) -> tuple[int, int]:

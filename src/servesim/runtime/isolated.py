@@ -1,0 +1,131 @@
+"""Replay of workers that cannot affect each other, one worker at a time.
+
+When every request's arrival time and worker are known before the run — open-loop single-turn
+arrivals, a placement that never looks at worker state, no scaling, no handler timers — a
+worker's timeline depends only on the requests routed to it. This replay then runs each worker
+on its own clock: at each of its instants it applies its finished pass, hands it the requests
+arriving then and starts its next passes, with the same order and run-ahead horizon as
+`ReplayLoop`. Afterwards it derives the instants the shared clock would have visited (every
+arrival and every pass end, up to the time cap) to integrate worker-seconds identically, so the
+report is byte-identical to `ReplayLoop`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from servesim.runtime.replay import INF, PassOutcome, Pool, dead_end_error
+
+
+class IsolatedWorker(Protocol):
+    parked: bool
+    pass_ends: Sequence[float]
+    """End time of every pass the worker started."""
+
+    def enqueue(self, rank: int, request: Any) -> None: ...
+
+    def runnable(self) -> bool: ...
+
+    def start_pass(self, now: float, horizon: float = 0.0, through_finishes: bool = False) -> PassOutcome: ...
+
+    def holds_requests(self) -> bool: ...
+
+
+Delivery = tuple[float, IsolatedWorker, int, Any]
+"""(arrival time, worker, rank, request): a request routed ahead of the run."""
+
+
+class IsolatedHandler(Protocol):
+    def route_ahead(self, until: float) -> list[Delivery]:
+        """Register and route every request arriving by `until`, in arrival order."""
+
+    def finish_pass(self, worker: Any, outcome: PassOutcome, now: float, inline: bool) -> bool: ...
+
+    def in_flight(self) -> int: ...
+
+
+DONE, CAPPED, STUCK = 0, 1, 2
+
+
+class IsolatedReplay:
+    """Run every worker's timeline separately; same results as `ReplayLoop`."""
+
+    def __init__(self, pools: Sequence[Pool], handler: IsolatedHandler, time_cap_ms: float | None = None,
+                 progress: Callable[[float], None] | None = None) -> None:
+        self.pools = list(pools)
+        self.handler = handler
+        self.time_cap_ms = time_cap_ms
+        self.now = 0.0
+        self._progress = progress
+
+    def run(self) -> float:
+        """Run to the end (or the time cap); returns the last instant the shared clock visits."""
+        cap = INF if self.time_cap_ms is None else self.time_cap_ms
+        deliveries = self.handler.route_ahead(cap)
+        by_worker: dict[int, list[Delivery]] = {}
+        for delivery in deliveries:
+            by_worker.setdefault(id(delivery[1]), []).append(delivery)
+        workers = [w for pool in self.pools for w in pool.workers]
+        endings = [self._run_worker(w, by_worker.get(id(w), []), cap) for w in workers]
+        if CAPPED not in endings and STUCK in endings:
+            raise dead_end_error(self.handler.in_flight(), any(w.holds_requests() for w in workers))
+        instants = [np.fromiter((d[0] for d in deliveries), float, len(deliveries))]
+        instants += [np.frombuffer(w.pass_ends, float) if len(w.pass_ends) else np.empty(0) for w in workers]
+        self._integrate(np.unique(np.concatenate(instants)), cap)
+        return self.now
+
+    def _run_worker(self, worker: IsolatedWorker, deliveries: list[Delivery], cap: float) -> int:
+        """Replay one worker's instants; returns how its timeline ended."""
+        finish = self.handler.finish_pass
+        progress = self._progress
+        n = len(deliveries)
+        i = 0
+        pending: PassOutcome | None = None
+        steps = 0
+        while True:
+            arrival = deliveries[i][0] if i < n else INF
+            end = pending.end_ms if pending is not None else INF
+            now = end if end < arrival else arrival
+            if now == INF:
+                return STUCK if worker.holds_requests() else DONE
+            if now > cap:
+                return CAPPED
+            if end == now:
+                finish(worker, pending, now, False)
+                pending = None
+            while i < n and deliveries[i][0] == now:
+                _, _, rank, request = deliveries[i]
+                worker.enqueue(rank, request)
+                i += 1
+            if pending is None:
+                horizon = deliveries[i][0] if i < n else INF
+                pending = self._start_passes(worker, now, horizon if horizon < cap else cap)
+            steps += 1
+            if progress is not None and not steps & 0x3FF:
+                progress(now)
+
+    def _start_passes(self, worker: IsolatedWorker, now: float, horizon: float) -> PassOutcome | None:
+        """Start passes on `worker` at `now` (zero-duration ones complete at once, as in
+        `ReplayLoop`); returns the pass left in flight."""
+        while worker.runnable():
+            outcome = worker.start_pass(now, horizon, through_finishes=True)
+            if outcome.end_ms > now:
+                return outcome
+            effect = self.handler.finish_pass(worker, outcome, now, True)
+            if not (outcome.has_effect or effect):
+                worker.parked = True
+        return None
+
+    def _integrate(self, instants: np.ndarray, cap: float) -> None:
+        """Worker-seconds over the shared clock's instants, summed in the same order."""
+        instants = instants[instants <= cap]
+        if not len(instants):
+            return
+        steps = np.diff(instants, prepend=0.0)
+        for pool in self.pools:
+            terms = (steps * len(pool.workers)) / 1000
+            pool.worker_seconds = float(np.add.accumulate(terms)[-1])
+        self.now = float(instants[-1])

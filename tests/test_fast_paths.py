@@ -1,0 +1,91 @@
+"""The fast paths (decode cohorts, run-ahead passes, per-worker replay) give byte-identical
+reports to the plain path: one pass at a time on the shared clock, every request explicit.
+
+`tests/test_invariants.py` checks the same on random deployments; this file pins it on named
+configurations, including ones that make each fast path do its most (large synthetic loads,
+time caps, attention DP, random routing, speculative decoding, SGLang, prefix sharing).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from servesim import simulate
+from servesim.config import load_config, parse_config
+from servesim.runtime.isolated import IsolatedReplay
+
+CASES = Path(__file__).parent / "cases"
+HOST_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
+
+
+def synthetic(workers: dict[str, Any], *, backend: str = "vllm", requests: int = 400,
+              rps: float = 200, router: dict | None = None, **traffic: Any) -> dict[str, Any]:
+    engine: dict[str, Any] = {"model": "m", "hardware": "h200_sxm", "backend": backend,
+                              "workers": {"aggregated": workers}}
+    if backend == "vllm":
+        engine["context_length"] = 8192
+    config: dict[str, Any] = {
+        "engine": engine,
+        "traffic": {"source": {"type": "synthetic", "input_tokens": 300, "output_tokens": 60},
+                    "load": {"type": "poisson", "requests_per_second": rps, "seed": 7},
+                    "stop": {"requests": requests}, **traffic},
+    }
+    if router is not None:
+        config["router"] = router
+    return config
+
+
+FIXED = {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}
+SMALL_KV = {"block_size": 16, "capacity": {"type": "fixed", "blocks": 400}}
+
+CONFIGS: dict[str, Any] = {
+    "p1-like": synthetic({"parallelism": {"replicas": 4}, "timing": FIXED,
+                          "kv_cache": {"capacity": {"type": "fixed", "blocks": 2000}}}),
+    "kv-pressure-preemption": synthetic({"parallelism": {"replicas": 2}, "timing": FIXED, "kv_cache": SMALL_KV,
+                                         "scheduler": {"max_batched_tokens": 256}}, rps=400),
+    "attention-dp": synthetic({"parallelism": {"replicas": 2, "attention_data": 2}, "timing": {"type": "polynomial"},
+                               "kv_cache": SMALL_KV}),
+    "random-router": synthetic({"parallelism": {"replicas": 3}, "timing": FIXED, "kv_cache": SMALL_KV},
+                               router={"policy": "random", "seed": 3}),
+    "speculative": synthetic({"parallelism": {"replicas": 2}, "timing": FIXED, "kv_cache": SMALL_KV,
+                              "speculative": {"num_speculative_tokens": 2, "acceptance_rates": [0.7, 0.4]}}),
+    "sglang": synthetic({"parallelism": {"replicas": 2}, "timing": FIXED,
+                         "kv_cache": {"block_size": 4, "capacity": {"type": "fixed", "blocks": 2000}}},
+                        backend="sglang"),
+    "mooncake-prefix": CASES / "replay" / "05-mooncake-prefix-cache" / "config.yaml",
+    "time-cap": CASES / "replay" / "10-max-virtual-time-cap" / "config.yaml",
+    "closed-loop-engine-limits": CASES / "replay" / "12-engine-limits" / "config.yaml",
+    "kv-router": (CASES / "replay" / "05-mooncake-prefix-cache" / "config.yaml", {"policy": "kv_router"}),
+}
+SHARED_CLOCK = {"closed-loop-engine-limits", "kv-router"}
+"""Configurations the per-worker replay must not take (closed loop; a stateful router)."""
+
+
+def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bool) -> str:
+    if isinstance(config, tuple):  # a case's config with a router section added
+        path, router = config
+        parsed = parse_config({**yaml.safe_load(path.read_text()), "router": router}, base_dir=path.parent)
+    elif isinstance(config, Path):
+        parsed = load_config(config)
+    else:
+        parsed = parse_config(config)
+    result = simulate(parsed, capture_per_request=True, fast=fast)
+    summary = result.to_dict()
+    for key in HOST_FIELDS:
+        summary.pop(key)
+    return json.dumps({"summary": summary, "extensions": result.extensions}, sort_keys=True)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_fast_and_plain_reports_are_byte_identical(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = []
+    original = IsolatedReplay.run
+    monkeypatch.setattr(IsolatedReplay, "run", lambda self: runs.append(self) or original(self))
+    fast = report(CONFIGS[name], fast=True)
+    assert bool(runs) == (name not in SHARED_CLOCK), "which replay the fast path chose"
+    assert fast == report(CONFIGS[name], fast=False)
