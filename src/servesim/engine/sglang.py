@@ -356,17 +356,22 @@ class SglangRank:
             if r.materialized < r.length:
                 self._cache_prefix(r)
                 partial.append(r)
-            elif r.remaining_output() <= 0:
-                if self._holds:
-                    self._hold(r, result)
-                else:
-                    self._finish(r)
-                    result.finished.append(r.req)
-                    self.generation += 1
             else:
-                self.running.append(r)
-                self._context += r.length
+                self._settle(r, result)
         self.waiting.extendleft(reversed(partial))
+
+    def _settle(self, r: SgRequest, result: RankPass) -> None:
+        """A request whose prompt is in: it runs, or (no output left) is held on a prefill rank
+        or finishes."""
+        if r.remaining_output() > 0:
+            self.running.append(r)
+            self._context += r.length
+        elif self._holds:
+            self._hold(r, result)
+        else:
+            self._finish(r)
+            result.finished.append(r.req)
+            self.generation += 1
 
     # -- decode -----------------------------------------------------------------------------
 
@@ -555,13 +560,7 @@ class SglangRank:
         for _ in range(min(len(ready), self.config.max_sequences - len(self.running))):
             r = ready.popleft()
             result.admitted.append((r.req, 0))
-            if r.remaining_output() <= 0:
-                self._finish(r)
-                result.finished.append(r.req)
-                self.generation += 1
-            else:
-                self.running.append(r)
-                self._context += r.length
+            self._settle(r, result)
 
     # -- forward-pass metrics ---------------------------------------------------------------
 
