@@ -65,28 +65,29 @@ class IsolatedReplay:
         """Run to the end (or the time cap); returns the last instant the shared clock visits."""
         cap = INF if self.time_cap_ms is None else self.time_cap_ms
         deliveries = self.handler.route_ahead(cap)
+        instants = [np.fromiter((d[0] for d in deliveries), float, len(deliveries))]
         by_worker: dict[int, list[Delivery]] = {}
         for delivery in deliveries:
             by_worker.setdefault(id(delivery[1]), []).append(delivery)
+        del deliveries  # each worker's list is consumed as it runs, so finished requests are freed
         workers = [w for pool in self.pools for w in pool.workers]
-        endings = [self._run_worker(w, by_worker.get(id(w), []), cap) for w in workers]
+        endings = [self._run_worker(w, by_worker.pop(id(w), []), cap) for w in workers]
         if CAPPED not in endings and STUCK in endings:
             raise dead_end_error(self.handler.in_flight(), any(w.holds_requests() for w in workers))
-        instants = [np.fromiter((d[0] for d in deliveries), float, len(deliveries))]
         instants += [np.frombuffer(w.pass_ends, float) if len(w.pass_ends) else np.empty(0) for w in workers]
         self._integrate(np.unique(np.concatenate(instants)), cap)
         return self.now
 
     def _run_worker(self, worker: IsolatedWorker, deliveries: list[Delivery], cap: float) -> int:
-        """Replay one worker's instants; returns how its timeline ended."""
+        """Replay one worker's instants, handing over (and dropping) its deliveries; returns how
+        its timeline ended."""
         finish = self.handler.finish_pass
         progress = self._progress
-        n = len(deliveries)
-        i = 0
+        deliveries.reverse()  # the next one last
         pending: PassOutcome | None = None
         steps = 0
         while True:
-            arrival = deliveries[i][0] if i < n else INF
+            arrival = deliveries[-1][0] if deliveries else INF
             end = pending.end_ms if pending is not None else INF
             now = end if end < arrival else arrival
             if now == INF:
@@ -96,12 +97,11 @@ class IsolatedReplay:
             if end == now:
                 finish(worker, pending, now, False)
                 pending = None
-            while i < n and deliveries[i][0] == now:
-                _, _, rank, request = deliveries[i]
+            while deliveries and deliveries[-1][0] == now:
+                _, _, rank, request = deliveries.pop()
                 worker.enqueue(rank, request)
-                i += 1
             if pending is None:
-                horizon = deliveries[i][0] if i < n else INF
+                horizon = deliveries[-1][0] if deliveries else INF
                 pending = self._start_passes(worker, now, horizon if horizon < cap else cap)
             steps += 1
             if progress is not None and not steps & 0x3FF:
