@@ -1,7 +1,5 @@
 """`python -m servesim` runs the command-line interface."""
 
-import sys
+from servesim.cli import run
 
-from servesim.cli import main
-
-sys.exit(main())
+run()

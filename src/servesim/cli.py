@@ -7,6 +7,7 @@ simulation itself fails, 130 on interrupt.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -102,5 +103,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The `servesim` executable: `main`, then exit at once.
+
+    Every output is written and closed by then; skipping the interpreter's teardown (freeing
+    every module and object one by one) saves ~0.1 s per run, which adds up in sweeps.
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        code = code or 1
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
