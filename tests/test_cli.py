@@ -75,11 +75,12 @@ def test_config_errors_exit_2_naming_the_key(tmp_path, capsys, args, message):
     code, out, err = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(tmp_path / "o"), *args)
     assert code == 2 and out == ""
     assert err.startswith(f"servesim: error: {CASE01}: ") and message in err
+    assert err.count(str(CASE01)) == 1, "the file is named once"
 
 
 def test_missing_config_file_exits_2(tmp_path, capsys):
     code, _, err = _run(capsys, "predict", "-c", str(tmp_path / "nope.yaml"), "--output-dir", str(tmp_path / "o"))
-    assert code == 2 and "nope.yaml" in err
+    assert code == 2 and err.count("nope.yaml") == 1
 
 
 def test_non_empty_output_dir_needs_overwrite(tmp_path, capsys):

@@ -67,7 +67,10 @@ def _predict(args: argparse.Namespace) -> int:
         out_dir = Path(args.output_dir)
         _prepare_output_dir(out_dir, args.overwrite)
     except ConfigError as exc:
-        print(f"servesim: error: {args.config}: {exc}", file=sys.stderr)
+        message = str(exc)
+        if not message.startswith(f"{args.config}:"):  # errors read from the file name it already
+            message = f"{args.config}: {message}"
+        print(f"servesim: error: {message}", file=sys.stderr)
         return 2
     try:
         report = simulate(config, capture_per_request=args.capture_per_request,
