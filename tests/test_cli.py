@@ -115,3 +115,19 @@ def test_unservable_request_exits_1_when_asked_to_fail(tmp_path, capsys):
     code, out, _ = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "o2"),
                         "--format", "json")
     assert code == 0 and json.loads(out)["num_requests"] == 1
+
+
+def test_progress_line_shows_simulated_time_only_on_a_shared_clock(capsys):
+    from servesim.api import ProgressMeter
+    from servesim.collect.collector import Collector
+
+    meter = ProgressMeter(10, Collector())
+    meter.started -= 5.0  # as if the run had been going for a while
+    meter.last -= 5.0
+    meter(12_500.0)
+    meter.last -= 1.0
+    meter(None)
+    meter.close()
+    first, second = capsys.readouterr().err.strip("\n").split("\r")[1:]
+    assert "0/10 requests" in first and "simulated 12.5 s" in first
+    assert "0/10 requests" in second and "simulated" not in second

@@ -37,15 +37,17 @@ class ProgressMeter:
         self.last = self.started
         self.drawn = False
 
-    def __call__(self, now_ms: float) -> None:
+    def __call__(self, now_ms: float | None) -> None:
+        """Redraw (if due); `now_ms` is the simulated time, None when workers run one by one."""
         wall = time.perf_counter()
         if wall - self.last < 0.2 or wall - self.started < 1.0:
             return
         self.last = wall
         done = self.collector.num_terminal
         pct = 100 * done / self.total if self.total else 100.0
+        simulated = f"simulated {now_ms / 1000:,.1f} s, " if now_ms is not None else ""
         sys.stderr.write(f"\r[servesim] {done}/{self.total} requests ({pct:5.1f} %), "
-                         f"simulated {now_ms / 1000:,.1f} s, wall {wall - self.started:,.1f} s ")
+                         f"{simulated}wall {wall - self.started:,.1f} s ")
         sys.stderr.flush()
         self.drawn = True
 

@@ -54,7 +54,7 @@ class IsolatedReplay:
     """Run every worker's timeline separately; same results as `ReplayLoop`."""
 
     def __init__(self, pools: Sequence[Pool], handler: IsolatedHandler, time_cap_ms: float | None = None,
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[float | None], None] | None = None) -> None:
         self.pools = list(pools)
         self.handler = handler
         self.time_cap_ms = time_cap_ms
@@ -105,7 +105,7 @@ class IsolatedReplay:
                 pending = self._start_passes(worker, now, horizon if horizon < cap else cap)
             steps += 1
             if progress is not None and not steps & 0x3FF:
-                progress(now)
+                progress(None)  # each worker has its own clock: no single simulated time
 
     def _start_passes(self, worker: IsolatedWorker, now: float, horizon: float) -> PassOutcome | None:
         """Start passes on `worker` at `now` (zero-duration ones complete at once, as in
