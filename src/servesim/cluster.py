@@ -301,8 +301,6 @@ class AggregatedCluster(_Cluster):
         return False
 
 
-
-
 @dataclass(slots=True)
 class _Handoff:
     """One request's way through the prefill and decode pools."""
