@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from servesim.config import load_config
 from test_parity import HOST_FIELDS, assert_matches_reference
 
 CASES = Path(__file__).parent / "cases"
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
 TIMING_CASES = [
     "timing/01-qwen32fp8-h200-vllm024/config.yaml",
@@ -36,18 +34,6 @@ REFERENCE_DATA_CASES = [
 ]
 
 
-@lru_cache(maxsize=1)
-def reference_systems() -> Path | None:
-    """The reference's bundled AIC systems directory, or None (never installs anything)."""
-    try:
-        check = subprocess.run([str(REFERENCE / "install.sh"), "--check"], capture_output=True, timeout=60)
-        if check.returncode != 0:
-            return None
-        out = subprocess.run([str(REFERENCE / "aic-systems-path.sh")], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    path = Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
-    return path if path is not None and (path / "data").is_dir() else None
 
 
 @lru_cache(maxsize=None)
@@ -81,11 +67,8 @@ def test_timing_case_matches_exactly(case: str, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.parametrize("case", REFERENCE_DATA_CASES)
-def test_reference_data_case_matches_exactly(case: str) -> None:
-    systems = reference_systems()
-    if systems is None:
-        pytest.skip("the reference's AIC systems directory is not installed (../shared/reference)")
-    assert_matches_reference(CASES / case, _run(case, str(systems)))
+def test_reference_data_case_matches_exactly(case: str, reference_systems: Path) -> None:
+    assert_matches_reference(CASES / case, _run(case, str(reference_systems)))
 
 
 def test_reference_default_version_without_its_data_still_runs(monkeypatch: pytest.MonkeyPatch,

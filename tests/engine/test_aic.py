@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import logging
 import random
-import subprocess
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -24,21 +22,8 @@ from servesim.errors import RunError
 from servesim.perf import timing_model
 
 PACKAGE_SYSTEMS, _ = systems_dir(None)
-REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
 
 
-@lru_cache(maxsize=1)
-def reference_systems() -> Path | None:
-    """The reference's bundled AIC systems directory, or None (never installs anything)."""
-    try:
-        check = subprocess.run([str(REFERENCE / "install.sh"), "--check"], capture_output=True, timeout=60)
-        if check.returncode != 0:
-            return None
-        out = subprocess.run([str(REFERENCE / "aic-systems-path.sh")], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    path = Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
-    return path if path is not None and (path / "data").is_dir() else None
 
 
 def key(model: str = "Qwen/Qwen3-32B-FP8", system: str = "h200_sxm", version: str = "0.24.0", tp: int = 1,
@@ -84,10 +69,8 @@ def test_values_are_bit_identical_to_direct_calls() -> None:
     assert timing.calls == calls  # memo hits do not reach AIC
 
 
-def test_case_07_values_through_the_reference_database() -> None:
-    systems = reference_systems()
-    if systems is None:
-        pytest.skip("the reference's AIC systems directory is not installed")
+def test_case_07_values_through_the_reference_database(reference_systems: Path) -> None:
+    systems = reference_systems
     version, warning = aic.resolve_version(systems, "h200_sxm", "vllm", None)
     assert (version, warning) == ("0.19.0", None)
     timing = aic.AicTiming(aic.aic_engine(key("Qwen/Qwen3-32B", version="0.19.0", systems=systems)))
