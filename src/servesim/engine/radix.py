@@ -168,6 +168,17 @@ def _segs_common(segs: list[Segment], seq: TokenSeq, pos: int, limit: int) -> in
     return n
 
 
+def _append_tokens(node: Node, seq: TokenSeq, start: int, end: int) -> None:
+    """Add tokens [start, end) of `seq` at the end of `node`, merging with its last segment
+    when that one ends where they start."""
+    s, a, b = node.segs[-1]
+    if s is seq and b == start:
+        node.segs[-1] = (s, a, end)
+    else:
+        node.segs.append((seq, start, end))
+    node.length += end - start
+
+
 def _segs_split(segs: list[Segment], k: int) -> tuple[list[Segment], list[Segment]]:
     """The first `k` tokens of an edge and the rest."""
     head: list[Segment] = []
@@ -375,12 +386,7 @@ class RadixCache:
         return node
 
     def _extend_leaf(self, node: Node, seq: TokenSeq, start: int, end: int, now: int) -> None:
-        s, a, b = node.segs[-1]
-        if s is seq and b == start:
-            node.segs[-1] = (s, a, end)
-        else:
-            node.segs.append((seq, start, end))
-        node.length += end - start
+        _append_tokens(node, seq, start, end)
         if node.lock == 0:
             self.evictable += end - start
         else:
@@ -402,12 +408,7 @@ class RadixCache:
         while n is not None:  # a locked node's ancestors are locked, so none is indexed
             n.time = now
             n = n.parent
-        s, a, b = node.segs[-1]
-        if s is seq and b == start:
-            node.segs[-1] = (s, a, end)
-        else:
-            node.segs.append((seq, start, end))
-        node.length += end - start
+        _append_tokens(node, seq, start, end)
         self.protected += end - start
         if self.listener is not None:
             self._announce("stored", seq, start, end)
