@@ -9,7 +9,6 @@ pass end times.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 COMPLETED, REJECTED, FAILED, CANCELED = "completed", "rejected", "failed", "canceled"
@@ -105,6 +104,3 @@ class Collector:
         record.output_length = output_length
         record.token_spans = token_spans
         record.pass_ends = pass_ends
-
-    def terminal_records(self) -> Iterator[RequestRecord]:
-        return (r for r in self.records if r.status is not None)

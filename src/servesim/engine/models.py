@@ -122,16 +122,6 @@ def bundled_configs_dir() -> Path | None:
     return package / "model_configs" if package is not None else None
 
 
-def bundled_model_names() -> list[str]:
-    """HF ids of the bundled model configs, sorted."""
-    folder = bundled_configs_dir()
-    if folder is None or not folder.is_dir():
-        return []
-    names = [p.name[: -len("_config.json")] for p in folder.glob("*_config.json")
-             if not p.name.endswith("_hf_quant_config.json")]
-    return sorted(n.replace("--", "/", 1) for n in names)
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     # AIConfigurator's copies may contain bare Infinity/NaN, which json accepts.
     data = json.loads(path.read_text())

@@ -78,7 +78,7 @@ class TrafficWindow:
     """Mean over admissions of the prompt fraction found in the prefix cache."""
     num_completed: int = 0
     num_kv_hit_samples: int = 0
-    """Admissions behind avg_kv_hit_rate (its weight when windows are merged)."""
+    """Admissions behind avg_kv_hit_rate."""
 
 
 @dataclass(slots=True)

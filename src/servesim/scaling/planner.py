@@ -512,19 +512,14 @@ class _Traffic:
     completed: int = 0
     isl_sum: float = 0.0
     osl_sum: float = 0.0
-    hit_sum: float = 0.0
-    hit_n: float = 0.0
 
     def add(self, window: TrafficWindow) -> None:
-        """Merge a window in (shape means weighted by completions, hit rate by admissions)."""
+        """Merge a window in (shape means weighted by completions)."""
         self.duration_s += window.duration_s
         self.num_req += window.num_req
         self.completed += window.num_completed
         self.isl_sum += window.avg_isl * window.num_completed
         self.osl_sum += window.avg_osl * window.num_completed
-        weight = window.num_kv_hit_samples or window.num_req
-        self.hit_sum += window.avg_kv_hit_rate * weight
-        self.hit_n += weight
 
     @property
     def isl(self) -> float:
@@ -533,10 +528,6 @@ class _Traffic:
     @property
     def osl(self) -> float:
         return self.osl_sum / self.completed if self.completed else 0.0
-
-    @property
-    def hit_rate(self) -> float | None:
-        return self.hit_sum / self.hit_n if self.hit_n else None
 
 
 def fpm_coverage_ok(fpms: FpmMap, ready: int, dp: int = 1) -> bool:
