@@ -1,0 +1,61 @@
+"""The README's commands work as written, in order, on a fresh checkout (issue 19, "README")."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from hostile import run_servesim
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+
+def _bash_commands(markdown: str, sections: tuple[str, ...]) -> list[str]:
+    """Commands of the ```bash blocks before the first section heading and under `sections`, in
+    order (continuation lines joined, comments dropped)."""
+    commands: list[str] = []
+    section = ""
+    for part in re.split(r"^(## .*)$", markdown, flags=re.M):
+        if part.startswith("## "):
+            section = part[3:].strip()
+            continue
+        if section and section not in sections:
+            continue
+        for block in re.findall(r"```bash\n(.*?)```", part, flags=re.S):
+            text = block.replace("\\\n", " ")
+            for line in text.splitlines():
+                line = re.sub(r"\s+#.*$", "", line).strip()
+                if line and not line.startswith("#"):
+                    commands.extend(c.strip() for c in line.split("&&"))
+    return commands
+
+
+def test_quick_start_runs_in_order_on_a_fresh_checkout(tmp_path):
+    """The set-up line, then every quick-start command, in one fresh folder: all exit 0."""
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    commands = [c for c in _bash_commands(README.read_text(), ("Quick start",)) if c.startswith("servesim ")]
+    assert len(commands) >= 3, commands
+    for command in commands:
+        run = run_servesim(shlex.split(command)[1:], cwd=tmp_path, timeout=180, memory_mb=None)
+        assert run.returncode == 0 and "Traceback" not in run.stderr, (command, run.stderr[-3000:])
+
+
+def test_the_test_command_shows_pytest_summary_line(tmp_path):
+    """The README's test command (with the project's pytest settings), aimed at one small test file,
+    ends with pytest's 'N passed' line."""
+    commands = [c for c in _bash_commands(README.read_text(), ()) if "pytest" in c]
+    assert commands, "the README shows how to run the tests"
+    argv = shlex.split(commands[0])
+    assert argv[:3] == ["python", "-m", "pytest"], argv
+    sample = tmp_path / "test_sample.py"
+    sample.write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    done = subprocess.run([sys.executable, *argv[1:], "-c", str(ROOT / "pyproject.toml"), str(sample),
+                           "-p", "no:cacheprovider"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"\b1 passed\b", done.stdout), done.stdout
