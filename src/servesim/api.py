@@ -7,6 +7,7 @@ collect → report, around the replay loop.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -19,6 +20,7 @@ from servesim.build import LoweredRun, lower
 from servesim.cluster import AggregatedCluster, DisaggregatedCluster
 from servesim.collect.collector import Collector
 from servesim.config import SimConfig, load_config, parse_config
+from servesim.errors import ConfigError
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import PoolUsage, summarize
@@ -93,11 +95,17 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     `planner` section decides.
     """
     if unservable not in ("reject", "fail"):
-        raise ValueError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
-    if isinstance(config, (str, Path)):
+        raise ConfigError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
+    if scaling is not None and not all(callable(getattr(scaling, m, None)) for m in ("initial_tick_ms", "on_tick")):
+        raise ConfigError(f"scaling must have initial_tick_ms() and on_tick(snapshot) methods "
+                          f"(got {type(scaling).__name__})")
+    if isinstance(config, (str, os.PathLike)):
         config = load_config(config)
-    elif not isinstance(config, SimConfig):
+    elif isinstance(config, Mapping):
         config = parse_config(config)
+    elif not isinstance(config, SimConfig):
+        raise ConfigError(f"config must be a SimConfig, a mapping in the YAML schema or a path to a YAML file "
+                          f"(got {type(config).__name__})")
     run = lower(config, unservable=unservable)
     with _collection_paused():
         return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,

@@ -688,9 +688,14 @@ def test_load_config_applies_overrides(tmp_path: Path) -> None:
         load_config(path, ["engine.workers.0=1"])
 
 
-def test_duplicate_keys_last_wins(tmp_path: Path) -> None:
-    path = write(tmp_path, yaml.safe_dump(synthetic()) + "evaluation: {}\nevaluation: {sla: {e2e_ms: 5}}\n")
-    sla = load_config(path).evaluation.sla
+def test_duplicate_keys_are_an_error_unless_the_last_may_win(tmp_path: Path) -> None:
+    """servesim refuses a repeated key; `allow_duplicate_keys` restores the reference's last-wins."""
+    text = yaml.safe_dump(synthetic()) + "evaluation: {}\nevaluation: {sla: {e2e_ms: 5}}\n"
+    path = write(tmp_path, text)
+    line = text.count("\n")
+    with pytest.raises(ConfigError, match=f"{path}:{line}: duplicate key 'evaluation' \\(first on line {line - 1}\\)"):
+        load_config(path)
+    sla = load_config(path, allow_duplicate_keys=True).evaluation.sla
     assert sla is not None and sla.e2e_ms == 5.0
 
 

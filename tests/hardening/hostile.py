@@ -6,7 +6,9 @@ blow-up fails the test instead of taking the machine down.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import os
 import resource
 import signal
@@ -120,3 +122,17 @@ def run_servesim(args: Sequence[str], *, timeout: float = 60.0, **kwargs: Any) -
     """Run `python -m servesim ARGS` to the end (or `timeout`)."""
     started = time.monotonic()
     return finish(start_servesim(args, **kwargs), timeout, started)
+
+
+def run_in_process(args: Sequence[str], *, stdout: Any = None) -> Run:
+    """`servesim.cli.main(ARGS)` in this process, stdout (unless given) and stderr captured; an
+    exception escaping `main` fails the calling test with its traceback."""
+    from servesim.cli import main
+
+    out = io.StringIO() if stdout is None else stdout
+    err = io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return Run(code, out.getvalue() if stdout is None else "", err.getvalue(), time.monotonic() - started)
+

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from hostile import BASE_CONFIG, config_with, run_servesim, write_config
+from hostile import BASE_CONFIG, config_with, run_in_process, run_servesim, write_config
 
 
 def _alias_bomb(levels: int = 9, width: int = 9) -> str:
@@ -139,3 +139,14 @@ def test_delays_beyond_millisecond_precision_are_refused(tmp_path):
     run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
     run.assert_clean(1)
     assert f"{trace}:2:" in run.stderr and "delay" in run.message(tmp_path)
+
+
+def test_allow_duplicate_keys_lets_the_last_value_win(tmp_path):
+    """The reference's behaviour, on request."""
+    config = tmp_path / "dup.yaml"
+    text = yaml.safe_dump(config_with({"traffic.stop.requests": 2}), sort_keys=False)
+    config.write_text(text + "evaluation: {}\nevaluation: {sla: {e2e_ms: 5}}\n")
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--format", "json",
+                          "--allow-duplicate-keys"])
+    run.assert_clean(0)
+    assert "goodput_completed_requests" in json.loads(run.stdout)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile import finish, run_servesim, start_servesim, write_config
+from hostile import finish, run_in_process, run_servesim, start_servesim, write_config
 
 OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json")
 
@@ -25,7 +25,7 @@ def _previous_results(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     """An output folder holding a complete earlier result set (3 requests, captured) and a user file."""
     config = write_config(tmp_path, {"traffic.stop.requests": 3}, name="previous.yaml")
     out = tmp_path / "out"
-    run_servesim(["predict", "-c", str(config), "--output-dir", str(out), "--capture-per-request"]).assert_clean(0)
+    run_in_process(["predict", "-c", str(config), "--output-dir", str(out), "--capture-per-request"]).assert_clean(0)
     (out / "notes.txt").write_text("the user's own file\n")
     before = _snapshot(out)
     assert set(OUTPUTS) <= set(before)
@@ -56,14 +56,14 @@ def test_output_dir_below_a_regular_file(tmp_path):
     blocker.write_text("x")
     config = write_config(tmp_path)
     target = blocker / "out"
-    _assert_location_error(run_servesim(["predict", "-c", str(config), "--output-dir", str(target)]),
+    _assert_location_error(run_in_process(["predict", "-c", str(config), "--output-dir", str(target)]),
                            str(target), "Not a directory", tmp_path)
 
 
 def test_output_dir_name_too_long(tmp_path):
     config = write_config(tmp_path)
     target = tmp_path / ("x" * 300)
-    _assert_location_error(run_servesim(["predict", "-c", str(config), "--output-dir", str(target)]),
+    _assert_location_error(run_in_process(["predict", "-c", str(config), "--output-dir", str(target)]),
                            str(target), "File name too long", tmp_path)
 
 
@@ -73,7 +73,7 @@ def test_output_dir_in_a_kernel_filesystem(tmp_path, target):
     if not Path(mount).is_dir():
         pytest.skip(f"no {mount}")
     config = write_config(tmp_path)
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", target])
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", target])
     run.assert_clean(2)
     assert target in run.stderr and "--output-dir" in run.stderr
 
@@ -82,7 +82,7 @@ def test_unwritable_existing_output_dir_is_refused_before_the_run(tmp_path):
     if not Path("/proc/self").is_dir():
         pytest.skip("no /proc")
     config = write_config(tmp_path)
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", "/proc/self", "--overwrite"])
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", "/proc/self", "--overwrite"])
     run.assert_clean(2)
     assert "/proc/self" in run.stderr
 
@@ -124,7 +124,7 @@ def test_overwrite_keeps_previous_results_when_the_run_fails(tmp_path):
     trace.write_text('{"hash_ids": [1, 2], "output_length": 3}\n{"hash_ids": [1], "output_length": "x"}\n')
     config = write_config(tmp_path, {"traffic": {"source": {"type": "trace", "paths": [str(trace)]},
                                                  "load": {"type": "concurrency", "concurrency": 1}}})
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(out), "--overwrite",
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(out), "--overwrite",
                         "--capture-per-request"])
     run.assert_clean(1)
     assert f"{trace}:2" in run.stderr
@@ -135,7 +135,7 @@ def test_overwrite_replaces_the_whole_set(tmp_path):
     """A run without capture replaces a captured set: no stale requests.jsonl/workers.json."""
     out, before = _previous_results(tmp_path)
     config = write_config(tmp_path, {"traffic.stop.requests": 4})
-    run_servesim(["predict", "-c", str(config), "--output-dir", str(out), "--overwrite"]).assert_clean(0)
+    run_in_process(["predict", "-c", str(config), "--output-dir", str(out), "--overwrite"]).assert_clean(0)
     assert {p.name for p in out.iterdir()} == {"prediction.json", "notes.txt"}
     assert json.loads((out / "prediction.json").read_text())["num_requests"] == 4
     assert (out / "notes.txt").read_bytes() == before["notes.txt"]
@@ -163,7 +163,7 @@ def test_interrupt_while_writing_leaves_the_old_or_the_new_set(tmp_path, changes
     grew, or was renamed): the folder then holds the complete previous set or the complete
     new one, never a mix, and no partial or temporary file."""
     out, before = _previous_results(tmp_path)
-    requests = 3000
+    requests = 1500
     config = write_config(tmp_path, {"traffic.stop.requests": requests, "traffic.load.concurrency": 16})
     started = time.monotonic()
     process = start_servesim(["predict", "-c", str(config), "--output-dir", str(out), "--overwrite",
@@ -197,7 +197,7 @@ def _listing(folder: Path) -> list[tuple[str, int]]:
 def test_json_stdout_with_capture_is_the_summary_only(tmp_path):
     """`--format json --capture-per-request` prints the summary line; the records go to files."""
     config = write_config(tmp_path, {"traffic.stop.requests": 50})
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--format", "json",
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--format", "json",
                         "--capture-per-request"])
     run.assert_clean(0)
     line = json.loads(run.stdout)
@@ -208,8 +208,8 @@ def test_json_stdout_with_capture_is_the_summary_only(tmp_path):
 
 def test_workers_json_only_with_capture(tmp_path):
     config = write_config(tmp_path)
-    run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "plain")]).assert_clean(0)
+    run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "plain")]).assert_clean(0)
     assert sorted(os.listdir(tmp_path / "plain")) == ["prediction.json"]
-    run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "cap"),
+    run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "cap"),
                   "--capture-per-request"]).assert_clean(0)
     assert sorted(os.listdir(tmp_path / "cap")) == sorted(OUTPUTS)

@@ -24,6 +24,7 @@ from servesim.config.schema import (
     TraceSource,
     show,
 )
+from servesim.config.strict_yaml import YamlRefused, load_yaml
 from servesim.errors import ConfigError
 
 __all__ = ["apply_overrides", "describe_validation_error", "load_config", "parse_config"]
@@ -32,16 +33,24 @@ STACK = "engine"
 """The only execution stack servesim has; adapter sections would be looked up as '<stack>.<section>'."""
 
 
-def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> SimConfig:
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *,
+                allow_duplicate_keys: bool = False) -> SimConfig:
     """Read the YAML file at `path`, apply ``--set PATH=VALUE`` overrides in order, validate.
 
     Relative trace paths (and an ``engine.model`` naming a directory next to the file) are
-    resolved against the file's folder.
+    resolved against the file's folder. A mapping that repeats a key is an error unless
+    `allow_duplicate_keys` lets the last value win (the reference's behaviour).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"the configuration must be given as a file path (got {type(path).__name__})")
+    if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError("overrides must be a list of 'PATH=YAML_VALUE' strings")
     source = os.fspath(path)
-    data = _read_mapping(source)
+    if not isinstance(source, str):
+        raise ConfigError(f"the configuration path must be text (got {type(source).__name__})")
+    data = _read_mapping(source, allow_duplicate_keys)
     try:
-        data = apply_overrides(data, overrides)
+        data = apply_overrides(data, overrides, allow_duplicate_keys=allow_duplicate_keys)
         return parse_config(data, base_dir=Path(os.path.abspath(source)).parent)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
@@ -71,7 +80,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path | None = None) -> SimCo
 # --------------------------------------------------------------------------------------------
 
 
-def _read_mapping(source: str) -> dict[str, Any]:
+def _read_mapping(source: str, allow_duplicate_keys: bool) -> dict[str, Any]:
     """Parse the file as one YAML document that is a mapping."""
     try:
         text = Path(source).read_text(encoding="utf-8")
@@ -79,16 +88,20 @@ def _read_mapping(source: str) -> dict[str, Any]:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"{source}: could not read configuration: {reason}") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, allow_duplicate_keys=allow_duplicate_keys)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: malformed YAML: {exc}") from None
+    except YamlRefused as exc:
+        where = f"{source}:{exc.line}" if exc.line is not None else source
+        raise ConfigError(f"{where}: {exc}") from None
     if not isinstance(data, dict):
         found = "an empty document" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: the configuration must be one YAML mapping (found {found})")
     return data
 
 
-def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str], *,
+                    allow_duplicate_keys: bool = False) -> dict[str, Any]:
     """Return a copy of `data` with each ``PATH=YAML_VALUE`` override applied in order.
 
     PATH is dot-separated mapping keys; missing intermediate mappings are created; the value
@@ -97,12 +110,12 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     """
     result = copy.deepcopy(dict(data))
     for override in overrides:
-        keys, value = _parse_override(override)
+        keys, value = _parse_override(override, allow_duplicate_keys)
         _set_path(result, keys, value, override)
     return result
 
 
-def _parse_override(override: str) -> tuple[list[str], Any]:
+def _parse_override(override: str, allow_duplicate_keys: bool) -> tuple[list[str], Any]:
     """Split ``PATH=VALUE`` into its keys and parsed YAML value."""
     path, sep, text = override.partition("=")
     if not sep:
@@ -115,8 +128,8 @@ def _parse_override(override: str) -> tuple[list[str], Any]:
     if keys[0] in NOT_IN_SCHEMA:
         raise ConfigError(f"--set path {path!r}: '{keys[0]}' is not in the schema of predict")
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        value = load_yaml(text, allow_duplicate_keys=allow_duplicate_keys)
+    except (yaml.YAMLError, YamlRefused) as exc:
         raise ConfigError(f"invalid YAML value for --set {path!r}: {exc}") from None
     return keys, value
 

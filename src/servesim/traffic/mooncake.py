@@ -46,7 +46,7 @@ def read_jsonl(path: str, chunk_lines: int = 4096) -> Iterator[tuple[int, dict[s
 def _parse_chunk(path: str, numbered: list[tuple[int, str]]) -> list[tuple[int, dict[str, Any]]]:
     try:
         rows = json.loads("[" + ",".join(line for _, line in numbered) + "]")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         rows = None
     if rows is None or len(rows) != len(numbered):
         rows = [_parse_line(path, number, line) for number, line in numbered]
@@ -61,6 +61,10 @@ def _parse_line(path: str, number: int, line: str) -> Any:
         return json.loads(line)
     except json.JSONDecodeError as exc:
         raise TraceError(path, number, f"invalid JSON: {exc.msg}") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise TraceError(path, number, "invalid JSON: a number with too many digits") from None
+    except RecursionError:
+        raise TraceError(path, number, "JSON nested too deeply (a row is one flat object)") from None
 
 
 def _pick(row: Mapping[str, Any], *names: str) -> Any:

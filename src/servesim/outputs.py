@@ -1,0 +1,190 @@
+"""Writing a run's result files so that nothing is ever half-written or lost.
+
+The output folder is checked before the run (so an unusable location fails at once, exit 2).
+Each file is written to a hidden temporary sibling and flushed to disk; only when every file of
+the new set is complete are they moved into place together — with SIGINT/SIGTERM held back for
+those few renames, and rolled back if one fails. With ``--overwrite`` the previous results are
+therefore replaced only by a complete new set: a failed or interrupted run leaves them as they
+were, and a run that completes never leaves a mix of old and new files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from servesim.errors import ConfigError, RunError
+
+KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json")
+"""Files servesim owns in an output folder (replaced or removed by ``--overwrite``)."""
+_RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
+_TEMP_PREFIX = ".servesim-"
+
+
+class OutputError(RunError):
+    """A result file could not be written (disk full, I/O error); the message names the file."""
+
+
+def os_reason(exc: OSError) -> str:
+    """The operating system's words for an error ('No space left on device')."""
+    if exc.strerror:
+        return exc.strerror
+    return os.strerror(exc.errno) if exc.errno else str(exc)
+
+
+def prepare_folder(path: Path, overwrite: bool) -> None:
+    """Create the output folder if needed and check that results can be written there.
+
+    Raises ConfigError (exit 2) naming the folder and the reason when it is not a usable
+    location, or when it already holds files and `overwrite` is off.
+    """
+    where = f"--output-dir {path}"
+    try:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{where}: not a directory")
+        if path.is_dir() and any(path.iterdir()) and not overwrite:
+            raise ConfigError(f"{where} is not empty; use --overwrite to replace its outputs")
+        path.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".probe", dir=path)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{where}: {os_reason(exc)}") from None
+
+
+class OutputSet:
+    """The result files of one run, staged beside their final names and committed together.
+
+    Use as a context manager: files staged but not committed are removed on exit.
+    """
+
+    def __init__(self, folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS) -> None:
+        self.folder = folder
+        self.owned = tuple(owned)
+        self._staged: dict[str, Path] = {}
+
+    def __enter__(self) -> OutputSet:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.discard()
+
+    def stage(self, name: str, text: str) -> None:
+        """Write `text` to a temporary sibling of `name` and flush it to disk."""
+        target = self.folder / name
+        try:
+            target.parent.mkdir(exist_ok=True)
+            handle, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=target.parent)
+            self._staged[name] = Path(temp)
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                stream.write(text)
+                stream.flush()
+                os.fsync(stream.fileno())
+        except OSError as exc:
+            raise OutputError(f"cannot write {target}: {os_reason(exc)}") from None
+
+    def commit(self) -> None:
+        """Put every staged file in place and remove servesim's other files from the folder.
+
+        Either all of it happens or none of it: a failure restores the previous files.
+        """
+        stale = [name for name in self._stale() if name not in self._staged]
+        with _signals_held():
+            backups = self._move_aside(list(self._staged) + stale)
+            placed: list[Path] = []
+            try:
+                for name, temp in self._staged.items():
+                    os.replace(temp, self.folder / name)
+                    placed.append(self.folder / name)
+            except OSError as exc:
+                _restore(placed, backups)
+                raise OutputError(f"cannot write {self.folder / name}: {os_reason(exc)}") from None
+            self._staged.clear()
+            for backup in backups.values():
+                _remove(backup)
+        _sync_folder(self.folder)
+
+    def discard(self) -> None:
+        """Remove the staged files (the folder keeps what it had)."""
+        for temp in self._staged.values():
+            _remove(temp)
+        self._staged.clear()
+
+    def _stale(self) -> list[str]:
+        """servesim's files already in the folder (its outputs and numbered recommendations)."""
+        names = [name for name in self.owned if (self.folder / name).is_file()]
+        recommendations = self.folder / "recommendations"
+        if recommendations.is_dir():
+            names += [f"recommendations/{item.name}" for item in sorted(recommendations.iterdir())
+                      if _RECOMMENDATION.match(item.name)]
+        return names
+
+    def _move_aside(self, names: list[str]) -> dict[Path, Path]:
+        """Rename the existing files among `names` to hidden backups: {target: backup}."""
+        backups: dict[Path, Path] = {}
+        try:
+            for name in names:
+                target = self.folder / name
+                if target.exists():
+                    backup = target.with_name(f"{_TEMP_PREFIX}{target.name}.{os.getpid()}.previous")
+                    os.replace(target, backup)
+                    backups[target] = backup
+        except OSError as exc:
+            _restore([], backups)
+            raise OutputError(f"cannot replace {target}: {os_reason(exc)}") from None
+        return backups
+
+
+def _restore(placed: list[Path], backups: dict[Path, Path]) -> None:
+    """Undo a partial commit: remove the new files, put the previous ones back (a previous file
+    that cannot be put back stays in its hidden backup beside its name)."""
+    for target in placed:
+        _remove(target)
+    for target, backup in backups.items():
+        try:
+            os.replace(backup, target)
+        except OSError:
+            pass
+
+
+def _remove(path: Path) -> None:
+    """Delete a file if it is there (best effort: a leftover hidden file harms nothing)."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the renames durable (best effort: not every system can sync a directory)."""
+    try:
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back (they are delivered on exit), where the platform can."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
