@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -174,17 +175,28 @@ def _sync_folder(folder: Path) -> None:
         os.close(handle)
 
 
-_HELD = {signal.SIGINT, signal.SIGTERM}
+_HELD = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back (they are delivered on exit), where the platform can."""
-    if not hasattr(signal, "pthread_sigmask"):
+    """Hold SIGINT and SIGTERM back until the block ends, then deliver the first one that came.
+
+    Python runs signal handlers in the main thread only, so the handlers are swapped there (in
+    another thread, no handler can interrupt the block anyway).
+    """
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    caught: list[int] = []
+    previous = {}
+    for signum in _HELD:
+        if signal.getsignal(signum) is not None:  # None: installed outside Python, left alone
+            previous[signum] = signal.signal(signum, lambda number, frame: caught.append(number))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signal.raise_signal(caught[0])
