@@ -22,6 +22,7 @@ from servesim.config import SimConfig, load_config, parse_config
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import PoolUsage, summarize
+from servesim.report.trajectories import trajectory_fields
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.scaling.contract import ScalingPolicy
@@ -135,6 +136,9 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
     extensions = {"workers": worker_breakdown(collector.records, workers, loop.now)}
+    graph = getattr(driver, "graph", None)
+    if graph is not None:
+        summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block()))
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None

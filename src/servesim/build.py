@@ -32,8 +32,10 @@ from servesim.engine.timing import FixedTiming, PolynomialTiming, TimingModel
 from servesim.engine.rank import Rank, RankConfig, SglangSettings, SpeculativeSettings, make_rank
 from servesim.errors import ConfigError, RunError
 from servesim.report.summary import Sla
+from servesim.traffic.agentic import AgenticGraph
+from servesim.traffic.agentic_driver import AgenticDriver
 from servesim.traffic.driver import Driver
-from servesim.traffic.mooncake import read_mooncake
+from servesim.traffic.traces import read_trace
 from servesim.traffic.synthetic import constant_rate_schedule, poisson_schedule, synthetic_workload
 from servesim.traffic.workload import Workload
 
@@ -95,7 +97,7 @@ class LoweredRun:
     def pool(self, role: str) -> PoolSpec:
         return next(p for p in self.pools if p.role == role)
 
-    def make_driver(self) -> Driver:
+    def make_driver(self) -> Driver | AgenticDriver:
         return _driver(self.config, self.pools[0].rank_config.block_size)
 
 
@@ -229,7 +231,7 @@ def model_context_length(model: str) -> int:
 
 # -- traffic ------------------------------------------------------------------------------
 
-def _workload(config: SimConfig, block_size: int) -> Workload:
+def _workload(config: SimConfig, block_size: int) -> Workload | AgenticGraph:
     source = config.traffic.source
     if isinstance(source, SyntheticSource):
         return synthetic_workload(request_count(config.traffic), source.input_tokens,
@@ -242,14 +244,15 @@ def _workload(config: SimConfig, block_size: int) -> Workload:
                                   prefix_groups=s.prefix_groups,
                                   inter_turn_delay_ms=s.inter_turn_delay_ms)
     assert isinstance(source, TraceSource)
-    if source.format not in ("mooncake", "mooncake-delta"):
-        raise RunError(f"trace format {source.format!r} is not supported yet")
-    return read_mooncake(source.paths[0], source.trace_block_size,
-                         accumulate=source.format == "mooncake-delta")
+    load = config.traffic.load
+    speedup = load.speedup if isinstance(load, TraceTimestampsLoad) else 1.0
+    return read_trace(source.format, list(source.paths), source.trace_block_size, speedup)
 
 
-def _driver(config: SimConfig, block_size: int) -> Driver:
+def _driver(config: SimConfig, block_size: int) -> Driver | AgenticDriver:
     workload = _workload(config, block_size)
+    if isinstance(workload, AgenticGraph):
+        return AgenticDriver(workload)
     load = config.traffic.load
     n = len(workload.sessions)
     if isinstance(load, ConcurrencyLoad):

@@ -138,7 +138,8 @@ class _Cluster:
 
     def _register(self, arrival: Arrival) -> tuple[RequestRecord, EngineRequest]:
         record = self.collector.on_arrival(arrival.session_id, arrival.turn_index, arrival.arrival_ms,
-                                           arrival.input_length, arrival.max_output_tokens)
+                                           arrival.input_length, arrival.max_output_tokens,
+                                           arrival.request_id, arrival.play_id, arrival.session_index)
         self._open[record.rid] = (arrival, record)
         return record, self._engine_request(record.rid, arrival, 1)
 
@@ -157,7 +158,8 @@ class _Cluster:
         arrival, record = self._open.pop(request.rid)
         self.collector.on_terminal(record, now, status, request.generated, request.token_spans,
                                    worker.pass_ends if worker is not None else None, request.reject_reason)
-        self.driver.on_terminal(arrival, now, request.generated, ends_session=status == FAILED)
+        self.driver.on_terminal(arrival, now, request.generated, ends_session=status == FAILED,
+                                completed=status == COMPLETED)
         if self.scaler is not None and status == COMPLETED:
             self._tally_completion(record)
 

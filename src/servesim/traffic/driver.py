@@ -33,6 +33,10 @@ class Arrival:
     """First token position no other request can have (NEVER when all may be shared)."""
     output_ids: list[int] | None = None
     """Authored output token ids, if the trace gives them."""
+    request_id: str | None = None
+    """The trace's request id (agentic workloads only)."""
+    play_id: str | None = None
+    """The play (trajectory) the request belongs to (agentic workloads only)."""
 
 
 class _SessionProgress:
@@ -130,8 +134,10 @@ class Driver:
             else:
                 return out
 
-    def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False) -> None:
-        """A released turn reached a terminal state after emitting `emitted` tokens."""
+    def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
+                    completed: bool = True) -> None:
+        """A released turn reached a terminal state after emitting `emitted` tokens (a rejected
+        turn, `completed` False, still lets its session go on)."""
         s = arrival.session_index
         progress = self._progress[s]
         session = self._sessions[s]
