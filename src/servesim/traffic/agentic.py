@@ -110,6 +110,9 @@ def build_graph(nodes: list[AgenticNode], block_size: int, source_format: str, s
                 raise TraceError(path, node.line or None, f"request {node.request_id} references unknown request_id {dep.parent}")
             if j == i:
                 raise TraceError(path, node.line or None, f"request {node.request_id} cannot depend on itself")
+            if nodes[j].play_id != node.play_id:
+                raise TraceError(path, node.line or None, f"request {node.request_id} in play {node.play_id} depends "
+                                                          f"on request {dep.parent} in play {nodes[j].play_id}")
             edges.append((j, dep))
             children[j].append((i, dep))
         parents.append(edges)

@@ -126,6 +126,8 @@ def _v2_dependency(value: Any) -> Dependency:
         raise ValueError(f"dependency trigger must be one of {', '.join(_TRIGGERS)} (got {trigger!r})")
     if relation not in _RELATIONS:
         raise ValueError(f"dependency relation must be one of {', '.join(_RELATIONS)} (got {relation!r})")
+    if trigger == "dispatch" and relation != "spawn":
+        raise ValueError(f"has invalid {relation} dependency with dispatch trigger (only spawn edges fire on dispatch)")
     return Dependency(parent, trigger, _time(value.get("delay_ms"), "dependency delay"), relation)
 
 

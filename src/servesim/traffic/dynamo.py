@@ -37,6 +37,8 @@ class DynamoRequest:
     request_id: str
     start_ms: float
     end_ms: float
+    """Start plus duration (the sort key); `event_ms` is the recorded end event's time."""
+    event_ms: float
     input_length: int
     output_length: int
     hash_ids: array
@@ -74,6 +76,7 @@ def read_dynamo(paths: list[str], block_size: int | None) -> tuple[list[DynamoRe
     """Every request and tool event of the shards, and the trace block size."""
     requests: list[DynamoRequest] = []
     tools: list[DynamoTool] = []
+    seen: set[str] = set()
     embedded: int | None = None
     for path, line, kind, event in read_events(paths):
         if kind != "request_end":
@@ -83,6 +86,9 @@ def read_dynamo(paths: list[str], block_size: int | None) -> tuple[list[DynamoRe
             request, size = _request(event, path, line)
         except ValueError as exc:
             raise TraceError(path, line, str(exc)) from None
+        if request.request_id in seen:
+            raise TraceError(path, line, f"duplicate request_id {request.request_id!r}")
+        seen.add(request.request_id)
         if embedded is None:
             embedded = size
         elif size != embedded:
@@ -103,7 +109,7 @@ def read_dynamo(paths: list[str], block_size: int | None) -> tuple[list[DynamoRe
 
 
 def standard_workload(requests: list[DynamoRequest], block_size: int) -> Workload:
-    """Single-turn sessions `request_<k>` in (start, end, request id) order."""
+    """Single-turn sessions `request_<k>` in (start, end, request id) order (ids unique)."""
     requests.sort(key=lambda r: (r.start_ms, r.end_ms, r.request_id))
     sessions = [Session(f"request_{k}", [Turn(r.hash_ids, block_size, r.input_length, r.output_length)],
                         r.start_ms) for k, r in enumerate(requests, start=1)]
@@ -134,16 +140,17 @@ def _request(event: Mapping[str, Any], path: str, line: int) -> tuple[DynamoRequ
         raise ValueError("replay.input_sequence_hashes must be a nonempty list of unsigned 64-bit integers")
     if len(hashes) * size < length:
         raise ValueError(f"input_length {length} exceeds hash_ids capacity {len(hashes) * size}")
-    start, end = _span(event, request)
+    start, end, event_time = _span(event, request)
     context = event.get("agent_context")
     if context is not None and not isinstance(context, Mapping):
         raise ValueError("agent_context must be an object")
-    return DynamoRequest(request_id, start, end, length, output, array("Q", hashes), context, path, line), size
+    return DynamoRequest(request_id, start, end, event_time, length, output, array("Q", hashes), context, path, line), size
 
 
-def _span(event: Mapping[str, Any], request: Mapping[str, Any]) -> tuple[float, float]:
-    """Start (received, else end event time minus the rounded duration) and end of a request."""
-    event_time = _number(event.get("event_time_unix_ms"), "event_time_unix_ms")
+def _span(event: Mapping[str, Any], request: Mapping[str, Any]) -> tuple[float, float, float]:
+    """Start (received, else end event time minus the rounded duration), start plus duration
+    (else the end event time) and end event time of a request."""
+    event_time = _millis(event.get("event_time_unix_ms"), "event_time_unix_ms")
     total = request.get("total_time_ms")
     if total is not None:
         total = _number(total, "total_time_ms")
@@ -151,11 +158,18 @@ def _span(event: Mapping[str, Any], request: Mapping[str, Any]) -> tuple[float, 
             raise ValueError("request duration must be finite and nonnegative")
     received = request.get("request_received_ms")
     if received is not None:
-        start = _number(received, "request_received_ms")
+        start = _millis(received, "request_received_ms")
     else:
         start = event_time - (math.floor(total + 0.5) if total is not None else 0.0)
     end = start + total if total is not None else event_time
-    return start, end
+    return start, end, event_time
+
+
+def _millis(value: Any, field: str) -> float:
+    """A Unix time in whole milliseconds (an unsigned integer, as the trace schema has it)."""
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{field} must be an unsigned integer number of milliseconds (got {value!r})")
+    return float(value)
 
 
 def _number(value: Any, field: str) -> float:

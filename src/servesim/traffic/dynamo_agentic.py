@@ -2,7 +2,7 @@
 
 Every request carries ``agent_context{session_id, parent_session_id?}``. Within a session,
 requests (in start order) form a chain: each one waits for the previous one's completion plus
-the recorded gap between them. A child session (one with a `parent_session_id`) is spawned by a
+the recorded gap between them (its start minus the previous end event's time). A child session (one with a `parent_session_id`) is spawned by a
 request of its parent session: its first request waits for that request's *dispatch* plus the
 recorded gap between their starts. The parent session's next request after the child's last
 one ends joins it: it also waits for that last request's completion plus the recorded gap.
@@ -16,7 +16,6 @@ start times (relative to the earliest start); plays are the connected components
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +35,7 @@ def agentic_graph(requests: list[DynamoRequest], tools: list[DynamoTool], block_
     nodes: dict[str, AgenticNode] = {}
     for chain in sessions.values():
         for k, r in enumerate(chain):
-            deps = [Dependency(chain[k - 1].request_id, "completion", r.start_ms - chain[k - 1].end_ms,
+            deps = [Dependency(chain[k - 1].request_id, "completion", r.start_ms - chain[k - 1].event_ms,
                                "sequence")] if k else []
             nodes[r.request_id] = AgenticNode(r.request_id, "", _session(r), "unknown", r.input_length,
                                               r.output_length, r.hash_ids, r.start_ms - origin,
@@ -66,13 +65,9 @@ def _session(request: DynamoRequest) -> str:
 
 
 def _sessions(requests: list[DynamoRequest]) -> dict[str, list[DynamoRequest]]:
-    """Requests of every session in (start, end, request id) order; request ids unique."""
-    seen: set[str] = set()
+    """Requests of every session in (start, end, request id) order."""
     sessions: dict[str, list[DynamoRequest]] = {}
     for r in sorted(requests, key=lambda r: (r.start_ms, r.end_ms, r.request_id)):
-        if r.request_id in seen:
-            raise TraceError(r.path, r.line, f"duplicate request_id {r.request_id}")
-        seen.add(r.request_id)
         sessions.setdefault(_session(r), []).append(r)
     return sessions
 
@@ -103,9 +98,8 @@ def _check_tool(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
             raise ValueError(f"{key} must be nonempty")
     start, end = tool.get("started_at_unix_ms"), tool.get("ended_at_unix_ms")
     for value in (start, end):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value)):
-            raise ValueError("tool duration must be finite and nonnegative")
+        if value is not None and (type(value) is not int or value < 0):
+            raise ValueError(f"tool times must be unsigned integer milliseconds (got {value!r})")
     if start is not None and end is not None and end < start:
         raise ValueError("tool end time precedes start time")
     claude = tool.get("claude")
@@ -127,8 +121,8 @@ def _link_child(chain: list[DynamoRequest], parent: list[DynamoRequest], link: M
             Dependency(source.request_id, "dispatch", first.start_ms - source.start_ms, "spawn"))
     consumer = by_id.get(link.get("consumer_request_id", ""))
     if consumer is None:
-        k = bisect.bisect_left(starts, last.end_ms)
+        k = bisect.bisect_left(starts, last.event_ms)
         consumer = parent[k] if k < len(parent) else None
     if consumer is not None:
         nodes[consumer.request_id].dependencies.append(
-            Dependency(last.request_id, "completion", consumer.start_ms - last.end_ms, "join"))
+            Dependency(last.request_id, "completion", consumer.start_ms - last.event_ms, "join"))
