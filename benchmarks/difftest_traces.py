@@ -218,6 +218,7 @@ def _write_shards(rng: random.Random, folder: Path, rows: list[dict]) -> list[st
 def make_case(rng: random.Random, folder: Path, fmt: str) -> None:
     """Write config.yaml and the trace files of one random case."""
     folder.mkdir(parents=True, exist_ok=True)
+    engine = random_engine(rng)
     block = rng.choice([16, 64])
     source: dict = {"type": "trace", "format": fmt}
     load: dict = {"type": "trace_timestamps", "speedup": rng.choice([1, 1, 2, 0.5])}
@@ -237,7 +238,7 @@ def make_case(rng: random.Random, folder: Path, fmt: str) -> None:
             source["format"] = "agentic_mooncake"
         (folder / "trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         source.update(paths=["trace.jsonl"], block_size=block)
-    config = {"engine": random_engine(rng), "traffic": {"source": source, "load": load}}
+    config = {"engine": engine, "traffic": {"source": source, "load": load}}
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
@@ -289,7 +290,7 @@ def main() -> int:
     args = parser.parse_args()
     formats = args.format or list(FORMATS)
     if args.make_case:
-        folder = Path(args.make_case)
+        folder = Path(args.make_case).resolve()
         make_case(random.Random(args.seed), folder, formats[0])
         ref, err = run(args.reference.split(), folder, "reference", args.timeout)
         if ref is None:
@@ -301,7 +302,7 @@ def main() -> int:
     matched, failed, both_failed, per_format = 0, [], 0, {f: [0, 0] for f in formats}
     for seed in range(args.seed, args.seed + args.count):
         fmt = formats[seed % len(formats)]
-        folder = Path(args.out) / f"{fmt}-{seed}"
+        folder = Path(args.out).resolve() / f"{fmt}-{seed}"
         make_case(random.Random(seed), folder, fmt)
         ref, ref_err = run(args.reference.split(), folder, "reference", args.timeout)
         ours, our_err = run(ours_cmd, folder, "servesim", args.timeout)

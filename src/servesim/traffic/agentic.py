@@ -54,6 +54,8 @@ class AgenticNode:
     policy_class: str | None = None
     line: int = 0
     """Where the node was read (for error messages); 0 when it has no single line."""
+    path: str = ""
+    """The file it was read from, when the graph has several (else the graph's file)."""
 
 
 @dataclass(slots=True)
@@ -99,23 +101,7 @@ def build_graph(nodes: list[AgenticNode], block_size: int, source_format: str, s
     """Validate, normalise and speed up a list of nodes (request ids already unique)."""
     nodes.sort(key=lambda n: n.request_id)
     _normalise(nodes, speedup)
-    index = {n.request_id: i for i, n in enumerate(nodes)}
-    parents: list[list[tuple[int, Dependency]]] = []
-    children: list[list[tuple[int, Dependency]]] = [[] for _ in nodes]
-    for i, node in enumerate(nodes):
-        edges = []
-        for dep in node.dependencies:
-            j = index.get(dep.parent)
-            if j is None:
-                raise TraceError(path, node.line or None, f"request {node.request_id} references unknown request_id {dep.parent}")
-            if j == i:
-                raise TraceError(path, node.line or None, f"request {node.request_id} cannot depend on itself")
-            if nodes[j].play_id != node.play_id:
-                raise TraceError(path, node.line or None, f"request {node.request_id} in play {node.play_id} depends "
-                                                          f"on request {dep.parent} in play {nodes[j].play_id}")
-            edges.append((j, dep))
-            children[j].append((i, dep))
-        parents.append(edges)
+    parents, children = _edges(nodes, path)
     _check_acyclic(nodes, parents, children, path)
     graph = AgenticGraph(nodes, block_size, source_format, source_digest, parents=parents, children=children)
     graph.play_ids = list(dict.fromkeys(n.play_id for n in nodes))
@@ -123,8 +109,35 @@ def build_graph(nodes: list[AgenticNode], block_size: int, source_format: str, s
     return graph
 
 
-def _check_acyclic(nodes: list[AgenticNode], parents: list[list[tuple[int, Dependency]]],
-                   children: list[list[tuple[int, Dependency]]], path: str) -> None:
+Edges = list[list[tuple[int, Dependency]]]
+
+
+def _edges(nodes: list[AgenticNode], path: str) -> tuple[Edges, Edges]:
+    """Per node, its (parent, dependency) and (child, dependency) pairs; every parent must exist,
+    be another node of the same play, and be waited for a non-negative delay."""
+    index = {n.request_id: i for i, n in enumerate(nodes)}
+    parents: Edges = []
+    children: Edges = [[] for _ in nodes]
+    for i, node in enumerate(nodes):
+        edges = []
+        for dep in node.dependencies:
+            j = index.get(dep.parent)
+            problem = (f"references unknown request_id {dep.parent}" if j is None
+                       else "cannot depend on itself" if j == i
+                       else f"has invalid dependency delay {dep.delay_ms:g} ms on {dep.parent}"
+                       if not dep.delay_ms >= 0
+                       else f"in play {node.play_id} depends on request {dep.parent} in play {nodes[j].play_id}"
+                       if nodes[j].play_id != node.play_id else None)
+            if problem is not None:
+                raise TraceError(node.path or path, node.line or None, f"request {node.request_id} {problem}")
+            assert j is not None
+            edges.append((j, dep))
+            children[j].append((i, dep))
+        parents.append(edges)
+    return parents, children
+
+
+def _check_acyclic(nodes: list[AgenticNode], parents: Edges, children: Edges, path: str) -> None:
     """Kahn's algorithm: every node must be reachable from the roots."""
     waiting = [len(p) for p in parents]
     queue = deque(i for i, w in enumerate(waiting) if w == 0)
@@ -137,9 +150,10 @@ def _check_acyclic(nodes: list[AgenticNode], parents: list[list[tuple[int, Depen
             if waiting[child] == 0:
                 queue.append(child)
     if seen < len(nodes):
-        blocked = [nodes[i].request_id for i, w in enumerate(waiting) if w > 0]
-        raise TraceError(path, None, f"cycle detected among {len(blocked)} agentic requests; "
-                                     f"blocked request IDs: {', '.join(blocked)}")
+        blocked = [nodes[i] for i, w in enumerate(waiting) if w > 0]
+        first = min(blocked, key=lambda n: n.line)
+        raise TraceError(first.path or path, first.line or None, f"cycle detected among {len(blocked)} agentic requests; "
+                         f"blocked request IDs: {', '.join(n.request_id for n in blocked)}")
 
 
 def _normalise(nodes: list[AgenticNode], speedup: float) -> None:
@@ -172,17 +186,17 @@ def legacy_play_ids(nodes: list[AgenticNode], prefix: str) -> None:
             j = index.get(dep.parent)
             if j is not None:
                 parent[find(i)] = find(j)
-    first_root: dict[int, AgenticNode] = {}
+    first_root: dict[int, tuple[bool, float, str]] = {}
     for i, node in enumerate(nodes):
-        if node.dependencies:
-            continue
+        # (has dependencies, not-before, id): a component without roots (a cycle, reported
+        # later) is still named consistently.
+        rank = (bool(node.dependencies), node.not_before_ms, node.request_id)
         component = find(i)
         best = first_root.get(component)
-        if best is None or (node.not_before_ms, node.request_id) < (best.not_before_ms, best.request_id):
-            first_root[component] = node
+        if best is None or rank < best:
+            first_root[component] = rank
     for i, node in enumerate(nodes):
-        root = first_root.get(find(i))
-        node.play_id = prefix + (root.request_id if root is not None else node.request_id)
+        node.play_id = prefix + first_root[find(i)][2]
 
 
 # -- the canonical digest ----------------------------------------------------------------------

@@ -39,7 +39,7 @@ def agentic_graph(requests: list[DynamoRequest], tools: list[DynamoTool], block_
                                "sequence")] if k else []
             nodes[r.request_id] = AgenticNode(r.request_id, "", _session(r), "unknown", r.input_length,
                                               r.output_length, r.hash_ids, r.start_ms - origin,
-                                              deps, line=r.line)
+                                              deps, line=r.line, path=r.path)
     for session_id, chain in sessions.items():
         parent_id = chain[0].agent_context.get("parent_session_id")  # type: ignore[union-attr]
         parent = sessions.get(parent_id) if isinstance(parent_id, str) and parent_id else None

@@ -38,22 +38,37 @@ def read_jsonl(path: str, chunk_lines: int = 4096) -> Iterator[tuple[int, dict[s
     """
     number = 0
     try:
-        with open_text(path) as handle:
-            while True:
-                chunk = list(islice(handle, chunk_lines))
-                if not chunk:
-                    return
-                numbered = [(number + i, line) for i, line in enumerate(chunk, start=1) if not line.isspace()]
-                number += len(chunk)
-                yield from _parse_chunk(path, numbered)
-    except UnicodeDecodeError as exc:
-        raise TraceError(path, None, f"not UTF-8 text: {exc.reason}") from None
-    except EOFError:
-        raise TraceError(path, number + 1, "truncated gzip stream (the file ends inside a compressed member)") from None
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        raise TraceError(path, number + 1, f"corrupt gzip stream: {exc}") from None
+        handle = open_text(path)
     except OSError as exc:
         raise TraceError(path, None, f"cannot read trace: {exc.strerror or exc}") from None
+    with handle:
+        while True:
+            chunk, problem = _read_lines(path, handle, chunk_lines, number)
+            numbered = [(number + i, line) for i, line in enumerate(chunk, start=1) if not line.isspace()]
+            number += len(chunk)
+            yield from _parse_chunk(path, numbered)
+            if problem is not None:
+                raise problem
+            if len(chunk) < chunk_lines:
+                return
+
+
+def _read_lines(path: str, handle: IO[str], count: int, before: int) -> tuple[list[str], TraceError | None]:
+    """Up to `count` lines, and the error that stopped the reading early (if one did): the lines
+    read before a decoding problem are still returned, so the error names the line it hit."""
+    lines: list[str] = []
+    try:
+        lines.extend(islice(handle, count))
+        return lines, None
+    except UnicodeDecodeError as exc:
+        message = f"not UTF-8 text: {exc.reason}"
+    except EOFError:
+        message = "truncated gzip stream (the file ends inside a compressed member)"
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        message = f"corrupt gzip stream: {exc}"
+    except OSError as exc:
+        message = f"cannot read trace: {exc.strerror or exc}"
+    return lines, TraceError(path, before + len(lines) + 1, message)
 
 
 def _parse_chunk(path: str, numbered: list[tuple[int, str]]) -> list[tuple[int, dict[str, Any]]]:
