@@ -16,7 +16,8 @@ random trace in one of the formats:
   `request_payload` lines between), or agent-aware sessions with child sessions and tool events.
 
 Every summary field (the trajectory fields and `agentic_graph` included) and every per-request
-record are compared; a case matches when both tools agree or both fail. `--make-case` writes
+record are compared; a case matches when both tools agree or both fail (servesim runs with
+`--unservable fail`, the reference's behaviour for requests that can never fit). `--make-case` writes
 one case (config, trace files, the reference's report.json and requests.jsonl) for the parity
 tests. Needs the reference (../shared/reference).
 """
@@ -305,7 +306,7 @@ def main() -> int:
         folder = Path(args.out).resolve() / f"{fmt}-{seed}"
         make_case(random.Random(seed), folder, fmt)
         ref, ref_err = run(args.reference.split(), folder, "reference", args.timeout)
-        ours, our_err = run(ours_cmd, folder, "servesim", args.timeout)
+        ours, our_err = run(ours_cmd, folder, "servesim", args.timeout, ("--unservable", "fail"))
         if ref is None or ours is None:
             diffs = [] if (ref is None and ours is None) else [f"reference: {ref_err or 'ok'} | servesim: {our_err or 'ok'}"]
             both_failed += not diffs

@@ -16,6 +16,7 @@ canonical JSON of the final graph.
 
 from __future__ import annotations
 
+import json
 import math
 from array import array
 from collections import deque
@@ -161,8 +162,10 @@ def _normalise(nodes: list[AgenticNode], speedup: float) -> None:
     origin = min((n.not_before_ms for n in nodes), default=0.0)
     for node in nodes:
         node.not_before_ms = (node.not_before_ms - origin) / speedup
-        deps = sorted(node.dependencies, key=lambda d: d.parent)
-        node.dependencies = [d._replace(delay_ms=d.delay_ms / speedup) for d in deps] if speedup != 1.0 else deps
+        if len(node.dependencies) > 1:
+            node.dependencies.sort(key=lambda d: d.parent)
+        if speedup != 1.0:
+            node.dependencies = [d._replace(delay_ms=d.delay_ms / speedup) for d in node.dependencies]
 
 
 def legacy_play_ids(nodes: list[AgenticNode], prefix: str) -> None:
@@ -231,23 +234,9 @@ def _node_json(node: AgenticNode) -> str:
 
 
 def _str(value: str) -> str:
-    """A JSON string as serde_json writes it (non-ASCII kept as is, control characters escaped)."""
-    out = ['"']
-    for ch in value:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif code < 0x20:
-            out.append(_CONTROL.get(ch, f"\\u{code:04x}"))
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+    """A JSON string as serde_json writes it (non-ASCII kept, `"` `\\` and control characters
+    escaped — which is also what `json.dumps` does without `ensure_ascii`)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _str_or_null(value: str | None) -> str:
