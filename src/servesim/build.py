@@ -252,6 +252,7 @@ def _workload(config: SimConfig, block_size: int) -> Workload | AgenticGraph:
 def _driver(config: SimConfig, block_size: int) -> Driver | AgenticDriver:
     workload = _workload(config, block_size)
     if isinstance(workload, AgenticGraph):
+        _check_agentic_run(config)
         return AgenticDriver(workload)
     load = config.traffic.load
     n = len(workload.sessions)
@@ -264,6 +265,18 @@ def _driver(config: SimConfig, block_size: int) -> Driver | AgenticDriver:
     assert isinstance(load, TraceTimestampsLoad)
     return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup),
                   delay_scale=load.speedup)
+
+
+def _check_agentic_run(config: SimConfig) -> None:
+    """What an agent-aware Dynamo trace cannot be replayed with (as in the reference; the schema
+    already refuses these for `agentic_mooncake`)."""
+    stop = config.traffic.stop
+    if isinstance(config.traffic.load, ConcurrencyLoad):
+        raise RunError("agentic Dynamo trace does not support concurrency load")
+    if stop is not None and stop.max_virtual_time_seconds is not None:
+        raise RunError("agentic Dynamo trace does not support max virtual time")
+    if config.engine.mode != "aggregated":
+        raise RunError("agentic Dynamo trace requires aggregated topology")
 
 
 def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:

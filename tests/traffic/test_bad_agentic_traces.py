@@ -152,3 +152,23 @@ def test_a_bad_trace_exits_1_without_a_traceback(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 1 and out == "" and "Traceback" not in err
     assert f"{trace}:2: request b references unknown request_id ghost" in err
+
+
+@pytest.mark.parametrize("traffic, message", [
+    ({"load": {"type": "concurrency", "concurrency": 2}}, "does not support concurrency load"),
+    ({"load": {"type": "trace_timestamps"}, "stop": {"max_virtual_time_seconds": 1}}, "does not support max virtual time"),
+])
+def test_agent_aware_dynamo_traces_refuse_what_the_reference_refuses(tmp_path, traffic, message):
+    from servesim import simulate
+    from servesim.errors import RunError
+
+    trace = _write(tmp_path / "trace.jsonl", [_dynamo("a", context={"session_id": "s"})])
+    config = {"engine": {"mode": "aggregated", "model": "Qwen/Qwen3-8B", "hardware": "h200_sxm", "backend": "vllm",
+                         "context_length": 4096,
+                         "workers": {"aggregated": {"kv_cache": {"capacity": {"type": "fixed", "blocks": 100}},
+                                                    "timing": {"type": "fixed", "prefill_ms": 1, "decode_ms": 1}}}},
+              "traffic": {"source": {"type": "trace", "format": "dynamo", "paths": [trace]}, **traffic}}
+    with pytest.raises(RunError, match=message):
+        simulate(config)
+    config["traffic"] = {"source": config["traffic"]["source"], "load": {"type": "trace_timestamps"}}
+    assert simulate(config)["completed_trajectories"] == 1
