@@ -12,20 +12,25 @@ def read_trace(fmt: str, paths: list[str], block_size: int | None, speedup: floa
     `block_size` is the trace block size (None only for `dynamo`: the embedded one); `speedup`
     divides the times of agentic graphs (session workloads are sped up by the driver).
     """
-    size = block_size or 0
+    if fmt == "dynamo":
+        return _read_dynamo(paths, block_size, speedup)
+    assert block_size is not None
     if fmt in ("mooncake", "mooncake-delta"):
         from servesim.traffic.mooncake import read_mooncake
 
-        return read_mooncake(paths[0], size, accumulate=fmt == "mooncake-delta")
+        return read_mooncake(paths[0], block_size, accumulate=fmt == "mooncake-delta")
     if fmt == "agentic_mooncake":
         from servesim.traffic.agentic_mooncake import read_agentic_mooncake
 
-        return read_agentic_mooncake(paths[0], size, speedup=speedup)
-    if fmt == "applied_compute_agentic":
-        from servesim.traffic.applied_compute import read_applied_compute
+        return read_agentic_mooncake(paths[0], block_size, speedup=speedup)
+    assert fmt == "applied_compute_agentic", fmt
+    from servesim.traffic.applied_compute import read_applied_compute
 
-        return read_applied_compute(paths[0], size)
-    assert fmt == "dynamo", fmt
+    return read_applied_compute(paths[0], block_size)
+
+
+def _read_dynamo(paths: list[str], block_size: int | None, speedup: float) -> Workload | AgenticGraph:
+    """Standard Dynamo traces are sessions; agent-aware ones (agent_context everywhere) graphs."""
     from servesim.traffic.dynamo import read_dynamo, standard_workload
 
     requests, tools, embedded = read_dynamo(paths, block_size)
