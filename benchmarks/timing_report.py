@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from servesim.engine import aic  # noqa: E402
-from servesim.engine.hardware import resolve_gpu, systems_dir  # noqa: E402
-from servesim.engine.models import resolve_model  # noqa: E402
-from servesim.engine.roofline import RooflineTiming  # noqa: E402
+from servesim.perf import aic  # noqa: E402
+from servesim.perf.hardware import resolve_gpu, systems_dir  # noqa: E402
+from servesim.perf.models import resolve_model  # noqa: E402
+from servesim.perf.roofline import RooflineTiming  # noqa: E402
 
 SYSTEMS, _ = systems_dir(None)
 TRACE = ROOT.parent / "shared" / "data" / "mooncake-fast25-traces" / "conversation_trace.jsonl"
@@ -102,7 +102,7 @@ def end_to_end(seconds: float) -> list[str]:
                 spent["t"] += time.perf_counter() - t
         return wrapper
 
-    from servesim.engine.timing import quantize_ms
+    from servesim.perf.timing import quantize_ms
 
     def raw_prefill(self, b, i, p):
         self.calls += 1
@@ -238,7 +238,7 @@ memo and the interpolation reduce.
 
 ## Roofline against the database
 
-`timing: {{type: roofline}}` (servesim extension, `servesim.engine.roofline`) times each operation
+`timing: {{type: roofline}}` (servesim extension, `servesim.perf.roofline`) times each operation
 as `max(FLOPs / (peak·η), bytes / (bandwidth·η_mem)) + launch` from the HF config and the GPU's
 peaks (the database's system file, servesim's `gpus.yaml`, `$SERVESIM_GPU_SPECS` or an inline
 `gpu_spec`), with η_gemm 0.7, η_attention 0.5, η_memory 0.8 and 3 µs per kernel by default.

@@ -19,7 +19,7 @@ from servesim import simulate
 from servesim.engine.rank import RankConfig, SpeculativeSettings
 from servesim.engine.request import EngineRequest
 from servesim.engine.sglang import SglangRank
-from servesim.engine.timing import FixedTiming
+from servesim.perf.timing import FixedTiming
 from servesim.engine.vllm import VllmRank
 from servesim.errors import ConfigError
 from servesim.traffic.workload import GENERATED_BASE

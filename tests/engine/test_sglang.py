@@ -20,7 +20,7 @@ from servesim.engine.radix import RadixCache, TokenSeq
 from servesim.engine.rank import RankConfig, SglangSettings
 from servesim.engine.request import EngineRequest
 from servesim.engine.sglang import SglangRank
-from servesim.engine.timing import FixedTiming
+from servesim.perf.timing import FixedTiming
 from servesim.errors import ConfigError
 from servesim.traffic.workload import GENERATED_BASE
 

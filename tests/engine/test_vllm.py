@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from servesim.engine.request import EngineRequest
-from servesim.engine.timing import FixedTiming
+from servesim.perf.timing import FixedTiming
 from servesim.engine.rank import RankConfig
 from servesim.engine.vllm import VllmRank
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids

@@ -16,7 +16,7 @@ import yaml
 from servesim.config.load import ConfigError, parse_config
 from servesim.config.schema import PlannerConfig, SlaConfig
 from servesim.engine.rank import ForwardPassMetrics
-from servesim.engine.timing import PolynomialTiming
+from servesim.perf.timing import PolynomialTiming
 from servesim.scaling.contract import PoolSnapshot, RankSnapshot, Snapshot, TrafficWindow
 from servesim.scaling.planner import (
     DynamoPlanner,

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from servesim.engine.timing import TimingModel
+from servesim.perf.timing import TimingModel
 
 if TYPE_CHECKING:
     from servesim.engine.request import EngineRequest

@@ -57,7 +57,7 @@ from collections import deque
 from servesim.engine.radix import Node, RadixCache, TokenSeq
 from servesim.engine.rank import DecodePass, ForwardPassMetrics, RankConfig, RankPass, population_variance
 from servesim.engine.request import EngineRequest
-from servesim.engine.timing import TimingModel
+from servesim.perf.timing import TimingModel
 from servesim.errors import RunError
 from servesim.runtime.rng import StdRng
 from servesim.traffic.workload import output_runs

@@ -21,7 +21,7 @@ from collections import deque
 from servesim.engine.kv import Block, BlockPool
 from servesim.engine.rank import DecodePass, ForwardPassMetrics, RankConfig, RankPass, population_variance
 from servesim.engine.request import EngineRequest
-from servesim.engine.timing import TimingModel
+from servesim.perf.timing import TimingModel
 from servesim.errors import RunError
 from servesim.runtime.rng import StdRng
 

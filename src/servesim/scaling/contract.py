@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from servesim.engine.rank import ForwardPassMetrics
-from servesim.engine.timing import TimingModel
+from servesim.perf.timing import TimingModel
 
 
 @dataclass(slots=True)

@@ -34,8 +34,8 @@ import logging
 import math
 from dataclasses import dataclass
 
-from servesim.engine.hardware import GpuSpec
-from servesim.engine.models import ModelSpec
+from servesim.perf.hardware import GpuSpec
+from servesim.perf.models import ModelSpec
 from servesim.errors import RunError
 
 log = logging.getLogger("servesim")

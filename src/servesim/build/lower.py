@@ -28,7 +28,7 @@ from servesim.config.schema import (
     request_count,
     runtime_rejections,
 )
-from servesim.engine.timing import FixedTiming, PolynomialTiming, TimingModel
+from servesim.perf.timing import FixedTiming, PolynomialTiming, TimingModel
 from servesim.engine.rank import Rank, RankConfig, SglangSettings, SpeculativeSettings, make_rank
 from servesim.errors import ConfigError, RunError
 from servesim.report.summary import Sla
@@ -182,7 +182,7 @@ def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:
     assert kv is not None
     if kv.bytes_per_token != "auto":
         return kv.bytes_per_token
-    from servesim.engine.models import resolve_model
+    from servesim.perf.models import resolve_model
 
     spec = resolve_model(engine.model)
     par = prefill.parallelism
@@ -198,14 +198,14 @@ _DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "float8
 
 def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
     """KV blocks per scheduler rank of one role's workers."""
-    from servesim.perf import num_blocks
+    from servesim.build.perf import num_blocks
 
     return num_blocks(engine, worker, role)
 
 
 def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> TimingModel:
     """The pass-time model of one role's workers."""
-    from servesim.perf import timing_model
+    from servesim.build.perf import timing_model
 
     return timing_model(engine, worker, role)
 
@@ -222,7 +222,7 @@ def _max_model_len(config: SimConfig) -> int | None:
 def model_context_length(model: str) -> int:
     """The context length in a model's HF config (a local directory holding config.json, or a
     model config bundled with the AIConfigurator database)."""
-    from servesim.engine.models import model_context_length as from_hf_config
+    from servesim.perf.models import model_context_length as from_hf_config
 
     return from_hf_config(model)
 

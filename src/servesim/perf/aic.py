@@ -19,7 +19,7 @@ The engine is compiled as the reference compiles it (engine.md §6.3)::
 
 ``V`` defaults to the reference's backend default (vLLM 0.19.0, SGLang 0.5.10, TRT-LLM
 1.3.0rc10). A database without that version's data falls back to its current version with a
-warning naming both. ``S`` is the systems directory chosen in `servesim.engine.hardware`. A
+warning naming both. ``S`` is the systems directory chosen in `servesim.perf.hardware`. A
 model or GPU the database cannot serve falls back to the roofline model, with a warning.
 
 The package is imported only here, and only when such a config runs.
@@ -41,8 +41,8 @@ from typing import Any
 
 import yaml
 
-from servesim.engine.models import find_model_files, ModelNotFound
-from servesim.engine.timing import quantize_ms
+from servesim.perf.models import find_model_files, ModelNotFound
+from servesim.perf.timing import quantize_ms
 from servesim.errors import RunError
 
 log = logging.getLogger("servesim")

@@ -18,9 +18,9 @@ import pytest
 from servesim import load_config
 from servesim.config import parse_config
 from servesim.build import lower
-from servesim.engine.capacity import Parallel, estimate, weight_bytes
-from servesim.engine.hardware import resolve_gpu, systems_dir
-from servesim.engine.models import ModelNotFound, bundled_configs_dir, model_context_length, resolve_model
+from servesim.perf.capacity import Parallel, estimate, weight_bytes
+from servesim.perf.hardware import resolve_gpu, systems_dir
+from servesim.perf.models import ModelNotFound, bundled_configs_dir, model_context_length, resolve_model
 from servesim.errors import RunError
 
 CASES = Path(__file__).parents[1] / "cases"
@@ -109,7 +109,7 @@ def test_refusals_match_the_database() -> None:
     ("timing/02-llama8b-h100-tp2-vllm024/config.yaml", 15510),
 ])
 def test_cases_lower_to_the_reference_block_counts(case: str, want: int) -> None:
-    from servesim.build import _num_blocks  # the seam build uses for every role
+    from servesim.build.lower import _num_blocks  # the seam build uses for every role
 
     config = load_config(CASES / case)
     assert _num_blocks(config.engine, config.engine.workers.aggregated, "aggregated") == want
