@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from servesim.build import LoweredRun, PoolSpec
 from servesim.config.schema import RouterConfig
 from servesim.collect.collector import COMPLETED, FAILED, REJECTED, Collector, RequestRecord, Route
-from servesim.engine.rank import HandoffRank
+from servesim.engine.interface import HandoffRank
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.placement.base import Placement, RouteRequest, Router
@@ -442,7 +442,7 @@ class DisaggregatedCluster(_Cluster):
             return None
         handoff.decode, handoff.decode_worker = request, worker
         handoff.decode_rank = worker.ranks[rank]
-        handoff.decode_rank.pending.append(request)
+        handoff.decode_rank.handoff.expect(request)
         self._reserving[request] = handoff
         if not worker.busy:
             self._queue_reserved(self._try_reserve(handoff.decode_rank, now))

@@ -20,6 +20,7 @@ from servesim.engine.rank import RankConfig, SpeculativeSettings
 from servesim.engine.request import EngineRequest
 from servesim.engine.sglang import SglangRank
 from servesim.perf.timing import FixedTiming
+from servesim.engine.factory import make_rank
 from servesim.engine.vllm import VllmRank
 from servesim.errors import ConfigError
 from servesim.traffic.workload import GENERATED_BASE
@@ -54,7 +55,9 @@ def spec_rank(rates: tuple[float, ...], num_blocks: int = 1000, block_size: int 
               backend: str = "vllm") -> VllmRank:
     config = RankConfig(block_size=block_size, num_blocks=num_blocks, backend=backend,
                         speculative=SpeculativeSettings(nextn=len(rates), acceptance_rates=rates))
-    return VllmRank(config, FixedTiming(10, 5))
+    rank = make_rank(config, FixedTiming(10, 5))
+    assert isinstance(rank, VllmRank)
+    return rank
 
 
 def fresh(rid: int, n: int, output: int, values: list[int] | None = None) -> EngineRequest:

@@ -28,8 +28,11 @@ from servesim.config.schema import (
     request_count,
     runtime_rejections,
 )
-from servesim.perf.timing import FixedTiming, PolynomialTiming, TimingModel
-from servesim.engine.rank import Rank, RankConfig, SglangSettings, SpeculativeSettings, make_rank
+
+from servesim.engine.factory import make_rank
+from servesim.engine.interface import HandoffRank
+from servesim.engine.pass_time import TimingModel
+from servesim.engine.rank import RankConfig, SglangSettings, SpeculativeSettings
 from servesim.errors import ConfigError, RunError
 from servesim.report.summary import Sla
 from servesim.traffic.driver import Driver
@@ -53,7 +56,7 @@ class PoolSpec:
     timing: TimingModel
     startup_ms: float = 0.0
 
-    def make_ranks(self, worker_id: int, *, lazy_decode: bool = True) -> list[Rank]:
+    def make_ranks(self, worker_id: int, *, lazy_decode: bool = True) -> list[HandoffRank]:
         """The DP ranks of worker `worker_id` (which seeds their speculative-decoding samplers)."""
         first = worker_id * self.dp_size
         return [make_rank(self.rank_config, self.timing, lazy_decode=lazy_decode, sampler_seed=first + r)

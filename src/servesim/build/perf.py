@@ -30,7 +30,8 @@ from servesim.perf.capacity import Capacity, Parallel, kv_blocks
 from servesim.perf.hardware import GpuSpec, aic_system, check_systems_dir, resolve_gpu, spec_from_table, systems_dir
 from servesim.perf.models import ModelNotFound, resolve_model
 from servesim.perf.roofline import RooflineParams, RooflineTiming
-from servesim.perf.timing import FixedTiming, PolynomialTiming, TimingModel
+from servesim.engine.pass_time import TimingModel
+from servesim.perf.timing import FixedTiming, PolynomialTiming
 from servesim.errors import RunError
 
 log = logging.getLogger("servesim")

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servesim.engine.request import EngineRequest
-from servesim.engine.rank import Rank, RankPass
+from servesim.engine.interface import Rank
+from servesim.engine.rank import RankPass
 
 
 @dataclass(slots=True)

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from servesim.engine.rank import ForwardPassMetrics
+from servesim.engine.metrics import ForwardPassMetrics
 from servesim.scaling.contract import Decision, PoolSnapshot, ScalingPolicy, Snapshot, TrafficWindow
 from servesim.scaling.forecast import Forecaster, make_forecaster
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from servesim.engine.rank import ForwardPassMetrics
+from servesim.engine.metrics import ForwardPassMetrics
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.scaling.contract import (
     Decision,
@@ -194,4 +194,4 @@ class Scaler:
                 metrics = ForwardPassMetrics()
         pool_blocks = scheduler.pool
         return RankSnapshot(worker.worker_id, rank, metrics, pool_blocks.active, pool_blocks.num_blocks,
-                            len(scheduler.running), len(scheduler.waiting))
+                            scheduler.num_running(), scheduler.num_waiting())
