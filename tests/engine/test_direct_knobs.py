@@ -35,9 +35,9 @@ KNOB_NAMES = ["spec_decode_rates_1_1", "spec_decode_rates_1_0", "spec_decode_rat
 
 @pytest.mark.parametrize("path", [KNOBS / f"spec_{n}.json" for n in KNOB_NAMES]
                          + sorted(RANDOM.glob("spec_*.json")), ids=lambda p: p.stem[5:])
-def test_direct_spec_matches_reference(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_direct_spec_matches_reference(path: Path) -> None:
     expected = json.loads(path.with_name("report_" + path.name.removeprefix("spec_")).read_text())
-    assert_matches_reference(run_spec(path, monkeypatch, unservable="fail"), expected)
+    assert_matches_reference(run_spec(path, unservable="fail"), expected)
 
 
 def test_random_cases_exercise_preemption_and_rejection() -> None:
@@ -123,8 +123,8 @@ def test_vllm_prefix_hits_lose_a_block_and_trtllm_hits_do_not() -> None:
         assert admitted == [(second, reused)], backend
 
 
-def test_fifo_preemption_evicts_the_oldest_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    report = run_spec(KNOBS / "spec_vllm_fifo_preemption.json", monkeypatch)
+def test_fifo_preemption_evicts_the_oldest_request() -> None:
+    report = run_spec(KNOBS / "spec_vllm_fifo_preemption.json")
     records = {r["session_id"]: r for r in report["per_request"]}
     assert records["r0"]["readmission_count"] == 1 and records["r1"]["readmission_count"] == 0
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from servesim.collect.collector import RequestRecord
 from servesim.engine.metrics import ForwardPassMetrics
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.scaling.contract import (
@@ -39,6 +40,8 @@ class PoolTraits:
 
 @dataclass
 class _TrafficTally:
+    """Traffic since the previous tick, as the cluster reports it."""
+
     arrivals: int = 0
     completed: int = 0
     isl: int = 0
@@ -102,7 +105,29 @@ class Scaler:
         self.record = ScalingRecord()
         self._note_counts(0.0)
 
-    # -- what the cluster reports --------------------------------------------------------------
+    # -- what the cluster reports (`servesim.cluster.base.ClusterHooks`) -------------------------
+
+    def on_arrivals(self, count: int) -> None:
+        self.traffic.arrivals += count
+
+    def on_route(self, prompt_len: int, overlap_tokens: int, block_size: int) -> None:
+        blocks = prompt_len // block_size
+        if blocks > 0:
+            self.traffic.hit_sum += min(1.0, overlap_tokens // block_size / blocks)
+            self.traffic.hit_n += 1
+
+    def on_completed(self, record: RequestRecord) -> None:
+        tally = self.traffic
+        tally.completed += 1
+        tally.isl += record.input_length
+        tally.osl += record.output_length
+        times = record.token_times()
+        if times and times[0] > record.arrival_ms:
+            tally.ttft_sum += times[0] - record.arrival_ms
+            tally.ttft_n += 1
+        if len(times) > 1:
+            tally.itl_sum += (times[-1] - times[0]) / (len(times) - 1)
+            tally.itl_n += 1
 
     def on_pass(self, pool: str, worker: Worker, outcome: WorkerPass) -> None:
         for rank, result in outcome.ranks:
