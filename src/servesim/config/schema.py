@@ -13,7 +13,7 @@ accepts strings there: ``timing.prefill_ms``/``decode_ms``, ``startup_seconds`` 
 ``kv_cache.prefix_caching``.
 
 The sections live in their own modules — `fields` (value types, rule plumbing), `engine`,
-`traffic`, `dynamo` (router and planner), `rules` (rules across sections) — and this module,
+`traffic`, `evaluation`, `dynamo` (router and planner), `rules` (rules across sections) — and this module,
 the document, re-exports every public name. Cross-field rules raise `RuleViolation`, which
 carries key paths relative to the model that checks them; ``servesim.config.load`` turns them
 into ``dotted.key.path: rule`` lines. The schema does no I/O and imports nothing else from
@@ -22,13 +22,13 @@ servesim.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import math
 
 from pydantic import Field, model_validator
 
 from servesim.config.dynamo import PlannerConfig, PrefillLoadModelConfig, RouterConfig
 from servesim.config.engine import (
+    FIXED_TIMING_KEYS,
     Backend,
     DefaultCapacity,
     DefaultTiming,
@@ -51,8 +51,9 @@ from servesim.config.engine import (
     WorkerConfig,
     WorkersConfig,
 )
-from servesim.config.fields import PositiveNumber, RuleViolation, SchemaModel, raise_if, show
-from servesim.config.rules import aggregated_only_format_rules, planner_rules, request_count, runtime_rejections
+from servesim.config.evaluation import EvaluationConfig, SlaConfig
+from servesim.config.fields import U64_MAX, RuleViolation, SchemaModel, raise_if, show
+from servesim.config.rules import aggregated_only_format_rules, planner_rules, request_count
 from servesim.config.traffic import (
     ConcurrencyLoad,
     ConstantRateLoad,
@@ -122,51 +123,6 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------------
-# evaluation
-# --------------------------------------------------------------------------------------------
-
-_SLA_KEYS = ("ttft_ms", "itl_ms", "e2e_ms")
-
-
-class SlaConfig(SchemaModel):
-    """Per-request latency thresholds for goodput: ttft_ms + itl_ms together, or e2e_ms alone."""
-
-    ttft_ms: PositiveNumber | None = None
-    """Time-to-first-token threshold (requires itl_ms)."""
-    itl_ms: PositiveNumber | None = None
-    """Inter-token-latency threshold (requires ttft_ms)."""
-    e2e_ms: PositiveNumber | None = None
-    """End-to-end latency threshold (exclusive with ttft_ms/itl_ms)."""
-
-    @model_validator(mode="after")
-    def _combinations(self) -> SlaConfig:
-        """ttft_ms and itl_ms go together; e2e_ms excludes both."""
-        if (self.ttft_ms is None) != (self.itl_ms is None):
-            missing = "itl_ms" if self.itl_ms is None else "ttft_ms"
-            raise RuleViolation([(missing, "is required: ttft_ms and itl_ms must be given together")])
-        if self.e2e_ms is not None and self.ttft_ms is not None:
-            raise RuleViolation([("e2e_ms", "is mutually exclusive with ttft_ms/itl_ms")])
-        return self
-
-
-class EvaluationConfig(SchemaModel):
-    """How the report judges requests."""
-
-    sla: SlaConfig | None = None
-    """Latency thresholds; when set, the report gains goodput fields. An empty mapping means no SLA."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _empty_sla_is_none(cls, data: Any) -> Any:
-        """`sla: {}` (or only nulls) sets no threshold, exactly like omitting it."""
-        if isinstance(data, Mapping):
-            sla = data.get("sla")
-            if isinstance(sla, Mapping) and set(sla) <= set(_SLA_KEYS) and all(v is None for v in sla.values()):
-                return {**data, "sla": None}
-        return data
-
-
-# --------------------------------------------------------------------------------------------
 # The document
 # --------------------------------------------------------------------------------------------
 
@@ -188,13 +144,13 @@ class SimConfig(SchemaModel):
     @model_validator(mode="after")
     def _format_needs_aggregated(self) -> SimConfig:
         """Some trace formats replay only on aggregated engines."""
-        raise_if(aggregated_only_format_rules(self))
+        raise_if(aggregated_only_format_rules(self.traffic.source, self.engine.mode))
         return self
 
     @model_validator(mode="after")
     def _planner_fits_the_deployment(self) -> SimConfig:
         """Planner keys that depend on the engine mode or the SLA."""
-        raise_if(planner_rules(self))
+        raise_if(planner_rules(self.planner, self.engine.mode, self.evaluation.sla))
         return self
 
 
@@ -211,3 +167,24 @@ DISCRIMINATED_FIELDS: dict[str, tuple[str, ...]] = {
     "timing": ("default", "fixed", "polynomial", "roofline"),
 }
 """Field name -> the `type` tags of its discriminated union (used to tidy error paths)."""
+
+
+def runtime_rejections(config: SimConfig) -> list[str]:
+    """Settings the schema accepts but the reference refuses once the run starts (exit code 1).
+
+    Each entry is ``dotted.key.path: reason``; lowering should raise them as a RunError.
+    """
+    found = []
+    engine = config.engine
+    for role, worker in engine.roles.items():
+        where = f"engine.workers.{role}"
+        if engine.mode == "disaggregated" and worker.parallelism.attention_data > 1:
+            found.append(f"{where}.parallelism.attention_data: disaggregated replay requires 1 (attention-DP handoff is not implemented)")
+        if not math.isfinite(worker.startup_seconds):
+            found.append(f"{where}.startup_seconds: must be finite")
+        if isinstance(worker.timing, FixedTiming):
+            found += [f"{where}.timing.{k}: must be finite" for k in FIXED_TIMING_KEYS if not math.isfinite(getattr(worker.timing, k))]
+    load = config.traffic.load
+    if isinstance(load, PoissonLoad) and load.seed > U64_MAX:
+        found.append(f"traffic.load.seed: must fit in 64 bits (got {load.seed})")
+    return found
