@@ -109,7 +109,7 @@ def checked_passes(monkeypatch):
                 else:
                     refs.setdefault(id(block), [block, 0])[1] += 1
         assert all(block.refs == n for block, n in refs.values()), "reference counts match the leases"
-        assert private + len(refs) == self.pool.active, "every active block is held by a request"
+        assert private + len(refs) == self.pool.active_blocks, "every active block is held by a request"
         return result
 
     monkeypatch.setattr(VllmRank, "run_pass", run_pass)

@@ -80,7 +80,7 @@ def test_certain_acceptance_gives_fixed_bursts(rates: tuple[float, ...], per_pas
             break
     assert counts == [per_pass] * (10 // per_pass) + ([10 % per_pass] if 10 % per_pass else [])
     assert r.token_spans[-1] == len(counts), "all tokens of a burst share their pass"
-    assert rank.pool.active == 0
+    assert rank.pool.active_blocks == 0
 
 
 def test_sglang_bursts_and_returns_the_spare_pages() -> None:
@@ -96,7 +96,7 @@ def test_sglang_bursts_and_returns_the_spare_pages() -> None:
         rank.check()
         counts.append(r.generated - before)
     assert counts == [3, 3, 2]
-    assert rank.pool.free * 4 + rank.pool.evictable == 400
+    assert rank.pool.free_pages * 4 + rank.pool.evictable_tokens == 400
 
 
 def test_burst_leaves_one_dangling_token_and_only_the_blocks_it_uses() -> None:

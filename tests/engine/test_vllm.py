@@ -38,7 +38,7 @@ def test_prompt_pass_costs_prefill_plus_decode_and_emits_the_first_token(lazy):
     assert (second.prefill_ms, second.decode_ms) == (0.0, 5.0)
     third = rank.run_pass(2)
     assert third.finished == [r] and r.generated == 3 and r.token_spans == [0, 3]
-    assert not rank.has_work() and rank.pool.active == 0
+    assert not rank.has_work() and rank.pool.active_blocks == 0
 
 
 def test_waiting_request_gets_the_budget_left_after_decodes(lazy):

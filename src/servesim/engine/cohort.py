@@ -66,7 +66,7 @@ class DecodeCohort:
         if len(self.members) > token_budget:
             return False
         events = self._events.get(pass_index)
-        free = self.pool.free
+        free = self.pool.free_blocks
         if not events or len(events) <= free:
             return True
         allocs = sum(1 for kind, r, epoch in events if kind == Event.ALLOC and r.epoch == epoch)

@@ -17,7 +17,7 @@ class KvStore(Protocol):
     listener: KvListener | None
 
     @property
-    def active(self) -> int:
+    def active_blocks(self) -> int:
         """Blocks (pages) held by requests."""
         ...
 

@@ -72,7 +72,7 @@ class VllmPolicy:
         """Whether the whole known sequence fits next to the active blocks."""
         active_hits = sum(1 for b in hits if b.refs > 0)
         needed = -(-request.length // self.config.block_size) - active_hits
-        return needed <= self.config.num_blocks - pool.active
+        return needed <= self.config.num_blocks - pool.active_blocks
 
     def victim(self, running: dict[EngineRequest, None]) -> EngineRequest | None:
         """The request to preempt when an allocation fails (None: the allocation waits)."""

@@ -86,12 +86,12 @@ class RadixCache:
     def __init__(self, total_pages: int, page: int, caching: bool = True) -> None:
         self.page = page
         self.total_pages = total_pages
-        self.free = total_pages
+        self.free_pages = total_pages
         """Free pages."""
         self.caching = caching
-        self.evictable = 0
+        self.evictable_tokens = 0
         """Tokens in unlocked tree nodes."""
-        self.protected = 0
+        self.protected_tokens = 0
         """Tokens in locked tree nodes."""
         self._clock = 0
         self._ids = 0
@@ -151,8 +151,8 @@ class RadixCache:
         while node.parent is not None:
             if node.lock == 0:
                 self._unindex(node)
-                self.evictable -= node.length
-                self.protected += node.length
+                self.evictable_tokens -= node.length
+                self.protected_tokens += node.length
             node.lock += 1
             node = node.parent
 
@@ -161,8 +161,8 @@ class RadixCache:
         while node.parent is not None:
             node.lock -= 1
             if node.lock == 0:
-                self.protected -= node.length
-                self.evictable += node.length
+                self.protected_tokens -= node.length
+                self.evictable_tokens += node.length
                 if not node.children:
                     self._index(node)
             node = node.parent
@@ -244,7 +244,7 @@ class RadixCache:
         node = self._new_node(parent, [(seq, start, end)], end - start, self.tick())
         self._unindex(parent)
         parent.children.setdefault(seq.token_at(start), []).append(node)
-        self.evictable += end - start
+        self.evictable_tokens += end - start
         self._index(node)
         if self.listener is not None:
             self._announce("stored", seq, start, end)
@@ -253,9 +253,9 @@ class RadixCache:
     def _extend_leaf(self, node: Node, seq: TokenSeq, start: int, end: int, now: int) -> None:
         _append_tokens(node, seq, start, end)
         if node.lock == 0:
-            self.evictable += end - start
+            self.evictable_tokens += end - start
         else:
-            self.protected += end - start
+            self.protected_tokens += end - start
         node.time = now
         if node.indexed:
             self._index(node)
@@ -274,7 +274,7 @@ class RadixCache:
             n.time = now
             n = n.parent
         _append_tokens(node, seq, start, end)
-        self.protected += end - start
+        self.protected_tokens += end - start
         if self.listener is not None:
             self._announce("stored", seq, start, end)
         return True
@@ -360,25 +360,25 @@ class RadixCache:
         return evicted
 
     def _release(self, tokens: int) -> None:
-        self.evictable -= tokens
-        self.free += tokens // self.page
+        self.evictable_tokens -= tokens
+        self.free_pages += tokens // self.page
 
     def reserve(self, pages: int) -> bool:
         """Take `pages` free pages, evicting unlocked leaves if needed; False if impossible."""
-        if pages <= self.free:
-            self.free -= pages
+        if pages <= self.free_pages:
+            self.free_pages -= pages
             return True
-        if pages * self.page > self.free * self.page + self.evictable:
+        if pages * self.page > self.free_pages * self.page + self.evictable_tokens:
             return False
-        self.evict((pages - self.free) * self.page)
-        if pages > self.free:
+        self.evict((pages - self.free_pages) * self.page)
+        if pages > self.free_pages:
             return False
-        self.free -= pages
+        self.free_pages -= pages
         return True
 
     def give_back(self, pages: int) -> None:
         """Return pages a request held privately to the pool."""
-        self.free += pages
+        self.free_pages += pages
 
 
     # -- pool counters (what other stages read) ----------------------------------------------
@@ -389,9 +389,9 @@ class RadixCache:
         return self.total_pages
 
     @property
-    def active(self) -> int:
+    def active_blocks(self) -> int:
         """Pages in use by requests: locked in the tree or held privately."""
-        return self.total_pages - self.free - self.evictable // self.page
+        return self.total_pages - self.free_pages - self.evictable_tokens // self.page
 
     # -- checks --------------------------------------------------------------------------------
 
@@ -413,8 +413,8 @@ class RadixCache:
                 evictable += node.length
             assert bool(node.indexed) == (node.lock == 0 and not node.children), "leaf index"
             stack.extend(self._children_of(node))
-        assert (evictable, protected) == (self.evictable, self.protected), "size counters"
-        assert 0 <= self.free <= self.total_pages
+        assert (evictable, protected) == (self.evictable_tokens, self.protected_tokens), "size counters"
+        assert 0 <= self.free_pages <= self.total_pages
         return evictable, protected
 
     def cached_keys(self) -> set[int]:

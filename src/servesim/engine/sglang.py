@@ -136,7 +136,7 @@ class SglangRank:
         if self.waiting or self.ready or self.handoff.pending or self.handoff.holds or not self.running:
             return False
         cache = self.cache
-        return self._growth() * self.page <= cache.free * self.page + cache.evictable
+        return self._growth() * self.page <= cache.free_pages * self.page + cache.evictable_tokens
 
     def next_decode_ms(self) -> float:
         """Duration of the next pass if it only decodes."""
@@ -220,7 +220,7 @@ class SglangRank:
         reserved = 0.0
         for r in self.running:
             reserved += min(r.remaining_output(), clip) * ratio
-        rem_total = (cache.free * page + cache.evictable) - reserved
+        rem_total = (cache.free_pages * page + cache.evictable_tokens) - reserved
         rem_input, rem_chunk = s.max_prefill_tokens, s.chunked_prefill_size
         slots = self.config.max_sequences - len(self.running)
         batch: list[Chunk] = []
@@ -345,11 +345,11 @@ class SglangRank:
         page, cache, running = self.page, self.cache, self.running
         growth = self._growth()
         retracted: list[SgRequest] = []
-        while cache.free * page + cache.evictable < growth * page and len(running) > 1:
+        while cache.free_pages * page + cache.evictable_tokens < growth * page and len(running) > 1:
             victim = min(range(len(running)), key=lambda i: running[i].req.generated)
             growth -= self._growth_of(running[victim])
             self._retract(running.pop(victim), result, retracted)
-        if len(running) == 1 and cache.free * page + cache.evictable < growth * page:
+        if len(running) == 1 and cache.free_pages * page + cache.evictable_tokens < growth * page:
             growth = self._stalled(result, retracted, growth)
         return retracted, growth
 

@@ -157,5 +157,5 @@ class PageLeases:
             assert r.pages == -(-r.materialized // page) and r.cached <= r.materialized
             assert (r.node is None) == (r.materialized == 0)
         private += sum(r.private_pages(page) for r in reserved)
-        total = self.cache.free + (evictable + protected) // page + private
+        total = self.cache.free_pages + (evictable + protected) // page + private
         assert total == self.cache.total_pages, (total, self.cache.total_pages)

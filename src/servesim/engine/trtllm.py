@@ -42,7 +42,7 @@ class TrtllmPolicy(VllmPolicy):
         active_hits = sum(1 for b in hits if b.refs > 0)
         needed = self._footprint(request) - active_hits
         reserved = sum(self._footprint(r) - len(r.lease) for r in running)
-        return needed <= self.config.num_blocks - pool.active - reserved
+        return needed <= self.config.num_blocks - pool.active_blocks - reserved
 
     def victim(self, running: dict[EngineRequest, None]) -> EngineRequest | None:
         return None

@@ -218,5 +218,5 @@ class Scaler:
             if now - last >= IDLE_FPM_MS:
                 metrics = ForwardPassMetrics()
         pool_blocks = scheduler.pool
-        return RankSnapshot(worker.worker_id, rank, metrics, pool_blocks.active, pool_blocks.num_blocks,
+        return RankSnapshot(worker.worker_id, rank, metrics, pool_blocks.active_blocks, pool_blocks.num_blocks,
                             scheduler.num_running(), scheduler.num_waiting())
