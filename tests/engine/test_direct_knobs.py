@@ -90,9 +90,11 @@ def test_sglang_bursts_and_returns_the_spare_pages() -> None:
     r = fresh(0, 10, 8)
     rank.enqueue(r)
     counts = []
-    while rank.has_work():
+    for p in range(10):  # bounded: a stuck rank fails the assertion instead of hanging
+        if not rank.has_work():
+            break
         before = r.generated
-        rank.run_pass(len(counts))
+        rank.run_pass(p)
         rank.check()
         counts.append(r.generated - before)
     assert counts == [3, 3, 2]

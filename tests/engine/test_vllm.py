@@ -65,11 +65,13 @@ def test_lifo_preemption_recomputes_and_reuses_surviving_blocks(lazy):
     while not b.preempted:
         result = rank.run_pass(p)
         p += 1
+        assert p < 1000, "b must be preempted"
     assert result.preemptions == 1 and not result.admitted
     assert list(rank.waiting) == [b] and b.computed == 0 and b.generated == 17
     while b.admissions < 2:
         result = rank.run_pass(p)
         p += 1
+        assert p < 1000, "b must be readmitted"
     assert result.admitted == [(b, 48)], "3 of b's blocks survived in the cache"
 
 
@@ -100,6 +102,7 @@ def test_context_limit_ends_generation_early(lazy):
     while rank.has_work():
         rank.run_pass(p)
         p += 1
+        assert p < 1000, "the request must end"
     assert r.generated == 6 and r.length == 256
 
 

@@ -45,7 +45,7 @@ def blocks(model: str, system: str, par: Parallel, backend: str = "vllm", *, blo
 @pytest.mark.parametrize("model", sorted(TABLE))
 @pytest.mark.parametrize("system_index, system", [(0, "h200_sxm"), (1, "h100_sxm")])
 def test_block_counts_match_the_reference_table(model: str, system_index: int, system: str) -> None:
-    for tp, want in zip((1, 2, 4), TABLE[model][system_index]):
+    for tp, want in zip((1, 2, 4), TABLE[model][system_index], strict=True):
         moe = resolve_model(model).is_moe
         par = Parallel(tp=tp, moe_tp=tp if moe else 1)
         assert blocks(model, system, par) == want, (model, system, tp)

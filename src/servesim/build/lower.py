@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from servesim.build.control import planner_settings, router_spec
 from servesim.build.traffic import traffic_spec
-from servesim.config.schema import EngineConfig, SimConfig, WorkerConfig, runtime_rejections
+from servesim.config.schema import EngineConfig, Role, SimConfig, WorkerConfig, runtime_rejections
 from servesim.engine.factory import make_rank
 from servesim.engine.interface import HandoffRank
 from servesim.engine.pass_time import TimingModel
@@ -123,7 +123,7 @@ def _transfer(engine: EngineConfig) -> TransferSpec:
     )
 
 
-def _pool(config: SimConfig, role: str, worker: WorkerConfig, unservable: str) -> PoolSpec:
+def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str) -> PoolSpec:
     """The resolved settings of one role's pool."""
     engine = config.engine
     par = worker.parallelism

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from servesim.build import LoweredRun, PoolSpec
-from servesim.collect.collector import COMPLETED, FAILED, REJECTED, Collector, RequestRecord
+from servesim.collect.collector import Collector, RequestRecord, Status
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.placement.base import RouteRequest, Router
@@ -168,12 +168,12 @@ class Cluster:
     def _record(self, request: EngineRequest) -> RequestRecord:
         return self.collector.records[request.rid]
 
-    def _terminal(self, request: EngineRequest, worker: Worker | None, status: str, now: float) -> None:
+    def _terminal(self, request: EngineRequest, worker: Worker | None, status: Status, now: float) -> None:
         arrival, record = self._open.pop(request.rid)
         self.collector.on_terminal(record, now, status, request.generated, request.token_spans,
                                    worker.pass_ends if worker is not None else None, request.reject_reason)
-        self.driver.on_terminal(arrival, now, request.generated, ends_session=status == FAILED)
-        if status == COMPLETED:
+        self.driver.on_terminal(arrival, now, request.generated, ends_session=status == Status.FAILED)
+        if status == Status.COMPLETED:
             self.hooks.on_completed(record)
 
     # -- a finished pass ------------------------------------------------------------------------
@@ -193,16 +193,16 @@ class Cluster:
         for end, finished in outcome.early_finishes:
             for request in finished:
                 router.on_terminal(request.rid, end)
-                self._terminal(request, worker, COMPLETED, end)
+                self._terminal(request, worker, Status.COMPLETED, end)
         for _rank, result in outcome.ranks:
             for request in result.first_tokens:
                 router.on_first_token(request.rid, now)
             for request in result.finished:
                 router.on_terminal(request.rid, now)
-                self._terminal(request, worker, COMPLETED, now)
+                self._terminal(request, worker, Status.COMPLETED, now)
             for request in result.rejected:
                 router.on_terminal(request.rid, now)
-                self._terminal(request, worker, REJECTED, now)
+                self._terminal(request, worker, Status.REJECTED, now)
             for request in result.held:
                 router.on_first_token(request.rid, now)
                 router.on_terminal(request.rid, now)

@@ -24,7 +24,7 @@ from enum import IntEnum
 
 from servesim.build import LoweredRun
 from servesim.cluster.base import INF, Cluster, ServingPool, route_request
-from servesim.collect.collector import FAILED, Collector, Route
+from servesim.collect.collector import Collector, Route, Status
 from servesim.engine.interface import HandoffRank
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker
@@ -242,7 +242,7 @@ class DisaggregatedCluster(Cluster):
         prefilled already) is freed."""
         if handoff.prefill_worker is not None:
             self._release_source(handoff, now, record_time=False)
-        self._terminal(handoff.prefill, None, FAILED, now)
+        self._terminal(handoff.prefill, None, Status.FAILED, now)
 
     # -- pass completions ---------------------------------------------------------------------
 
@@ -264,6 +264,6 @@ class DisaggregatedCluster(Cluster):
         self._queue_reserved(boundary_effect)
         return boundary_effect is not None
 
-    def _terminal(self, request: EngineRequest, worker: Worker | None, status: str, now: float) -> None:
+    def _terminal(self, request: EngineRequest, worker: Worker | None, status: Status, now: float) -> None:
         self._handoffs.pop(request.rid, None)
         super()._terminal(request, worker, status, now)

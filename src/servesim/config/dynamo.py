@@ -133,7 +133,7 @@ class PlannerConfig(SchemaModel):
         throughput_on, load_on = self.scaling_modes
         if not (throughput_on or load_on):
             problems.append(("", "at least one of enable_throughput_scaling and enable_load_scaling must be true"))
-        for key, on in zip(_INTERVAL_KEYS, (throughput_on, load_on)):
+        for key, on in zip(_INTERVAL_KEYS, (throughput_on, load_on), strict=True):
             if on and getattr(self, key) is None:
                 problems.append((key, "cannot be null while its scaling mode is enabled"))
         throughput, load = self.throughput_adjustment_interval_seconds, self.load_adjustment_interval_seconds

@@ -113,7 +113,7 @@ class BlockPool:
         self._lru_size -= need
         while need:
             entry = next(iter(lru))
-            if type(entry) is Gap:
+            if isinstance(entry, Gap):
                 if entry.count > need:
                     entry.count -= need
                     return
@@ -235,9 +235,9 @@ class BlockPool:
 
     def check(self) -> None:
         """Assert the conservation invariants (for tests)."""
-        in_lru = sum(e.count if type(e) is Gap else 1 for e in self._lru)
+        in_lru = sum(e.count if isinstance(e, Gap) else 1 for e in self._lru)
         assert in_lru == self._lru_size, (in_lru, self._lru_size)
-        assert all(type(e) is Gap or e.refs == 0 for e in self._lru)
+        assert all(isinstance(e, Gap) or e.refs == 0 for e in self._lru)
         resident = list(self._index.values()) + [b for c in self._copies.values() for b in c]
         assert all(b.refs > 0 or b in self._lru for b in resident)
         assert self.anonymous_blocks >= 0 and self.active_blocks >= 0

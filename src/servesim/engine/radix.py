@@ -286,12 +286,12 @@ class RadixCache:
             return start_node, 0
         self._clock += 1
         now = self._clock
-        node = start_node
-        while node is not None:
-            node.time = now
-            if node.indexed:
-                self._index(node)
-            node = node.parent
+        up: Node | None = start_node
+        while up is not None:
+            up.time = now
+            if up.indexed:
+                self._index(up)
+            up = up.parent
         if start_node.lock == 1 and not start_node.children and start_node.parent is not None:
             self._extend_leaf(start_node, seq, start, end, now)
             return start_node, end - start

@@ -99,6 +99,7 @@ class PageLeases:
         end = r.materialized - r.materialized % self.page
         if end <= r.cached:
             return
+        assert r.node is not None, "a request with KV holds a lock"
         node, new = cache.insert(r.node, r.seq, r.cached, end)
         if node is not r.node:
             cache.inc_lock(node)
@@ -114,6 +115,7 @@ class PageLeases:
         length = r.length
         end = length - length % self.page
         if end > r.cached:
+            assert r.node is not None, "a running request holds a lock"
             if self.cache.grow_own_leaf(r.node, r.seq, r.cached, end):
                 r.cached = end
             else:
@@ -123,6 +125,7 @@ class PageLeases:
         """Move a completed request's full pages into the tree, free the rest, unlock."""
         cache, page = self.cache, self.page
         if cache.caching:
+            assert r.node is not None, "a request with KV holds a lock"
             end = r.materialized - r.materialized % page
             cache.give_back(r.pages - end // page)
             node, new = cache.insert(r.node, r.seq, r.cached, end)

@@ -80,7 +80,7 @@ class ScalingRecord:
             "scaling_events": self.scaling_events,
             "timeline": self.timeline,
             "lifecycle": [{"at_s": t.at_ms / 1000, "pool": t.pool, "worker_id": t.worker_id,
-                           "state": t.state, "reason": t.reason} for t in self.transitions],
+                           "state": t.state.value, "reason": t.reason} for t in self.transitions],
             "peak_workers": {pool: max((e[pool]["active"] + e[pool]["starting"] + e[pool]["draining"]
                                         for e in self.timeline if pool in e), default=0)
                              for pool in {p for e in self.timeline for p in e if p != "at_s"}},
@@ -183,7 +183,7 @@ class Scaler:
     def _note_counts(self, now: float) -> None:
         entry: dict[str, Any] = {"at_s": now / 1000}
         for pool, fleet in self.fleets.items():
-            entry[pool] = {s: len(fleet.ids(s)) for s in (ACTIVE, STARTING, DRAINING)}
+            entry[pool] = {s.value: len(fleet.ids(s)) for s in (ACTIVE, STARTING, DRAINING)}
         if self.record.timeline and self.record.timeline[-1]["at_s"] == entry["at_s"]:
             self.record.timeline[-1] = entry
         else:

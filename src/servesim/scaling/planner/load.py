@@ -74,6 +74,10 @@ class Step:
     refused: bool = False
     """A scale-down was refused for consolidation safety (SLA target)."""
 
+    def target(self, current: int) -> int:
+        """The desired count, or `current` without an opinion."""
+        return current if self.desired is None else self.desired
+
 
 REASON_RANK = {"scale_up": 4, "scale_down_capped_by_throughput": 3, "scale_down": 2, "no_change": 1}
 

@@ -124,7 +124,7 @@ class DynamoPlanner:
 
     def _bounded_single(self, name: str, pool: PoolSnapshot, sub: Step, workers: int) -> tuple[int, str]:
         """Apply the minimum, the throughput floor and the GPU budget to one pool's step."""
-        original = workers if sub.desired is None else sub.desired
+        original = sub.target(workers)
         desired = max(original, self.settings.min_workers(name))
         if self.settings.throughput_scaling:
             desired = max(desired, self._bound[name])
@@ -137,22 +137,23 @@ class DynamoPlanner:
         blocked = self._gate(snapshot, ("prefill", "decode"))
         if blocked:
             return None, blocked
-        subs = {name: self._disagg_step(name, snapshot.pools[name], diag) for name in ("prefill", "decode")}
-        current = tuple(len(snapshot.pools[n].active) for n in ("prefill", "decode"))
-        original = tuple(c if subs[n].desired is None else subs[n].desired
-                         for n, c in zip(("prefill", "decode"), current))
-        desired = [max(o, self.settings.min_workers(n)) for n, o in zip(("prefill", "decode"), original)]
+        pools = ("prefill", "decode")
+        subs = {name: self._disagg_step(name, snapshot.pools[name], diag) for name in pools}
+        current = {n: len(snapshot.pools[n].active) for n in pools}
+        original = {n: subs[n].target(current[n]) for n in pools}
+        desired = {n: max(original[n], self.settings.min_workers(n)) for n in pools}
         if self.settings.throughput_scaling:
-            desired = [max(d, self._bound[n]) for n, d in zip(("prefill", "decode"), desired)]
+            desired = {n: max(desired[n], self._bound[n]) for n in pools}
         gpus = (snapshot.pools["prefill"].gpus_per_worker, snapshot.pools["decode"].gpus_per_worker)
-        fp, fd, budget = guard_pair(current, (desired[0], desired[1]), gpus, self.settings.min_gpus, self.settings.max_gpus,
+        fp, fd, budget = guard_pair((current["prefill"], current["decode"]), (desired["prefill"], desired["decode"]),
+                                    gpus, self.settings.min_gpus, self.settings.max_gpus,
                                     (self.settings.min_prefill, self.settings.min_decode))
-        per_pool = {n: classify(f, c, o, subs[n].refused)
-                    for n, f, c, o in zip(("prefill", "decode"), (fp, fd), current, original)}
+        final = {"prefill": fp, "decode": fd}
+        per_pool = {n: classify(final[n], current[n], original[n], subs[n].refused) for n in pools}
         diag["load_decision_reason_prefill"] = per_pool["prefill"]
         diag["load_decision_reason_decode"] = per_pool["decode"]
         reason = budget or max(per_pool.values(), key=lambda r: REASON_RANK.get(r, 0))
-        if (fp, fd) == current and budget is None:
+        if final == current and budget is None:
             quiet = ("no_change", "scale_up", "scale_down", "no_fpm_data")
             reason = next((s.reason for s in subs.values() if s.reason not in quiet), reason)
             return None, reason
@@ -202,9 +203,10 @@ class DynamoPlanner:
                   diag: dict[str, Any]) -> tuple[int, bool]:
         """ceil(demand / engine rps) capped to ±max_step of now, at least the minimum; the
         current count when the capacity is unknown. Also says whether the model was ready."""
-        ready = capacity is not None and capacity.rps > 0
-        diag[f"engine_rps_{name}"] = capacity.rps if ready else None
-        desired = math.ceil(demand / capacity.rps - 1e-9) if ready else current
+        rps = capacity.rps if capacity is not None and capacity.rps > 0 else None
+        ready = rps is not None
+        diag[f"engine_rps_{name}"] = rps
+        desired = math.ceil(demand / rps - 1e-9) if rps is not None else current
         desired = max(desired, self.settings.min_workers(name))
         desired = min(max(desired, current - self.settings.max_step), current + self.settings.max_step)
         return max(desired, self.settings.min_workers(name)), ready
