@@ -10,14 +10,14 @@ with the same tokens and arrival times, replayed with `simulate(..., workload=..
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
+
+from conftest import HOST_FIELDS, assert_same_value
 
 from servesim import simulate
 from servesim.traffic.workload import Session, Turn, Workload
 
-HOST_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 RECORD_SKIP = {"uuid", "request_id", "session_id", "turn_index"}
 PRIVATE_BASE = 1 << 40
 """Token values for spec requests given only a length (unique per request, as in the reference)."""
@@ -77,14 +77,6 @@ def run_spec(path: Path, **options: Any) -> dict[str, Any]:
                     **options).to_dict()
 
 
-def assert_same(where: str, expected: Any, actual: Any) -> None:
-    """Exact equality (type included); means and standard deviations to 1e-12."""
-    if isinstance(expected, float) and where.rsplit(".", 1)[-1].split("_", 1)[0] in ("mean", "std"):
-        assert math.isclose(actual, expected, rel_tol=1e-12, abs_tol=1e-12), (where, expected, actual)
-    else:
-        assert actual == expected and type(actual) is type(expected), (where, expected, actual)
-
-
 def assert_matches_reference(report: dict[str, Any], expected: dict[str, Any]) -> None:
     """Every per-request record (matched by request id) and summary field equals the reference's."""
     expected = dict(expected)
@@ -97,8 +89,8 @@ def assert_matches_reference(report: dict[str, Any], expected: dict[str, Any]) -
         assert set(mine) - RECORD_SKIP == set(record) - RECORD_SKIP, rid
         for field, value in record.items():
             if field not in RECORD_SKIP:
-                assert_same(f"{rid}.{field}", value, mine[field])
+                assert_same_value(f"{rid}.{field}", value, mine[field])
     assert set(report) == set(expected)
     for key, value in expected.items():
         if key not in HOST_FIELDS:
-            assert_same(key, value, report[key])
+            assert_same_value(key, value, report[key])
