@@ -183,7 +183,8 @@ class Cluster:
         first tokens, completions, rejections and (prefill pool) held prompts."""
         worker.finish_pass()
         pool = self.serving[worker.order[0]]
-        boundary_effect = self._at_pass_boundary(pool, worker, now, inline)
+        if not inline:
+            self._at_pass_boundary(worker)
         for _rank, result in outcome.ranks:
             for request, reused in result.admitted:
                 self.collector.on_admit(self._open[request.rid][1], outcome.start_ms, reused, pool.label)
@@ -207,17 +208,16 @@ class Cluster:
                 router.on_first_token(request.rid, now)
                 router.on_terminal(request.rid, now)
                 self._held(request, now)
-        return self._after_pass(boundary_effect)
+        return self._after_pass(pool, worker, now)
 
-    def _at_pass_boundary(self, pool: ServingPool, worker: Worker, now: float, inline: bool) -> object:
-        """What the topology does first when a worker's pass ends (passed to `_after_pass`)."""
-        return None
+    def _at_pass_boundary(self, worker: Worker) -> None:
+        """What waited for `worker`'s pass to end (not for a pass completed within its start)."""
 
     def _held(self, request: EngineRequest, now: float) -> None:
         """A prefill rank holds `request`'s prompt KV for the transfer."""
         raise AssertionError("only a disaggregated prefill pool holds prompts")
 
-    def _after_pass(self, boundary_effect: object) -> bool:
+    def _after_pass(self, pool: ServingPool, worker: Worker, now: float) -> bool:
         """What the topology does last; True if completing the pass had an effect of its own."""
         return False
 

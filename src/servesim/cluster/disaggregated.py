@@ -246,23 +246,21 @@ class DisaggregatedCluster(Cluster):
 
     # -- pass completions ---------------------------------------------------------------------
 
-    def _at_pass_boundary(self, pool: ServingPool, worker: Worker, now: float, inline: bool) -> _Handoff | None:
-        """A decode worker makes one reservation attempt; actions deferred to this worker's
-        pass boundary move to the queue (unless the pass completed within its own start)."""
-        reserved = self._try_reserve(worker.ranks[0], now) if pool is self.decode else None
-        if not inline:
-            self._actions.extend(self._deferred.pop(worker, ()))
-        return reserved
+    def _at_pass_boundary(self, worker: Worker) -> None:
+        """Activations and source releases deferred to this worker's pass boundary are queued."""
+        self._actions.extend(self._deferred.pop(worker, ()))
 
     def _held(self, request: EngineRequest, now: float) -> None:
         self._record(request).source_held_ms = now
         self._actions.append((self.order.on_held, self._handoffs[request.rid]))
 
-    def _after_pass(self, boundary_effect: object) -> bool:
-        """Queue what follows the reservation made at the boundary (if one was made)."""
-        assert boundary_effect is None or isinstance(boundary_effect, _Handoff)
-        self._queue_reserved(boundary_effect)
-        return boundary_effect is not None
+    def _after_pass(self, pool: ServingPool, worker: Worker, now: float) -> bool:
+        """A decode worker makes one reservation attempt, and what follows it is queued."""
+        if pool is not self.decode:
+            return False
+        reserved = self._try_reserve(worker.ranks[0], now)
+        self._queue_reserved(reserved)
+        return reserved is not None
 
     def _terminal(self, request: EngineRequest, worker: Worker | None, status: Status, now: float) -> None:
         self._handoffs.pop(request.rid, None)
