@@ -44,11 +44,12 @@ def per_call_costs(n: int) -> list[str]:
     rng = random.Random(1)
     for model in ("Qwen/Qwen3-32B-FP8", "Qwen/Qwen3-8B"):
         eng = engine(model)
-        for name, call in (("prefill, unique arguments", lambda: eng.predict_prefill_latency(
+        for name, call in (("prefill, unique arguments", lambda eng=eng: eng.predict_prefill_latency(
                                rng.randint(1, 8), rng.randint(1000, 30000), rng.randint(0, 900))),
-                           ("decode, unique arguments", lambda: eng.predict_decode_latency(
+                           ("decode, unique arguments", lambda eng=eng: eng.predict_decode_latency(
                                rng.randint(1, 256), rng.randint(1000, 60000), 2)),
-                           ("decode, repeated arguments (AIC's own memo)", lambda: eng.predict_decode_latency(64, 4096, 2))):
+                           ("decode, repeated arguments (AIC's own memo)",
+                            lambda eng=eng: eng.predict_decode_latency(64, 4096, 2))):
             samples = []
             for _ in range(n):
                 t = time.perf_counter_ns()
@@ -74,7 +75,7 @@ def interpolation_error(n: int) -> list[str]:
         truth = [exact.decode(b, 0, c, 0) for b, c in points]
         for bucket in (256, 1024):
             interp = aic.AicTiming(eng, interpolate_context=bucket)
-            errs = [abs(interp.decode(b, 0, c, 0) / t - 1) for (b, c), t in zip(points, truth)]
+            errs = [abs(interp.decode(b, 0, c, 0) / t - 1) for (b, c), t in zip(points, truth, strict=True)]
             calls = 10000 * 2 / bucket if bucket else 10000
             rows.append(f"| {model} TP{tp} | {bucket} | {100 * max(errs):.3f} % | {100 * statistics.fmean(errs):.4f} % | "
                         f"~{calls:.0f} per batch size (vs 10,000) |")

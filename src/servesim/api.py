@@ -95,7 +95,7 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     `servesim.scaling.contract`); by default the config's `planner` section decides.
     `workload` replays these sessions instead of the ones `traffic.source` describes;
     `traffic.load` still decides when they arrive (with `trace_timestamps`, at the sessions'
-    own `first_arrival_ms`).
+    own `first_arrival_ms`, counted from `Workload.origin_ms`).
     """
     if unservable not in ("reject", "fail"):
         raise ValueError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")

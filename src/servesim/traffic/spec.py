@@ -82,8 +82,9 @@ class TrafficSpec:
 
 
 def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
-    """First arrivals normalised by the earliest present timestamp, divided by the speedup."""
+    """First arrivals counted from the workload's origin (by default the earliest present
+    timestamp), divided by the speedup."""
     present = [s.first_arrival_ms for s in workload.sessions if s.first_arrival_ms is not None]
-    origin = min(present) if present else 0.0
+    origin = workload.origin_ms if workload.origin_ms is not None else min(present) if present else 0.0
     return [0.0 if s.first_arrival_ms is None else (s.first_arrival_ms - origin) / speedup
             for s in workload.sessions]
