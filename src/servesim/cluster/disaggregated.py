@@ -68,9 +68,11 @@ class HandoffOrder:
     """Queued when its prompt is done and held on the prefill worker."""
 
 
-SOURCE_FIRST = HandoffOrder(on_arrival=Action.SUBMIT_PREFILL, on_reserved=Action.START_TRANSFER, on_held=Action.RESERVE_DESTINATION)
+SOURCE_FIRST = HandoffOrder(on_arrival=Action.SUBMIT_PREFILL, on_reserved=Action.START_TRANSFER,
+                            on_held=Action.RESERVE_DESTINATION)
 """vLLM: prefill, then reserve a destination, then transfer."""
-DESTINATION_FIRST = HandoffOrder(on_arrival=Action.RESERVE_DESTINATION, on_reserved=Action.SUBMIT_PREFILL, on_held=Action.START_TRANSFER)
+DESTINATION_FIRST = HandoffOrder(on_arrival=Action.RESERVE_DESTINATION, on_reserved=Action.SUBMIT_PREFILL,
+                                 on_held=Action.START_TRANSFER)
 """SGLang: reserve a destination, then prefill, then transfer."""
 
 

@@ -10,8 +10,24 @@ from typing import Annotated, Any, Literal, Union
 from annotated_types import Ge, Le
 from pydantic import Discriminator, Strict, Tag, field_validator, model_validator
 
-from servesim.config.fields import BytesPerToken, ContextLength, Fraction, HardwareName, LaxNonNegativeNumber, ModelName, NonNegativeInt, NonNegativeNumber, OpenFraction, PositiveInt, PositiveNumber, RuleViolation, SchemaModel, raise_if, type_tag, without_nulls
-
+from servesim.config.fields import (
+    BytesPerToken,
+    ContextLength,
+    Fraction,
+    HardwareName,
+    LaxNonNegativeNumber,
+    ModelName,
+    NonNegativeInt,
+    NonNegativeNumber,
+    OpenFraction,
+    PositiveInt,
+    PositiveNumber,
+    RuleViolation,
+    SchemaModel,
+    raise_if,
+    type_tag,
+    without_nulls,
+)
 
 EngineMode = Literal["aggregated", "disaggregated"]
 Backend = Literal["vllm", "sglang", "trtllm"]

@@ -9,8 +9,18 @@ from typing import Annotated, Any, Literal, Union
 from annotated_types import Ge
 from pydantic import Discriminator, Strict, Tag, field_validator, model_validator
 
-from servesim.config.fields import Fraction, NonNegativeInt, NonNegativeNumber, PositiveInt, PositiveNumber, RuleViolation, SchemaModel, raise_if, type_tag, without_nulls
-
+from servesim.config.fields import (
+    Fraction,
+    NonNegativeInt,
+    NonNegativeNumber,
+    PositiveInt,
+    PositiveNumber,
+    RuleViolation,
+    SchemaModel,
+    raise_if,
+    type_tag,
+    without_nulls,
+)
 
 TraceFormat = Literal["mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo"]
 

@@ -40,6 +40,9 @@ def make_router(spec: RouterSpec, *, ranks: int, workers: int, block_size: int, 
     Dynamo.
     """
     if spec.policy == "kv_router":
+        def prefill_duration(isl: int, cached: int) -> float:
+            return prefill_time(1, isl, cached) if isl > cached else 0.0
+
         timed = spec.timed_prefill and not decode
         settings = KvRouterSettings(
             block_size=block_size,
@@ -51,7 +54,7 @@ def make_router(spec: RouterSpec, *, ranks: int, workers: int, block_size: int, 
             track_prefill=not decode,
             track_blocks=not flat or decode,
             assume_reuse=not decode,
-            prefill_duration=(lambda isl, cached: prefill_time(1, isl, cached) if isl > cached else 0.0) if timed else None,
+            prefill_duration=prefill_duration if timed else None,
         )
         router: Router = KvRouter(ranks, settings, spec.seed)
     elif spec.policy == "random":
