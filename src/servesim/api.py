@@ -25,7 +25,6 @@ from servesim.report.summary import PoolUsage, summarize
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.scaling.contract import ScalingPolicy
-from servesim.scaling.planner import DynamoPlanner
 from servesim.traffic.workload import Workload
 
 
@@ -118,6 +117,8 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     driver = run.traffic.driver(workload)
     collector = Collector()
     if scaling is None and run.planner is not None:
+        from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
+
         scaling = DynamoPlanner(run.planner)
     cluster_type = DisaggregatedCluster if run.disaggregated else AggregatedCluster
     cluster = cluster_type(run, driver, collector, fast=fast, scaling=scaling)

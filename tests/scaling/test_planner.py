@@ -19,18 +19,11 @@ from servesim.config.schema import PlannerConfig, SlaConfig
 from servesim.engine.rank import ForwardPassMetrics
 from servesim.perf.timing import PolynomialTiming
 from servesim.scaling.contract import PoolSnapshot, RankSnapshot, Snapshot, TrafficWindow
-from servesim.scaling.planner import (
-    DynamoPlanner,
-    Engine,
-    PlannerSettings,
-    agg_capacity,
-    decode_capacity,
-    easy_step,
-    easy_thresholds,
-    guard_pair,
-    guard_single,
-    prefill_capacity,
-)
+from servesim.scaling.planner.budget import guard_pair, guard_single
+from servesim.scaling.planner.capacity import Engine, agg_capacity, decode_capacity, prefill_capacity
+from servesim.scaling.planner.load import easy_step, easy_thresholds
+from servesim.scaling.planner.policy import DynamoPlanner
+from servesim.scaling.planner.settings import PlannerSettings
 
 TIMING = PolynomialTiming()
 BURST_CONFIG = {"policy": "enabled", "target": "load", "enable_throughput_scaling": False,

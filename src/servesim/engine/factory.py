@@ -6,7 +6,6 @@ from servesim.engine.interface import HandoffRank
 from servesim.engine.pass_time import TimingModel
 from servesim.engine.policy import VllmPolicy
 from servesim.engine.rank import RankConfig
-from servesim.engine.sglang import SglangRank
 from servesim.engine.trtllm import TrtllmPolicy
 from servesim.engine.vllm import VllmRank
 
@@ -20,6 +19,8 @@ def make_rank(config: RankConfig, timing: TimingModel, *, lazy_decode: bool = Tr
     the rank's speculative-decoding acceptance sampler.
     """
     if config.backend == "sglang":
+        from servesim.engine.sglang import SglangRank  # imported when used: start-up time
+
         return SglangRank(config, timing, sampler_seed=sampler_seed)
     policy = TrtllmPolicy(config) if config.backend == "trtllm" else VllmPolicy(config)
     return VllmRank(config, timing, policy=policy, lazy_decode=lazy_decode, sampler_seed=sampler_seed)

@@ -45,25 +45,3 @@ Simplifications (documented, deliberate):
   batch meets the SLA the least-violating one is used. Speculative decoding is not modelled
   (accept length 1).
 """
-
-from servesim.scaling.planner.budget import guard_pair, guard_single
-from servesim.scaling.planner.capacity import Capacity, Engine, agg_capacity, decode_capacity, prefill_capacity
-from servesim.scaling.planner.load import Thresholds, easy_step, easy_thresholds
-from servesim.scaling.planner.policy import DynamoPlanner
-from servesim.scaling.planner.settings import ForecastSettings, PlannerSettings
-
-__all__ = [
-    "Capacity",
-    "DynamoPlanner",
-    "Engine",
-    "ForecastSettings",
-    "PlannerSettings",
-    "Thresholds",
-    "agg_capacity",
-    "decode_capacity",
-    "easy_step",
-    "easy_thresholds",
-    "guard_pair",
-    "guard_single",
-    "prefill_capacity",
-]
