@@ -15,12 +15,12 @@ import json
 from pathlib import Path
 
 import pytest
-from test_parity import HOST_FIELDS, assert_same_value
+from conftest import CASES as ALL_CASES, HOST_FIELDS, assert_same_value
 
 from servesim import simulate
 from servesim.config import load_config
 
-CASES = sorted((Path(__file__).parent / "cases" / "traffic").glob("*/config.yaml"))
+CASES = sorted((ALL_CASES / "traffic").glob("*/config.yaml"))
 
 
 def _key(record: dict) -> tuple:

@@ -11,7 +11,7 @@ import yaml
 
 from servesim.cli import main
 from servesim.errors import TraceError
-from servesim.traffic.traces import read_trace
+from servesim.traffic.spec import read_trace
 
 
 def _row(rid: str, **extra: object) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from servesim.collect.collector import COMPLETED, RequestRecord
+from servesim.collect.collector import RequestRecord, Status
 from servesim.report.stats import exact_stats
 
 
@@ -25,7 +25,7 @@ def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str,
         play = r.play_id
         if play is None:
             continue
-        if r.status == COMPLETED:
+        if r.status == Status.COMPLETED:
             completed[play] = completed.get(play, 0) + 1
         first[play] = min(first.get(play, r.arrival_ms), r.arrival_ms)
         if r.terminal_ms is not None:
@@ -42,3 +42,4 @@ def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str,
         out[f"{name}_trajectory_e2e_latency_ms"] = float(value)
     out["p50_trajectory_e2e_latency_ms"] = out["median_trajectory_e2e_latency_ms"]
     return out
+

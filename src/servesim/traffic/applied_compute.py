@@ -51,10 +51,12 @@ def _turns(row: dict[str, Any]) -> list[tuple[int, int, float]]:
     prompt = _count(row.get("input_prompt_length"), "input_prompt_length")
     if prompt == 0:
         raise ValueError("input_prompt_length must be > 0")
-    lists = {name: row.get(name) for name in _LISTS}
-    for name, value in lists.items():
+    lists: dict[str, list[Any]] = {}
+    for name in _LISTS:
+        value = row.get(name)
         if not isinstance(value, list) or len(value) != n:
             raise ValueError(f"{name} must be a list of num_turns ({n}) values")
+        lists[name] = value
     answers = [_count(v, "assistant_response_length[]") for v in lists["assistant_response_length"]]
     tools = [_count(v, "tool_call_output_length[]") for v in lists["tool_call_output_length"]]
     latencies = [_seconds(v) for v in lists["tool_call_latency"]]

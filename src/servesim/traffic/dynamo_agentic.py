@@ -81,7 +81,7 @@ def _tool_links(tools: list[DynamoTool]) -> dict[str, dict[str, str]]:
         except ValueError as exc:
             raise TraceError(tool.path, tool.line, str(exc)) from None
         child = claude.get("child_session_id") if claude else None
-        if isinstance(child, str) and child:
+        if claude is not None and isinstance(child, str) and child:
             link = links.setdefault(child, {})
             for key in ("source_request_id", "consumer_request_id"):
                 if isinstance(claude.get(key), str) and claude[key]:
