@@ -216,8 +216,23 @@ def _write_shards(rng: random.Random, folder: Path, rows: list[dict]) -> list[st
     return names
 
 
-def make_case(rng: random.Random, folder: Path, fmt: str) -> None:
-    """Write config.yaml and the trace files of one random case."""
+def lengthen(rows: list[dict], block: int, share: float, rng: random.Random) -> None:
+    """Give about `share` of the prompts of an agentic or Dynamo trace 401-520 tokens (fresh hash
+    ids), beyond the 400-token context some engines have: rejected requests, aborted plays."""
+    for row in rows:
+        prompt = row if "input_length" in row else row.get("request", {}).get("replay")
+        if prompt is None or rng.random() >= share:
+            continue
+        length = rng.randint(401, 520)
+        key = "hash_ids" if "hash_ids" in prompt else "input_sequence_hashes"
+        prompt[key] = prompt[key] + [rng.randint(90_000, 10**9) for _ in range(-(-length // block) - len(prompt[key]))]
+        prompt["input_length"] = length
+
+
+def make_case(rng: random.Random, folder: Path, fmt: str, long_prompts: float = 0.0,
+              long_rng: random.Random | None = None) -> None:
+    """Write config.yaml and the trace files of one random case (`long_prompts`: the share of
+    over-long prompts, drawn from `long_rng` so the rest of the case does not depend on it)."""
     folder.mkdir(parents=True, exist_ok=True)
     engine = random_engine(rng)
     block = rng.choice([16, 64])
@@ -225,6 +240,7 @@ def make_case(rng: random.Random, folder: Path, fmt: str) -> None:
     load: dict = {"type": "trace_timestamps", "speedup": rng.choice([1, 1, 2, 0.5])}
     if fmt in ("dynamo", "dynamo_agentic"):
         rows = dynamo_standard(rng, block) if fmt == "dynamo" else dynamo_agentic(rng, block)
+        lengthen(rows, block, long_prompts, long_rng or random.Random(0))
         source.update(format="dynamo", paths=_write_shards(rng, folder, rows))
         if rng.random() < 0.3:
             source["block_size"] = block
@@ -236,6 +252,7 @@ def make_case(rng: random.Random, folder: Path, fmt: str) -> None:
             load = {"type": "concurrency", "concurrency": rng.randint(1, 3)}
         else:
             rows = legacy_agentic(rng, block) if fmt == "agentic_mooncake" else v2_agentic(rng, block)
+            lengthen(rows, block, long_prompts, long_rng or random.Random(0))
             source["format"] = "agentic_mooncake"
         (folder / "trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         source.update(paths=["trace.jsonl"], block_size=block)
@@ -288,11 +305,14 @@ def main() -> int:
     parser.add_argument("--keep-all", action="store_true")
     parser.add_argument("--make-case", help="write one case (seed, first format) to this folder and stop")
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--long-prompts", type=float, default=0.1,
+                        help="share of prompts made longer than a 400-token context (0: the cases of "
+                             "tests/cases/traffic were made without)")
     args = parser.parse_args()
     formats = args.format or list(FORMATS)
     if args.make_case:
         folder = Path(args.make_case).resolve()
-        make_case(random.Random(args.seed), folder, formats[0])
+        make_case(random.Random(args.seed), folder, formats[0], args.long_prompts, random.Random(~args.seed))
         ref, err = run(args.reference.split(), folder, "reference", args.timeout)
         if ref is None:
             print(f"the reference failed: {err}")
@@ -304,7 +324,7 @@ def main() -> int:
     for seed in range(args.seed, args.seed + args.count):
         fmt = formats[seed % len(formats)]
         folder = Path(args.out).resolve() / f"{fmt}-{seed}"
-        make_case(random.Random(seed), folder, fmt)
+        make_case(random.Random(seed), folder, fmt, args.long_prompts, random.Random(~seed))
         ref, ref_err = run(args.reference.split(), folder, "reference", args.timeout)
         ours, our_err = run(ours_cmd, folder, "servesim", args.timeout, ("--unservable", "fail"))
         if ref is None or ours is None:

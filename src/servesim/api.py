@@ -22,7 +22,7 @@ from servesim.config import SimConfig, load_config, parse_config
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import PoolUsage, summarize
-from servesim.report.trajectories import trajectory_fields
+from servesim.report.trajectories import trajectory_fields, unreleased_requests
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.scaling.contract import ScalingPolicy
@@ -68,7 +68,9 @@ class Report:
     per_request: list[dict[str, Any]] | None = None
     extensions: dict[str, Any] | None = None
     """What servesim reports beyond the reference: `workers`, a per-worker breakdown (also
-    written to `workers.json` by the CLI)."""
+    written to `workers.json` by the CLI); for agentic traces, `unreleased`, the requests never
+    released because a request of their play ended without completing (`unreleased.json`,
+    docs/traffic.md)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""
@@ -150,6 +152,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: flo
     if isinstance(driver, AgenticDriver):
         graph = driver.graph
         summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block()))
+        extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None

@@ -12,11 +12,12 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from servesim.errors import ConfigError, RunError
 
 DEFAULT_OUTPUT_DIR = "servesim-output"
-_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json")
+_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json", "unreleased.json")
 _RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
 
 
@@ -82,7 +83,7 @@ def _predict(args: argparse.Namespace) -> int:
     prediction = out_dir / "prediction.json"
     prediction.write_text(report_json(data))
     if report.extensions:
-        (out_dir / "workers.json").write_text(report_json({"workers": report.extensions["workers"]}))
+        _write_extensions(report.extensions, out_dir)
     if args.capture_per_request:
         if report.per_request is None or not report.per_request:
             print("servesim predict failed: RunError: no request reached a terminal state, "
@@ -94,6 +95,20 @@ def _predict(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_table(data, str(prediction)))
     return 0
+
+
+def _write_extensions(extensions: dict[str, Any], out_dir: Path) -> None:
+    """workers.json, and unreleased.json with a warning when an agentic run left requests
+    unreleased."""
+    from servesim.report.render import report_json
+    from servesim.report.trajectories import unreleased_warning
+
+    (out_dir / "workers.json").write_text(report_json({"workers": extensions["workers"]}))
+    unreleased = extensions.get("unreleased")
+    warning = unreleased_warning(unreleased) if unreleased is not None else None
+    if warning is not None:
+        (out_dir / "unreleased.json").write_text(report_json({"unreleased": unreleased}))
+        print(f"servesim: warning: {warning}; see {out_dir / 'unreleased.json'}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from array import array
 
 from hypothesis import given, settings
@@ -43,33 +44,72 @@ def _config(trace: str, speedup: float) -> dict:
                         "load": {"type": "trace_timestamps", "speedup": speedup}}}
 
 
+def _plays(rows: list[dict]) -> dict[str, str]:
+    """Legacy plays: the connected components of the dependency graph (named by any member)."""
+    play = {r["request_id"]: r["request_id"] for r in rows}
+
+    def find(x: str) -> str:
+        while play[x] != x:
+            x = play[x]
+        return x
+
+    for r in rows:
+        for p in r.get("wait_for", []):
+            play[find(r["request_id"])] = find(p)
+    return {rid: find(rid) for rid in play}
+
+
 @settings(max_examples=40, deadline=None)
 @given(rows=legacy_traces(), speedup=st.sampled_from([1.0, 2.0, 0.5]))
 def test_requests_start_exactly_when_their_parents_allow(tmp_path_factory, rows, speedup):
     path = tmp_path_factory.mktemp("trace") / "trace.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    report = simulate(_config(str(path), speedup), capture_per_request=True).to_dict()
+    result = simulate(_config(str(path), speedup), capture_per_request=True)
+    report = result.to_dict()
     done = {r["request_id"]: r for r in report["per_request"]}
-    by_id = {r["request_id"]: r for r in rows}
+    plays = _plays(rows)
+    aborted: dict[str, float] = {}  # play -> the earliest end of one of its requests that did not complete
+    for rid, r in done.items():
+        if r["terminal_status"] != "completed":
+            aborted[plays[rid]] = min(aborted.get(plays[rid], r["terminal_time_ms"]), r["terminal_time_ms"])
     # The earliest not-before time becomes 0; rows with parents have not-before 0.
     origin = min(0 if "wait_for" in r else r["timestamp"] for r in rows)
-    for rid, row in by_id.items():
-        parents = row.get("wait_for", [])
-        released = all(p in done and done[p]["terminal_status"] == "completed" for p in parents)
-        assert (rid in done) == released, "released exactly when every parent completed"
-        if rid not in done:
+    for row in rows:
+        rid, parents = row["request_id"], row.get("wait_for", [])
+        if not all(p in done and done[p]["terminal_status"] == "completed" for p in parents):
+            assert rid not in done, "a request waits for every parent to complete"
             continue
         wait = (row.get("delay", 0) + row.get("tool_wait_ms", 0)) / speedup
-        expected = (max(done[p]["terminal_time_ms"] + wait for p in parents) if parents
-                    else (row["timestamp"] - origin) / speedup)
-        assert abs(done[rid]["arrival_time_ms"] - expected) < 1e-9
-        assert done[rid]["dispatched_at_ms"] == done[rid]["arrival_time_ms"]
-    plays = {r["play_id"] for r in report["per_request"]}
-    assert report["total_trajectories"] >= len(plays)
+        ready = (max(done[p]["terminal_time_ms"] + wait for p in parents) if parents
+                 else (row["timestamp"] - origin) / speedup)
+        abort = aborted.get(plays[rid], math.inf)
+        if ready != abort:  # at the same instant either order is a valid reading of the rule
+            assert (rid in done) == (ready < abort), "released unless its play was aborted before"
+        if rid in done:
+            assert abs(done[rid]["arrival_time_ms"] - ready) < 1e-9
+            assert done[rid]["dispatched_at_ms"] == done[rid]["arrival_time_ms"]
+    assert report["total_trajectories"] == len(set(plays.values()))
     complete = report["completed_trajectories"]
     assert complete + report["incomplete_trajectories"] == report["total_trajectories"]
     assert complete == 0 or report["min_trajectory_e2e_latency_ms"] >= 0
     assert [r["request_id"] for r in report["per_request"]] == sorted(done)
+    _check_unreleased_account(result.extensions["unreleased"], rows, done, plays)
+
+
+def _check_unreleased_account(account: dict, rows: list[dict], done: dict, plays: dict[str, str]) -> None:
+    """Every request is completed, rejected or listed as unreleased, blocked by the request
+    of its play that ended first without completing."""
+    listed = [u["request_id"] for u in account["requests"]]
+    assert listed == sorted(r["request_id"] for r in rows if r["request_id"] not in done)
+    assert account["count"] == len(listed) == len(rows) - len(done)
+    for entry in account["requests"]:
+        blocker = done[entry["blocked_by"]]
+        assert plays[entry["blocked_by"]] == plays[entry["request_id"]]
+        assert entry["blocked_by_status"] == blocker["terminal_status"] != "completed"
+        assert entry["play_id"] == blocker["play_id"]
+        failures = [r for rid, r in done.items() if plays[rid] == plays[entry["request_id"]]
+                    and r["terminal_status"] != "completed"]
+        assert blocker["terminal_time_ms"] == min(r["terminal_time_ms"] for r in failures)
 
 
 def test_dispatch_edges_fire_on_dispatch(tmp_path):

@@ -43,3 +43,34 @@ def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str,
     out["p50_trajectory_e2e_latency_ms"] = out["median_trajectory_e2e_latency_ms"]
     return out
 
+
+def unreleased_requests(unreleased: Sequence[tuple[str, str, str, str | None]],
+                        records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """servesim's account of the requests an agentic run never released (the reference drops
+    them silently): each one's request, play and session ids, the request whose end aborted its
+    play (`blocked_by`) and how that request ended."""
+    ended = {r.request_id: r.status.value for r in records if r.request_id is not None and r.status is not None}
+    requests = [{"request_id": request_id, "play_id": play_id, "session_id": session_id, "blocked_by": by,
+                 "blocked_by_status": ended.get(by) if by is not None else None}
+                for request_id, play_id, session_id, by in unreleased]
+    return {"count": len(requests), "requests": requests}
+
+
+def unreleased_warning(account: Mapping[str, Any]) -> str | None:
+    """One line saying how many requests were never released and why (None if none were)."""
+    if not account["count"]:
+        return None
+    causes = {r["blocked_by"]: r["blocked_by_status"] for r in account["requests"] if r["blocked_by"] is not None}
+    by_status: dict[str, list[str]] = {}
+    for request_id, status in causes.items():
+        by_status.setdefault(status, []).append(request_id)
+    why = "; ".join(f"{len(ids)} {status}: {_some(ids)}" for status, ids in sorted(by_status.items()))
+    count = account["count"]
+    were = "request was" if count == 1 else "requests were"
+    return (f"{count} agentic {were} never released, so not counted in num_requests nor recorded per "
+            f"request: a request of the same play did not complete ({why})")
+
+
+def _some(ids: list[str], shown: int = 5) -> str:
+    more = len(ids) - shown
+    return ", ".join(ids[:shown]) + (f" and {more} more" if more > 0 else "")
