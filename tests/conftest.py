@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
-import subprocess
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+from servesim import aicdata
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_real_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite never asks the real Hugging Face Hub: offline, with an empty cache of its own
+    (huggingface_hub reads these when first imported; tests of the Hub run their own server)."""
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_HOME")}
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf-home"))
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session")
 def reference_systems() -> Path:
-    """The reference's bundled AIC systems directory (`../shared/reference`); skips the test when
-    it is not installed (never installs anything)."""
-    try:
-        check = subprocess.run([str(REFERENCE / "install.sh"), "--check"], capture_output=True, timeout=60)
-        out = subprocess.run([str(REFERENCE / "aic-systems-path.sh")], capture_output=True, text=True,
-                             timeout=60) if check.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        out = None
-    path = Path(out.stdout.strip()) if out is not None and out.returncode == 0 and out.stdout.strip() else None
-    if path is None or not (path / "data").is_dir():
-        pytest.skip("the reference's AIC systems directory is not installed (../shared/reference)")
-    return path
+    """servesim's copy of the reference's AIC database with the h100_sxm and h200_sxm data —
+    fetched into servesim's cache on first use, as a run would (`servesim.aicdata`)."""
+    return aicdata.ensure(["h100_sxm", "h200_sxm"])
