@@ -223,6 +223,10 @@ class _RemoteFile(io.RawIOBase):
             self._spans.append((int(found[1]), response.read()))
         return int(found[3])
 
+    def forget(self) -> None:
+        """Drop the bytes held so far (after a part is unpacked)."""
+        self._spans.clear()
+
     def prefetch(self, start: int, end: int) -> None:
         """Fetch bytes [start, end) in one request unless already held."""
         end = min(end, self.size)
@@ -329,6 +333,8 @@ class _Wheel:
             target = dest / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
+        if self.remote is not None:
+            self.remote.forget()
 
 
 def _systems_record(archive: zipfile.ZipFile, release: Release, origin: str) -> dict[str, str]:

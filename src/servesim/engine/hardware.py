@@ -22,7 +22,6 @@ from typing import Any
 
 import yaml
 
-from servesim import aicdata
 from servesim.engine.models import aic_package_dir
 from servesim.errors import RunError
 
@@ -72,6 +71,8 @@ def systems_dir(configured: str | None = None) -> tuple[Path, str]:
     env = os.environ.get(ENV_SYSTEMS_PATH)
     if env:
         return Path(env).expanduser(), ENV_SYSTEMS_PATH
+    from servesim import aicdata  # only runs that need the database load the fetcher
+
     return aicdata.systems_root(), REFERENCE_DATABASE
 
 
@@ -79,6 +80,8 @@ def ready_systems_dir(path: Path, how: str, gpu: str | None = None) -> None:
     """Make the systems directory usable: a configured one must exist; servesim's copy of the
     reference's database gets its top-level files and the data of `gpu` fetched if missing."""
     if how == REFERENCE_DATABASE:
+        from servesim import aicdata
+
         aicdata.ensure([gpu] if gpu else [])
     elif not (path / "data").is_dir():
         raise RunError(f"{how}: {str(path)!r} is not an AIConfigurator systems directory "
