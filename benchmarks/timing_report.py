@@ -202,7 +202,15 @@ by the role's workers.
 * **Parity.** Out of the box — no environment variable — replay case 03, engine case 07, the six
   `defaults/` cases (vLLM, SGLang and TRT-LLM without `backend_version`, on h100_sxm and h200_sxm)
   and the timing cases 01-02 (vLLM 0.24.0) match the reference exactly
-  (`tests/test_parity_timing.py`).
+  (`tests/test_parity_timing.py`); so does every version of every backend on h100_sxm and
+  h200_sxm (`benchmarks/difftest_versions.py`: 31 of 33, the other two versions have no GEMM rows
+  — the reference fails on them, servesim falls back to the roofline with a warning). servesim
+  computes with the `aiconfigurator-core` 0.12.0 code, the reference with the AIC build inside its
+  wheel; on the same data they give identical latencies for 110 of the 115 (GPU, backend,
+  version) triples both can time (`benchmarks/aic_code_parity.py`). The five exceptions:
+  l40s vLLM 0.22.0 (up to 3 %), rtx_pro_6000_server SGLang 0.5.12 (up to 10 %; that version
+  borrows its tables from 0.5.14, which the two builds resolve differently), and below 4·10⁻⁵ on
+  l40s SGLang 0.5.12 and rtx_pro_6000_server SGLang 0.5.14 and 0.5.16.
 * **Fallback.** When the database cannot time a model (an architecture AIC does not model) or a GPU
   (no performance data), servesim warns and uses the roofline (below) with its default parameters.
   Models resolve like the reference: a local directory with `config.json`, one of the database's

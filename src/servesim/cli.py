@@ -79,9 +79,8 @@ def _prepare_output_dir(path: Path, overwrite: bool) -> None:
 def _predict(args: argparse.Namespace) -> int:
     from servesim.api import simulate
     from servesim.config import load_config
-    from servesim.report.render import records_jsonl, render_table, report_json, report_line
-
     from servesim.config.load import STACKS
+    from servesim.report.render import records_jsonl, render_table, report_json, report_line
 
     if args.stack not in (None, *STACKS):
         print(f"servesim: error: stack {args.stack!r} is unavailable; installed stacks: {', '.join(STACKS)}",
