@@ -46,7 +46,7 @@ def probe(systems: str, combos: list[list[str]], out: str) -> None:
 def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
     from servesim import aicdata
-    from servesim.engine.aic import data_versions
+    from servesim.perf.aic import data_versions
 
     root = aicdata.fetch()[0]
     gpus = sorted(p.name for p in (root / "data").iterdir())

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from servesim import aicdata  # noqa: E402
-from servesim.engine.aic import data_versions  # noqa: E402
+from servesim.perf.aic import data_versions  # noqa: E402
 
 RUN = ROOT.parent / "shared" / "reference" / "run.sh"
 HOST = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s", "per_request"}

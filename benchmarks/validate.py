@@ -127,7 +127,7 @@ def run_servesim(config: dict, systems: str | None) -> dict:
 
 
 def package_systems() -> Path:
-    from servesim.engine.hardware import package_systems_dir
+    from servesim.perf.hardware import package_systems_dir
 
     return package_systems_dir()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from servesim import simulate
-from servesim.engine.models import bundled_configs_dir
+from servesim.perf.models import bundled_configs_dir
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 QWEN8B = (bundled_configs_dir() / "Qwen--Qwen3-8B_config.json").read_bytes()

@@ -17,12 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from conftest import CASES, HOST_FIELDS, assert_matches_case
 
 from servesim import simulate
 from servesim.config import load_config
-from test_parity import HOST_FIELDS, assert_matches_reference
-
-CASES = Path(__file__).parent / "cases"
 
 TIMING_CASES = [
     "timing/01-qwen32fp8-h200-vllm024/config.yaml",
@@ -59,7 +57,7 @@ def test_timing_case_within_half_a_percent(case: str, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("case", TIMING_CASES)
 def test_timing_case_matches_exactly(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
-    assert_matches_reference(CASES / case, _run(case))
+    assert_matches_case(CASES / case, _run(case))
 
 
 def test_defaults_cover_every_backend_on_h100_and_h200() -> None:
@@ -72,4 +70,4 @@ def test_defaults_cover_every_backend_on_h100_and_h200() -> None:
 @pytest.mark.parametrize("case", REFERENCE_DATA_CASES)
 def test_reference_data_case_matches_exactly(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
-    assert_matches_reference(CASES / case, _run(case))
+    assert_matches_case(CASES / case, _run(case))

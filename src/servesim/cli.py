@@ -56,7 +56,7 @@ def _config_error(config: str, exc: ConfigError) -> int:
     if not message.startswith(f"{config}:"):  # errors read from the file name it already
         message = f"{config}: {message}"
     print(f"servesim: error: {message}", file=sys.stderr)
-    return 2
+    return exc.exit_code
 
 
 def _prepare_output_dir(path: Path, overwrite: bool) -> None:
@@ -99,7 +99,7 @@ def _predict(args: argparse.Namespace) -> int:
         return _config_error(args.config, exc)
     except RunError as exc:
         print(f"servesim predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     data = report.to_dict()
     prediction = out_dir / "prediction.json"
     prediction.write_text(report_json(data))

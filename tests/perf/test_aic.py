@@ -1,6 +1,6 @@
 """`timing.type: default`: the AIConfigurator provider, its memo, interpolation and fallbacks.
 
-Engines are compiled once per process (servesim.engine.aic caches them), so the ~1.5 s first
+Engines are compiled once per process (servesim.perf.aic caches them), so the ~1.5 s first
 compile is paid once for the whole module.
 """
 
@@ -14,13 +14,13 @@ import pytest
 
 from servesim import aicdata
 from servesim.config import parse_config
-from servesim.engine import aic
-from servesim.engine.hardware import package_systems_dir
-from servesim.engine.models import bundled_configs_dir
-from servesim.engine.roofline import RooflineTiming
-from servesim.engine.timing import quantize_ms
+from servesim.perf import aic
+from servesim.perf.hardware import package_systems_dir
+from servesim.perf.models import bundled_configs_dir
+from servesim.perf.roofline import RooflineTiming
+from servesim.perf.timing import quantize_ms
 from servesim.errors import ConfigError, RunError
-from servesim.perf import timing_model
+from servesim.build.perf import timing_model
 
 PACKAGE_SYSTEMS = package_systems_dir()
 

@@ -18,9 +18,9 @@ import pytest
 from servesim import load_config
 from servesim.config import parse_config
 from servesim.build import lower
-from servesim.engine.capacity import Parallel, estimate, weight_bytes
-from servesim.engine.hardware import package_systems_dir, resolve_gpu
-from servesim.engine.models import ModelNotFound, bundled_configs_dir, model_context_length, resolve_model
+from servesim.perf.capacity import Parallel, estimate, weight_bytes
+from servesim.perf.hardware import package_systems_dir, resolve_gpu
+from servesim.perf.models import ModelNotFound, bundled_configs_dir, model_context_length, resolve_model
 from servesim.errors import RunError
 
 CASES = Path(__file__).parents[1] / "cases"
@@ -45,7 +45,7 @@ def blocks(model: str, system: str, par: Parallel, backend: str = "vllm", *, blo
 @pytest.mark.parametrize("model", sorted(TABLE))
 @pytest.mark.parametrize("system_index, system", [(0, "h200_sxm"), (1, "h100_sxm")])
 def test_block_counts_match_the_reference_table(model: str, system_index: int, system: str) -> None:
-    for tp, want in zip((1, 2, 4), TABLE[model][system_index]):
+    for tp, want in zip((1, 2, 4), TABLE[model][system_index], strict=True):
         moe = resolve_model(model).is_moe
         par = Parallel(tp=tp, moe_tp=tp if moe else 1)
         assert blocks(model, system, par) == want, (model, system, tp)
@@ -109,7 +109,7 @@ def test_refusals_match_the_database() -> None:
     ("timing/02-llama8b-h100-tp2-vllm024/config.yaml", 15510),
 ])
 def test_cases_lower_to_the_reference_block_counts(case: str, want: int) -> None:
-    from servesim.build import _num_blocks  # the seam build uses for every role
+    from servesim.build.lower import _num_blocks  # the seam build uses for every role
 
     config = load_config(CASES / case)
     assert _num_blocks(config.engine, config.engine.workers.aggregated, "aggregated") == want

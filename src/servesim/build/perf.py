@@ -3,9 +3,9 @@
 `build` asks this module for the two numbers the reference derives from AIConfigurator:
 
 * `timing_model` — `fixed` / `polynomial` (the reference's), `default` (the AIConfigurator
-  database, `servesim.engine.aic`; a model or GPU it cannot serve falls back to the roofline
-  with a warning) and `roofline` (servesim's analytic model, `servesim.engine.roofline`);
-* `num_blocks` — fixed blocks, or the default capacity (`servesim.engine.capacity`), computed
+  database, `servesim.perf.aic`; a model or GPU it cannot serve falls back to the roofline
+  with a warning) and `roofline` (servesim's analytic model, `servesim.perf.roofline`);
+* `num_blocks` — fixed blocks, or the default capacity (`servesim.perf.capacity`), computed
   for every role before the run whatever the timing.
 
 Warnings go to the ``servesim`` logger (one line each; shown on stderr when logging is not
@@ -26,11 +26,12 @@ from servesim.config.schema import (
     RooflineTiming as RooflineTimingConfig,
     WorkerConfig,
 )
-from servesim.engine.capacity import Capacity, Parallel, kv_blocks
-from servesim.engine.hardware import GpuSpec, aic_system, ready_systems_dir, resolve_gpu, spec_from_table, systems_dir
-from servesim.engine.models import ModelNotFound, resolve_model
-from servesim.engine.roofline import RooflineParams, RooflineTiming
-from servesim.engine.timing import FixedTiming, PolynomialTiming, TimingModel
+from servesim.perf.capacity import Capacity, Parallel, kv_blocks
+from servesim.perf.hardware import GpuSpec, aic_system, ready_systems_dir, resolve_gpu, spec_from_table, systems_dir
+from servesim.perf.models import ModelNotFound, resolve_model
+from servesim.perf.roofline import RooflineParams, RooflineTiming
+from servesim.engine.pass_time import TimingModel
+from servesim.perf.timing import FixedTiming, PolynomialTiming
 from servesim.errors import RunError
 
 log = logging.getLogger("servesim")
@@ -59,7 +60,7 @@ def timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> Timin
 
 def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTimingConfig) -> TimingModel:
     """AIConfigurator timing, or the roofline (with a warning) when the database cannot serve it."""
-    from servesim.engine import aic  # keeps fixed/polynomial runs free of the import
+    from servesim.perf import aic  # keeps fixed/polynomial runs free of the import
 
     systems, how = systems_dir(engine.aic_systems_path)
     ready_systems_dir(systems, how, engine.hardware)
@@ -138,7 +139,7 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
     gpu = gpu_for(engine, worker)
     aic_model = version = None
     if model.family is None and gpu.has_aic_data:
-        from servesim.engine import aic
+        from servesim.perf import aic
 
         try:
             aic_model = aic.aic_model_name(engine.model)

@@ -34,13 +34,13 @@ import logging
 import math
 from dataclasses import dataclass
 
-from servesim.engine.hardware import GpuSpec
-from servesim.engine.models import ModelSpec
+from servesim.perf.hardware import GpuSpec
+from servesim.perf.models import ModelSpec
 from servesim.errors import RunError
 
 log = logging.getLogger("servesim")
 
-_COEFFS = {
+_COEFFS: dict[str, dict[str, dict[int, float]]] = {
     "vllm": {"dense": {1: 11, 2: 6.5, 4: 5, 8: 5}, "moe": {1: 22, 2: 13, 4: 10, 8: 10},
              "other": {1: 10, 2: 6, 4: 5, 8: 5}},
     "sglang": {"dense": {1: 14, 2: 8.5, 4: 6.5, 8: 6.5}, "moe": {1: 28, 2: 17, 4: 13, 8: 13},

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from servesim.engine.models import aic_package_dir
+from servesim.perf.models import aic_package_dir
 from servesim.errors import RunError
 
 ENV_SYSTEMS_PATH = "SERVESIM_AIC_SYSTEMS_PATH"

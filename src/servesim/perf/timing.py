@@ -1,22 +1,13 @@
-"""Per-pass timing models and the nanosecond quantisation of pass phases.
+"""The reference's own timing models (fixed, polynomial) and the nanosecond quantisation of
+pass phases every model applies.
 
-A model answers two questions per pass, in milliseconds already quantised to whole
-nanoseconds: ``prefill(batch, mean_isl, mean_prefix)`` and ``decode(batch, active_kv_tokens,
-mean_ctx, total_kv_tokens)``. The engine never asks with an empty batch, nor for prefill when
-``mean_isl == mean_prefix``. Models memoise what is worth memoising for their own inputs.
+A model answers two questions per pass (`servesim.engine.pass_time.TimingModel`), in
+milliseconds already quantised to whole nanoseconds: ``prefill(batch, mean_isl, mean_prefix)``
+and ``decode(batch, active_kv_tokens, mean_ctx, total_kv_tokens)``. Models memoise what is worth
+memoising for their own inputs.
 """
 
 from __future__ import annotations
-
-from typing import Protocol
-
-
-class TimingModel(Protocol):
-    """Step-time model of one worker role."""
-
-    def prefill(self, batch: int, mean_isl: int, mean_prefix: int) -> float: ...
-
-    def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float: ...
 
 
 def quantize_ms(ms: float) -> float:

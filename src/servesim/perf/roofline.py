@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from servesim.engine.hardware import GpuSpec
-from servesim.engine.models import ModelSpec
-from servesim.engine.timing import quantize_ms
+from servesim.perf.hardware import GpuSpec
+from servesim.perf.models import ModelSpec
+from servesim.perf.timing import quantize_ms
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ The engine is compiled as the reference compiles it (engine.md §6.3)::
 
 ``V`` defaults to the reference's backend default (vLLM 0.19.0, SGLang 0.5.10, TRT-LLM
 1.3.0rc10); a version the database has no data for is a configuration error naming those it
-has. ``S`` is the systems directory chosen in `servesim.engine.hardware` (by default the
+has. ``S`` is the systems directory chosen in `servesim.perf.hardware` (by default the
 reference's own database, `servesim.aicdata`). A model or GPU the database cannot serve falls
 back to the roofline model, with a warning.
 
@@ -42,8 +42,8 @@ from typing import Any
 
 import yaml
 
-from servesim.engine.models import find_model_files, ModelNotFound
-from servesim.engine.timing import quantize_ms
+from servesim.perf.models import find_model_files, ModelNotFound
+from servesim.perf.timing import quantize_ms
 from servesim.errors import ConfigError, RunError
 
 log = logging.getLogger("servesim")

@@ -8,13 +8,13 @@ import pytest
 
 from servesim.config import parse_config
 
-from servesim.engine import aic
-from servesim.engine.hardware import package_systems_dir, resolve_gpu
-from servesim.engine.models import resolve_model
-from servesim.engine.roofline import RooflineParams, RooflineTiming, expected_distinct_experts
-from servesim.engine.timing import quantize_ms
+from servesim.perf import aic
+from servesim.perf.hardware import package_systems_dir, resolve_gpu
+from servesim.perf.models import resolve_model
+from servesim.perf.roofline import RooflineParams, RooflineTiming, expected_distinct_experts
+from servesim.perf.timing import quantize_ms
 from servesim.errors import ConfigError, RunError
-from servesim.perf import timing_model
+from servesim.build.perf import timing_model
 from servesim import simulate
 
 SYSTEMS = package_systems_dir()  # vLLM 0.24.0 data: the package has it too

@@ -1,44 +1,27 @@
-"""Building the stages from a validated `SimConfig`: every default resolved, then objects made.
+"""Lowering a validated `SimConfig`: every default resolved, every stage's settings made.
 
-Every default is resolved here (block sizes, scheduler limits, context length, KV capacity,
-timing model, request counts, arrival schedules), so the rest of servesim never looks at the
-user's config.
+Block sizes, scheduler limits, context length, KV capacity, timing models (`build.perf`),
+request counts and arrivals (`build.traffic`), the router and the planner (`build.control`):
+everything is resolved here, into settings types the stages own, so nothing after `lower`
+reads the user's config.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
-from servesim.config.schema import (
-    ConcurrencyLoad,
-    ConstantRateLoad,
-    EngineConfig,
-    FixedCapacity,
-    FixedTiming as FixedTimingConfig,
-    PoissonLoad,
-    PolynomialTiming as PolynomialTimingConfig,
-    SimConfig,
-    SyntheticSessionSource,
-    SyntheticSource,
-    TraceSource,
-    TraceTimestampsLoad,
-    WorkerConfig,
-    request_count,
-    runtime_rejections,
-)
-from servesim.engine.timing import FixedTiming, PolynomialTiming, TimingModel
-from servesim.engine.rank import Rank, RankConfig, SglangSettings, SpeculativeSettings, make_rank
-from servesim.errors import ConfigError, RunError
+from servesim.build.control import planner_settings, router_spec
+from servesim.build.traffic import traffic_spec
+from servesim.config.schema import EngineConfig, Role, SimConfig, WorkerConfig, runtime_rejections
+from servesim.engine.factory import make_rank
+from servesim.engine.interface import HandoffRank
+from servesim.engine.pass_time import TimingModel
+from servesim.engine.rank import RankConfig, SglangSettings, SpeculativeSettings
+from servesim.errors import RunError
+from servesim.placement.factory import RouterSpec
 from servesim.report.summary import Sla
-from servesim.traffic.driver import Driver
-from servesim.traffic.mooncake import read_mooncake
-from servesim.traffic.synthetic import constant_rate_schedule, poisson_schedule, synthetic_workload
-from servesim.traffic.workload import Workload
-
-_CONTEXT_KEYS = ("max_position_embeddings", "model_max_length", "max_sequence_length",
-                 "seq_length", "n_positions")
+from servesim.scaling.planner.settings import PlannerSettings
+from servesim.traffic.spec import TrafficSpec
 
 
 @dataclass
@@ -53,11 +36,15 @@ class PoolSpec:
     timing: TimingModel
     startup_ms: float = 0.0
 
-    def make_ranks(self, worker_id: int, *, lazy_decode: bool = True) -> list[Rank]:
+    def make_ranks(self, worker_id: int, *, lazy_decode: bool = True) -> list[HandoffRank]:
         """The DP ranks of worker `worker_id` (which seeds their speculative-decoding samplers)."""
         first = worker_id * self.dp_size
         return [make_rank(self.rank_config, self.timing, lazy_decode=lazy_decode, sampler_seed=first + r)
                 for r in range(self.dp_size)]
+
+    def recording_metrics(self) -> PoolSpec:
+        """The same pool with ranks that publish forward-pass metrics every pass."""
+        return replace(self, rank_config=replace(self.rank_config, record_metrics=True))
 
 
 @dataclass(frozen=True)
@@ -81,10 +68,13 @@ class TransferSpec:
 class LoweredRun:
     """Everything needed to build one replay."""
 
-    config: SimConfig
     pools: list[PoolSpec]
     """Aggregated: one "aggregated" pool; disaggregated: "prefill" then "decode"."""
     transfer: TransferSpec | None
+    traffic: TrafficSpec
+    router: RouterSpec
+    planner: PlannerSettings | None
+    """The planner's settings when the config enables it."""
     time_cap_ms: float | None
     sla: Sla | None
 
@@ -94,9 +84,6 @@ class LoweredRun:
 
     def pool(self, role: str) -> PoolSpec:
         return next(p for p in self.pools if p.role == role)
-
-    def make_driver(self) -> Driver:
-        return _driver(self.config, self.pools[0].rank_config.block_size)
 
 
 def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
@@ -110,29 +97,33 @@ def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
         raise RunError("; ".join(problems))
     engine = config.engine
     pools = [_pool(config, role, worker, unservable) for role, worker in engine.roles.items()]
-    transfer = None
-    if engine.mode == "disaggregated":
-        kv = engine.kv_transfer
-        prefill = engine.workers.prefill
-        assert prefill is not None
-        transfer = TransferSpec(
-            bytes_per_token=_kv_bytes_per_token(engine, prefill) if kv is not None else None,
-            bandwidth_gb_s=kv.bandwidth_gb_per_second if kv is not None else None,
-            mode=kv.timing_mode if kv is not None else "destination_missing",
-        )
+    transfer = _transfer(engine) if engine.mode == "disaggregated" else None
     stop = config.traffic.stop
     cap = stop.max_virtual_time_seconds if stop is not None else None
     sla = config.evaluation.sla
     return LoweredRun(
-        config=config,
         pools=pools,
         transfer=transfer,
+        traffic=traffic_spec(config.traffic),
+        router=router_spec(config.router),
+        planner=planner_settings(config.planner, sla, transfer is not None),
         time_cap_ms=1000 * cap if cap is not None else None,
         sla=Sla(sla.ttft_ms, sla.itl_ms, sla.e2e_ms) if sla is not None else None,
     )
 
 
-def _pool(config: SimConfig, role: str, worker: WorkerConfig, unservable: str) -> PoolSpec:
+def _transfer(engine: EngineConfig) -> TransferSpec:
+    kv = engine.kv_transfer
+    prefill = engine.workers.prefill
+    assert prefill is not None
+    return TransferSpec(
+        bytes_per_token=_kv_bytes_per_token(engine, prefill) if kv is not None else None,
+        bandwidth_gb_s=kv.bandwidth_gb_per_second if kv is not None else None,
+        mode=kv.timing_mode if kv is not None else "destination_missing",
+    )
+
+
+def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str) -> PoolSpec:
     """The resolved settings of one role's pool."""
     engine = config.engine
     par = worker.parallelism
@@ -182,7 +173,7 @@ def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:
     assert kv is not None
     if kv.bytes_per_token != "auto":
         return kv.bytes_per_token
-    from servesim.engine.models import resolve_model
+    from servesim.perf.models import resolve_model
 
     spec = resolve_model(engine.model)
     par = prefill.parallelism
@@ -198,14 +189,14 @@ _DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "float8
 
 def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
     """KV blocks per scheduler rank of one role's workers."""
-    from servesim.perf import num_blocks
+    from servesim.build.perf import num_blocks
 
     return num_blocks(engine, worker, role)
 
 
 def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> TimingModel:
     """The pass-time model of one role's workers."""
-    from servesim.perf import timing_model
+    from servesim.build.perf import timing_model
 
     return timing_model(engine, worker, role)
 
@@ -216,59 +207,6 @@ def _max_model_len(config: SimConfig) -> int | None:
         return None
     if engine.context_length != "max":
         return engine.context_length
+    from servesim.perf.models import model_context_length
+
     return model_context_length(engine.model)
-
-
-def model_context_length(model: str) -> int:
-    """The context length in a model's HF config (a local directory holding config.json, or a
-    model config bundled with the AIConfigurator database)."""
-    from servesim.engine.models import model_context_length as from_hf_config
-
-    return from_hf_config(model)
-
-
-# -- traffic ------------------------------------------------------------------------------
-
-def _workload(config: SimConfig, block_size: int) -> Workload:
-    source = config.traffic.source
-    if isinstance(source, SyntheticSource):
-        return synthetic_workload(request_count(config.traffic), source.input_tokens,
-                                  source.output_tokens, block_size)
-    if isinstance(source, SyntheticSessionSource):
-        s = source.session
-        return synthetic_workload(request_count(config.traffic), source.new_input_tokens_per_turn,
-                                  source.output_tokens_per_turn, block_size, turns=s.turns,
-                                  shared_prefix_ratio=s.shared_prefix_ratio,
-                                  prefix_groups=s.prefix_groups,
-                                  inter_turn_delay_ms=s.inter_turn_delay_ms)
-    assert isinstance(source, TraceSource)
-    if source.format not in ("mooncake", "mooncake-delta"):
-        raise RunError(f"trace format {source.format!r} is not supported yet")
-    return read_mooncake(source.paths[0], source.trace_block_size,
-                         accumulate=source.format == "mooncake-delta")
-
-
-def _driver(config: SimConfig, block_size: int) -> Driver:
-    workload = _workload(config, block_size)
-    load = config.traffic.load
-    n = len(workload.sessions)
-    if isinstance(load, ConcurrencyLoad):
-        return Driver(workload, concurrency=load.concurrency)
-    if isinstance(load, PoissonLoad):
-        return Driver(workload, first_arrivals=poisson_schedule(n, load.rate, load.seed))
-    if isinstance(load, ConstantRateLoad):
-        return Driver(workload, first_arrivals=constant_rate_schedule(n, load.rate))
-    assert isinstance(load, TraceTimestampsLoad)
-    return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup),
-                  delay_scale=load.speedup)
-
-
-def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
-    """First arrivals normalised by the earliest present timestamp, divided by the speedup."""
-    present = [s.first_arrival_ms for s in workload.sessions if s.first_arrival_ms is not None]
-    origin = min(present) if present else 0.0
-    return [0.0 if s.first_arrival_ms is None else (s.first_arrival_ms - origin) / speedup
-            for s in workload.sessions]
-
-
-__all__ = ["LoweredRun", "lower", "model_context_length", "ConfigError"]
