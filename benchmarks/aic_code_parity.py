@@ -45,7 +45,7 @@ def probe(systems: str, combos: list[list[str]], out: str) -> None:
 
 def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
-    from servesim import aicdata
+    from servesim.perf import aicdata
     from servesim.perf.aic import data_versions
 
     root = aicdata.fetch()[0]
@@ -66,7 +66,7 @@ def main() -> int:
     for key in mine:
         if mine[key] != ref[key]:
             if isinstance(mine[key], list) and isinstance(ref[key], list):
-                worst = max(abs(a / b - 1) for a, b in zip(mine[key], ref[key]))
+                worst = max(abs(a / b - 1) for a, b in zip(mine[key], ref[key], strict=True))
                 print(f"  {key}: largest relative difference {worst:.2e}")
             else:
                 print(f"  {key}: servesim {mine[key] if isinstance(mine[key], str) else 'ok'}, "

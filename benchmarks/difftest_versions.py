@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from servesim import aicdata  # noqa: E402
+from servesim.perf import aicdata  # noqa: E402
 from servesim.perf.aic import data_versions  # noqa: E402
 
 RUN = ROOT.parent / "shared" / "reference" / "run.sh"

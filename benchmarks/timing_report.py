@@ -216,7 +216,7 @@ by the role's workers.
   (no performance data), servesim warns and uses the roofline (below) with its default parameters.
   Models resolve like the reference: a local directory with `config.json`, one of the database's
   bundled model configs, else the model's `config.json` from the Hugging Face Hub (nothing else is
-  downloaded; `servesim.hub`).
+  downloaded; `servesim.perf.hub`).
 
 ## Where the default database comes from
 
@@ -244,10 +244,10 @@ published wheel, unchanged. Published wheels of 0.1.0.dev2 (sha256):
 | a separate data package built from this repo | +75 to 166 MB, one more package to publish | nothing to do |
 | **fetch from the published wheel on first use (chosen)** | nothing | the parts a run needs: one GPU is 19-30 MB |
 
-servesim (`servesim.aicdata`) reads the wheel where PyPI serves it (a pinned URL) with HTTP range
-requests: the last MiB (zip directory and `RECORD`), then only what a run needs — the top-level
-files (GPU constants, support matrix; 1 MB compressed) and `data/<gpu>/` of the GPU that
-default timing (or the database's memory model) uses. Every byte is checked: `RECORD`'s lines for
+servesim (`servesim.perf.aicdata`) reads the wheel where PyPI serves it (a pinned URL) with
+HTTP range requests: the last MiB (zip directory and `RECORD`), then only what a run needs —
+the top-level files (GPU constants, support matrix; 1 MB compressed) and `data/<gpu>/` of the
+GPU that default timing (or the database's memory model) uses. Every byte is checked: `RECORD`'s lines for
 the tree must hash to the digest servesim pins (3be64cfb57b99f504dc6745f847c6fbb932caf14825f193016cd42436d9e1714,
 the same in all three platform wheels), and every file must match its `RECORD` sha256. Each part
 is unpacked into a staging folder and renamed into

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from servesim import aicdata, simulate
+from servesim import simulate
 from servesim.config import load_config
+from servesim.perf import aicdata
 
 CASES = Path(__file__).parent / "cases"
 """The reference's recorded runs (see cases/README.md)."""
@@ -39,7 +40,7 @@ def _no_real_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def reference_systems() -> Path:
     """servesim's copy of the reference's AIC database with the h100_sxm and h200_sxm data —
-    fetched into servesim's cache on first use, as a run would (`servesim.aicdata`)."""
+    fetched into servesim's cache on first use, as a run would (`servesim.perf.aicdata`)."""
     return aicdata.ensure(["h100_sxm", "h200_sxm"])
 
 

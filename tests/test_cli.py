@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from conftest import CASES, canonical
+from conftest import CASES, canonical, without_host_fields
 
 from servesim.cli import main
 
@@ -133,10 +133,6 @@ KV_ROUTER = CASES / "dynamo/kv-2w-prefix16-r20/config.yaml"
 PLANNER = CASES / "dynamo/planner-load-kv-burst/config.yaml"
 
 
-def _report(out: str) -> dict:
-    return {k: v for k, v in json.loads(out).items() if k not in HOST_FIELDS}
-
-
 @pytest.mark.parametrize("config, section", [(KV_ROUTER, "router"), (PLANNER, "planner")])
 def test_engine_stack_refuses_the_dynamo_sections(tmp_path, capsys, config, section):
     code, out, err = _run(capsys, "predict", "--stack", "engine", "-c", str(config), "--output-dir", str(tmp_path / "o"))
@@ -152,7 +148,7 @@ def test_stacks_that_accept_a_config_run_it_unchanged(tmp_path, capsys):
         code, out, _ = _run(capsys, "predict", *flag, "-c", str(CASE01), "--format", "json",
                             "--output-dir", str(tmp_path / str(stack)))
         assert code == 0
-        runs[stack] = _report(out)
+        runs[stack] = without_host_fields(json.loads(out))
     assert runs[None] == runs["engine"] == runs["dynamo"]
     code, out, _ = _run(capsys, "predict", "--stack", "dynamo", "-c", str(KV_ROUTER), "--format", "json",
                         "--output-dir", str(tmp_path / "kv"))

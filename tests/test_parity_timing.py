@@ -6,7 +6,7 @@
 * replay case 03, engine case 07 and the `defaults/` cases (no `backend_version`: the reference's
   defaults vLLM 0.19.0, SGLang 0.5.10 and TRT-LLM 1.3.0rc10 on h100_sxm and h200_sxm, data only
   the reference's own database holds): run out of the box — servesim's default database is the
-  reference's, fetched into its cache on first use (`servesim.aicdata`) — and match exactly.
+  reference's, fetched into its cache on first use (`servesim.perf.aicdata`) — and match exactly.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 from conftest import CASES, HOST_FIELDS, assert_matches_case

@@ -119,7 +119,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _data_fetch(args: argparse.Namespace) -> int:
-    from servesim.aicdata import DataUnavailable, fetch
+    from servesim.perf.aicdata import DataUnavailable, fetch
 
     try:
         root, parts = fetch(args.gpu or None, source=args.source)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from servesim import aicdata
+from servesim.perf import aicdata
 from servesim.config import parse_config
 from servesim.perf import aic
 from servesim.perf.hardware import package_systems_dir
@@ -31,9 +31,11 @@ def _database(reference_systems: Path) -> None:
 
 
 def key(model: str = "Qwen/Qwen3-32B-FP8", system: str = "h200_sxm", version: str = "0.24.0", tp: int = 1,
-        systems: Path = aicdata.systems_root()) -> aic.AicKey:
+        systems: Path | None = None) -> aic.AicKey:
+    """An engine key on `systems` (default: servesim's default database)."""
     return aic.AicKey(model=model, system=system, backend="vllm", version=version, tp=tp, pp=1,
-                      attention_dp=1, moe_tp=None, moe_ep=None, block_size=64, systems_path=str(systems))
+                      attention_dp=1, moe_tp=None, moe_ep=None, block_size=64,
+                      systems_path=str(systems or aicdata.systems_root()))
 
 
 def config(**engine: object) -> dict:

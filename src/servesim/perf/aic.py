@@ -20,8 +20,8 @@ The engine is compiled as the reference compiles it (engine.md §6.3)::
 ``V`` defaults to the reference's backend default (vLLM 0.19.0, SGLang 0.5.10, TRT-LLM
 1.3.0rc10); a version the database has no data for is a configuration error naming those it
 has. ``S`` is the systems directory chosen in `servesim.perf.hardware` (by default the
-reference's own database, `servesim.aicdata`). A model or GPU the database cannot serve falls
-back to the roofline model, with a warning.
+reference's own database, `servesim.perf.aicdata`). A model or GPU the database cannot serve
+falls back to the roofline model, with a warning.
 
 The package is imported only here, and only when such a config runs.
 """
@@ -109,7 +109,7 @@ def data_versions(systems: Path, system: str, backend: str) -> list[str]:
     data = _data_dir(systems, system)
     if not data.is_dir():
         return []
-    found = set()
+    found: set[str] = set()
     for entry in data.iterdir():
         if entry.name.startswith(".") or entry.name in _BACKEND_DIRS and entry.name != backend:
             continue

@@ -4,7 +4,7 @@ Which AIConfigurator ``systems`` directory is used (the "database"), first match
 
 1. ``engine.aic_systems_path`` in the config;
 2. the environment variable ``SERVESIM_AIC_SYSTEMS_PATH``;
-3. servesim's cached copy of the reference's database (`servesim.aicdata`), fetched on first use.
+3. servesim's cached copy of the reference's database (`servesim.perf.aicdata`), fetched on first use.
 
 A GPU (``engine.hardware``) is looked up in that database's ``<name>.yaml`` first (memory
 capacity, bandwidth, peak FLOP/s, the runtime and NCCL memory reserves the KV-capacity formula
@@ -71,7 +71,7 @@ def systems_dir(configured: str | None = None) -> tuple[Path, str]:
     env = os.environ.get(ENV_SYSTEMS_PATH)
     if env:
         return Path(env).expanduser(), ENV_SYSTEMS_PATH
-    from servesim import aicdata  # only runs that need the database load the fetcher
+    from servesim.perf import aicdata  # only runs that need the database load the fetcher
 
     return aicdata.systems_root(), REFERENCE_DATABASE
 
@@ -80,7 +80,7 @@ def ready_systems_dir(path: Path, how: str, gpu: str | None = None) -> None:
     """Make the systems directory usable: a configured one must exist; servesim's copy of the
     reference's database gets its top-level files and the data of `gpu` fetched if missing."""
     if how == REFERENCE_DATABASE:
-        from servesim import aicdata
+        from servesim.perf import aicdata
 
         aicdata.ensure([gpu] if gpu else [])
     elif not (path / "data").is_dir():

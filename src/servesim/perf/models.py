@@ -6,7 +6,7 @@ A model is named the way the reference names it (``engine.model``):
 * a Hugging Face id among the model configs bundled with the AIConfigurator database
   (``aiconfigurator_core/model_configs/<org>--<name>_config.json``; the directory can be moved
   with ``AICONFIGURATOR_MODEL_CONFIGS_PATH``, like AIConfigurator itself allows), or
-* any other Hugging Face id: its ``config.json`` is fetched from the Hub (`servesim.hub`).
+* any other Hugging Face id: its ``config.json`` is fetched from the Hub (`servesim.perf.hub`).
 
 The package is located without importing it, so resolving a bundled model costs a file read.
 `ModelSpec` holds the geometry the KV-capacity formula and the roofline need.
@@ -147,7 +147,7 @@ def find_model_files(model: str) -> tuple[str, Path, Path | None]:
         if config.is_file():
             quant = folder / f"{stem}_hf_quant_config.json"
             return "bundled", config, quant if quant.is_file() else None
-    from servesim.hub import HubUnavailable, hub_config, looks_like_repo_id
+    from servesim.perf.hub import HubUnavailable, hub_config, looks_like_repo_id
 
     why = "not a Hugging Face model id"
     if looks_like_repo_id(model):

@@ -35,6 +35,7 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from servesim.errors import ConfigError, RunError
 
@@ -132,8 +133,8 @@ def fetch(gpus: Iterable[str] | None = None, *, source: str | None = None,
             if unknown:
                 raise ConfigError(f"GPU {unknown[0]!r} is not in {release.label}'s database; it has: "
                                   + ", ".join(known))
-            every = wanted is None or wheel.whole
-            return root, install(wheel, root, wheel.all_parts() if every else [f"data/{g}" for g in wanted])
+            parts = wheel.all_parts() if wanted is None or wheel.whole else [f"data/{g}" for g in wanted]
+            return root, install(wheel, root, parts)
 
 
 def _origin(release: Release, source: str | None) -> str:
@@ -253,7 +254,7 @@ class _RemoteFile(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, buffer: Any) -> int:
         n = min(len(buffer), self.size - self._pos)
         if n <= 0:
             return 0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from servesim import aicdata
+from servesim.perf import aicdata
 from servesim.errors import ConfigError
 
 PREFIX = aicdata.PREFIX
@@ -192,7 +192,7 @@ def test_fetch_from_a_local_wheel_unpacks_everything(tmp_path: Path, cache: Path
 
 CONCURRENT = """
 import sys
-from servesim import aicdata
+from servesim.perf import aicdata
 release = aicdata.Release("test-1", sys.argv[1], sys.argv[2])
 print(sorted(p.name for p in (aicdata.ensure(["gpu_a", "gpu_b"], release=release) / "data").iterdir()))
 """
