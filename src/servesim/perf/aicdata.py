@@ -180,7 +180,7 @@ def _place(staged: Path, dest: Path) -> None:
 
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
-    """Hold the cache folder's lock; clears staging folders a killed run left behind."""
+    """Hold the cache folder's lock; clears what a killed run left behind (staging, downloads)."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
@@ -192,6 +192,8 @@ def _locked(folder: Path) -> Iterator[None]:
         try:
             for stale in folder.glob(".staging-*"):
                 shutil.rmtree(stale, ignore_errors=True)
+            for stale in folder.glob(".download-*"):
+                stale.unlink(missing_ok=True)
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
@@ -384,7 +386,7 @@ def _download(url: str, workdir: Path) -> Path:
 def _unavailable(origin: str, exc: BaseException) -> str:
     reason = getattr(exc, "reason", None) or exc
     return (f"the reference's AIConfigurator database is not in servesim's cache ({cache_dir()}) and could "
-            f"not be read from {origin} ({type(exc).__name__}: {reason}). Fetch it where the network is "
+            f"not be fetched from {origin} ({type(exc).__name__}: {reason}). Fetch it where the network is "
             "reachable with `servesim data fetch` (or `servesim data fetch --from aisimulate-0.1.0.dev2-...whl` "
             f"for a downloaded wheel; {ENV_DATA_URL} names a mirror), or point SERVESIM_AIC_SYSTEMS_PATH at "
             "an AIConfigurator systems directory")
