@@ -18,13 +18,16 @@ from typing import Any
 from servesim.build import LoweredRun, lower
 from servesim.cluster import AggregatedCluster, DisaggregatedCluster
 from servesim.collect.collector import Collector
+from servesim.collect.sampler import TimeSeries, TimeSeriesSampler
 from servesim.config import SimConfig, load_config, parse_config
+from servesim.report.latency import LatencySamples, from_records
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
-from servesim.report.summary import PoolUsage, summarize
+from servesim.report.summary import PoolUsage, Sla, summarize
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.scaling.contract import ScalingPolicy
+from servesim.scaling.fleet import REMOVED
 
 
 class ProgressMeter:
@@ -66,6 +69,12 @@ class Report:
     extensions: dict[str, Any] | None = None
     """What servesim reports beyond the reference: `workers`, a per-worker breakdown (also
     written to `workers.json` by the CLI)."""
+    timeseries: TimeSeries | None = None
+    """Each worker's queue, batch, KV-cache use and prefix hits over simulated time (with
+    `simulate(..., timeseries=True)`)."""
+    latency: LatencySamples | None = None
+    """Per-request latency arrays (with `timeseries=True`), what `write_html` draws."""
+    sla: Sla | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""
@@ -77,10 +86,34 @@ class Report:
     def __getitem__(self, key: str) -> Any:
         return self.summary[key]
 
+    def write_html(self, path: str | Path, title: str = "servesim prediction") -> None:
+        """Write the self-contained HTML report (needs `simulate(..., timeseries=True)` and the
+        `report` extra: plotly)."""
+        from servesim.report.html.run import write_run_report
+
+        write_run_report(self, Path(path), title)
+
+    def to_pandas(self) -> Any:
+        """The per-request records as a pandas DataFrame (needs `capture_per_request=True`)."""
+        from servesim.report.tables import to_pandas
+
+        return to_pandas(self._rows())
+
+    def to_polars(self) -> Any:
+        """The per-request records as a polars DataFrame (needs `capture_per_request=True`)."""
+        from servesim.report.tables import to_polars
+
+        return to_polars(self._rows())
+
+    def _rows(self) -> list[dict[str, Any]]:
+        if self.per_request is None:
+            raise ValueError("this report has no per-request records: run simulate(..., capture_per_request=True)")
+        return self.per_request
+
 
 def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_request: bool = False,
              progress: bool = False, fast: bool = True, unservable: str = "reject",
-             scaling: ScalingPolicy | None = None) -> Report:
+             scaling: ScalingPolicy | None = None, timeseries: bool = False) -> Report:
     """Run one simulation and return its report.
 
     `config` is a validated `SimConfig`, a mapping in the YAML schema, or a path to a YAML file.
@@ -90,7 +123,8 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     can never fit the KV pool stall the run into an error, as the reference does; the default
     ("reject") reports it as rejected with a reason and carries on. `scaling` plugs in a
     scaling policy of your own (see `servesim.scaling.contract`); by default the config's
-    `planner` section decides.
+    `planner` section decides. `timeseries=True` samples every worker's state over simulated
+    time and keeps per-request latency arrays: what `Report.write_html` draws.
     """
     if unservable not in ("reject", "fail"):
         raise ValueError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
@@ -101,11 +135,11 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     run = lower(config, unservable=unservable)
     with _collection_paused():
         return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
-                       scaling=scaling)
+                       scaling=scaling, timeseries=timeseries)
 
 
 def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast: bool,
-            scaling: ScalingPolicy | None) -> Report:
+            scaling: ScalingPolicy | None, timeseries: bool) -> Report:
     """Wire the stages of a lowered run, replay it and build the report."""
     config = run.config
     started = time.perf_counter()
@@ -119,6 +153,8 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
         scaling = make_planner(config.planner, config.evaluation.sla, run.disaggregated)
     if scaling is not None:
         cluster.enable_scaling(scaling)
+    if timeseries:
+        cluster.sampler = TimeSeriesSampler()
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
     pools = list(cluster.pools.values())
     driver.start(0.0)
@@ -138,7 +174,20 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
-    return Report(summary, per_request, extensions)
+    report = Report(summary, per_request, extensions, sla=run.sla)
+    if cluster.sampler is not None:
+        report.timeseries = cluster.sampler.finish(loop.now, _removals(cluster))
+        report.latency = from_records(collector.records)
+    return report
+
+
+def _removals(cluster: AggregatedCluster | DisaggregatedCluster) -> dict[tuple[str, int], float]:
+    """When each worker the planner removed stopped (keyed as the sampler keys workers)."""
+    if cluster.scaler is None:
+        return {}
+    rename = {"decode": "decode" if isinstance(cluster, DisaggregatedCluster) else "agg", "prefill": "prefill"}
+    return {(rename[t.pool], t.worker_id): t.at_ms for t in cluster.scaler.record.transitions
+            if t.state == REMOVED}
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from pathlib import Path
 from servesim.errors import ConfigError, RunError
 
 DEFAULT_OUTPUT_DIR = "servesim-output"
-_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json")
+_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "requests.parquet", "workers.json", "report.html")
 _RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
 
 
@@ -34,10 +34,40 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
     predict.add_argument("--capture-per-request", action="store_true",
                          help="add per-request records to the report and write requests.jsonl")
+    predict.add_argument("--per-request-format", choices=("jsonl", "parquet"), default="jsonl",
+                         help="file format of the per-request records: requests.jsonl (default) or "
+                              "requests.parquet (needs pyarrow: servesim[parquet])")
+    predict.add_argument("--report", action="store_true",
+                         help="also write report.html: a self-contained page of charts (needs plotly: "
+                              "servesim[report])")
     predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(default), or fails the run as in the reference")
+    compare = sub.add_parser("compare", help="compare runs (servesim outputs or measured benchmarks) in one HTML page")
+    compare.add_argument("runs", nargs="+", metavar="RUN",
+                         help="a servesim --output-dir, or a measured run: per-request JSONL with send/first-token/"
+                              "end times, an AIPerf profile_export.jsonl, or a vLLM benchmark result JSON")
+    compare.add_argument("-o", "--output", default="compare.html", help="the HTML file to write (default: compare.html)")
+    compare.add_argument("--label", action="append", default=[], help="name of each run, in order (repeatable)")
+    for target in ("ttft", "itl", "e2e"):
+        compare.add_argument(f"--sla-{target}-ms", type=float, default=None,
+                             help=f"mark this {target.upper()} target on the distributions")
     return parser
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from servesim.report.html.compare import write_compare
+    from servesim.report.summary import Sla
+
+    sla = Sla(args.sla_ttft_ms, args.sla_itl_ms, args.sla_e2e_ms)
+    try:
+        write_compare(args.runs, Path(args.output), args.label,
+                      sla if any(v is not None for v in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms)) else None)
+    except (ConfigError, ImportError) as exc:
+        print(f"servesim compare: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"Saved comparison to: {args.output}")
+    return 0
 
 
 def _prepare_output_dir(path: Path, overwrite: bool) -> None:
@@ -57,6 +87,16 @@ def _prepare_output_dir(path: Path, overwrite: bool) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
+def _check_extras(args: argparse.Namespace) -> None:
+    """Fail before the run, not after it, when an output needs a package that is missing."""
+    import importlib.util
+
+    for wanted, module, extra in ((args.report, "plotly", "report"),
+                                  (args.per_request_format == "parquet", "pyarrow", "parquet")):
+        if wanted and importlib.util.find_spec(module) is None:
+            raise ConfigError(f"this output needs {module}: pip install 'servesim[{extra}]'")
+
+
 def _predict(args: argparse.Namespace) -> int:
     from servesim.api import simulate
     from servesim.config import load_config
@@ -64,6 +104,7 @@ def _predict(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config, args.overrides)
+        _check_extras(args)
         out_dir = Path(args.output_dir)
         _prepare_output_dir(out_dir, args.overwrite)
     except ConfigError as exc:
@@ -74,7 +115,7 @@ def _predict(args: argparse.Namespace) -> int:
         return 2
     try:
         report = simulate(config, capture_per_request=args.capture_per_request,
-                          progress=sys.stderr.isatty(), unservable=args.unservable)
+                          progress=sys.stderr.isatty(), unservable=args.unservable, timeseries=args.report)
     except RunError as exc:
         print(f"servesim predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -88,7 +129,14 @@ def _predict(args: argparse.Namespace) -> int:
             print("servesim predict failed: RunError: no request reached a terminal state, "
                   "so there are no per-request records", file=sys.stderr)
             return 1
-        (out_dir / "requests.jsonl").write_text(records_jsonl(report.per_request))
+        if args.per_request_format == "parquet":
+            from servesim.report.tables import write_parquet
+
+            write_parquet(report.per_request, out_dir / "requests.parquet")
+        else:
+            (out_dir / "requests.jsonl").write_text(records_jsonl(report.per_request))
+    if args.report:
+        report.write_html(out_dir / "report.html", title=f"servesim prediction: {Path(args.config).name}")
     if args.format == "json":
         sys.stdout.write(report_line(data) + "\n")
     else:
@@ -100,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `servesim` command."""
     args = _parser().parse_args(argv)
     try:
-        return _predict(args)
+        return _compare(args) if args.command == "compare" else _predict(args)
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
         return 130

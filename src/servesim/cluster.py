@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.config.schema import RouterConfig
+from servesim.collect.sampler import TimeSeriesSampler
 from servesim.collect.collector import COMPLETED, FAILED, REJECTED, Collector, RequestRecord, Route
 from servesim.engine.rank import HandoffRank
 from servesim.engine.request import EngineRequest
@@ -112,6 +113,8 @@ class _Cluster:
         aggregated pool)."""
         self.fleets: dict[str, Fleet] = {}
         self.scaler: Scaler | None = None
+        self.sampler: TimeSeriesSampler | None = None
+        """Samples each worker's state at its pass ends, when a report wants time series."""
 
     def _add_pool(self, name: str, spec: PoolSpec, router: Router, *, kv_events: bool = False) -> Fleet:
         """Create a pool's initial workers and the fleet that manages their lifecycle."""
@@ -160,6 +163,21 @@ class _Cluster:
         self.driver.on_terminal(arrival, now, request.generated, ends_session=status == FAILED)
         if self.scaler is not None and status == COMPLETED:
             self._tally_completion(record)
+
+    def _sample(self, pool: str, worker: Worker, outcome: WorkerPass, now: float) -> None:
+        """Hand the sampler what `worker` holds after its pass and what the pass admitted."""
+        waiting = running = used = total = hits = lookups = 0
+        for rank in worker.ranks:
+            busy = len(rank.running)
+            running += busy
+            waiting += rank.num_requests() - busy
+            used += rank.pool.active
+            total += rank.pool.num_blocks
+        for _rank, result in outcome.ranks:
+            for request, reused in result.admitted:
+                hits += reused
+                lookups += request.prompt_len
+        self.sampler.observe(now, pool, worker.worker_id, waiting, running, used, total, hits, lookups)
 
     def _tally_completion(self, record: RequestRecord) -> None:
         tally = self.scaler.traffic
@@ -282,6 +300,8 @@ class AggregatedCluster(_Cluster):
         worker.finish_pass()
         self._record_admissions(outcome, "agg")
         self._flush_kv_events(worker, now)
+        if self.sampler is not None:
+            self._sample("agg", worker, outcome, now)
         if self.scaler is not None:
             self.scaler.on_pass("decode", worker, outcome)
         router = self.router
@@ -517,6 +537,8 @@ class DisaggregatedCluster(_Cluster):
         if not inline:
             self._actions.extend(self._deferred.pop(worker, ()))
         self._record_admissions(outcome, "decode" if decode else "prefill")
+        if self.sampler is not None:
+            self._sample("decode" if decode else "prefill", worker, outcome, now)
         router = self.decode_router if decode else self.prefill_router
         if not decode:
             self._flush_kv_events(worker, now)

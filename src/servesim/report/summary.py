@@ -44,7 +44,7 @@ class _Timelines:
     gap_counts: np.ndarray
 
 
-def _timelines(counted: Sequence[RequestRecord]) -> _Timelines:
+def request_timelines(counted: Sequence[RequestRecord]) -> _Timelines:
     """Read the timelines off the token spans, without materialising one value per token.
 
     A request's tokens are stamped with the ends of runs of consecutive passes of one worker,
@@ -118,7 +118,7 @@ def summarize(records: Sequence[RequestRecord], pools: dict[str, PoolUsage],
               wall_time_ms: float, sla: Sla | None = None) -> dict[str, float | int]:
     """The reference's summary fields for a finished replay."""
     counted = [r for r in records if r.counted]
-    tl = _timelines(counted)
+    tl = request_timelines(counted)
     total_in = sum(r.input_length for r in counted)
     total_out = sum(r.output_length for r in counted)
     duration = max((r.terminal_ms for r in counted), default=0.0)
