@@ -23,7 +23,7 @@ from servesim.config import SimConfig, load_config, parse_config
 from servesim.report.latency import LatencySamples, from_records
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
-from servesim.report.summary import PoolUsage, Sla, summarize
+from servesim.report.summary import PoolUsage, Sla, request_timelines, summarize
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.scaling.contract import ScalingPolicy
@@ -167,7 +167,8 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
         meter.close()
     wall_ms = (time.perf_counter() - started) * 1000
     usage = {pool.name: PoolUsage(pool.worker_seconds, _gpus_per_worker(run, pool.name)) for pool in pools}
-    summary = summarize(collector.records, usage, wall_ms, run.sla)
+    timelines = request_timelines([r for r in collector.records if r.counted]) if timeseries else None
+    summary = summarize(collector.records, usage, wall_ms, run.sla, timelines)
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
     extensions = {"workers": worker_breakdown(collector.records, workers, loop.now)}
@@ -177,7 +178,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     report = Report(summary, per_request, extensions, sla=run.sla)
     if cluster.sampler is not None:
         report.timeseries = cluster.sampler.finish(loop.now, _removals(cluster))
-        report.latency = from_records(collector.records)
+        report.latency = from_records(collector.records, timelines)
     return report
 
 

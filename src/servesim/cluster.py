@@ -171,12 +171,14 @@ class _Cluster:
             busy = len(rank.running)
             running += busy
             waiting += rank.num_requests() - busy
-            used += rank.pool.active
-            total += rank.pool.num_blocks
+            blocks = rank.pool
+            used += blocks.active
+            total += blocks.num_blocks
         for _rank, result in outcome.ranks:
-            for request, reused in result.admitted:
-                hits += reused
-                lookups += request.prompt_len
+            if result.admitted:
+                for request, reused in result.admitted:
+                    hits += reused
+                    lookups += request.prompt_len
         self.sampler.observe(now, pool, worker.worker_id, waiting, running, used, total, hits, lookups)
 
     def _tally_completion(self, record: RequestRecord) -> None:

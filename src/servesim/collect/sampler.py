@@ -16,7 +16,6 @@ after another are fine).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,11 +104,21 @@ class TimeSeriesSampler:
             series.last_ms = now_ms
         if now_ms >= self._limit_ms:
             self._coarsen(now_ms)
-        if now_ms > series.last_ms:
-            self._integrate(series, now_ms)
+        width = self.width_ms
+        last = series.last_ms
+        bucket = int(now_ms // width)
+        if last < now_ms:
+            if int(last // width) == bucket:  # the usual case: the interval lies in one bucket
+                dt = now_ms - last
+                series.int_waiting[bucket] += series.waiting * dt
+                series.int_running[bucket] += series.running * dt
+                series.int_kv[bucket] += series.kv_used * dt
+                series.covered[bucket] += dt
+                series.last_ms = now_ms
+            else:
+                self._integrate(series, now_ms)
         series.waiting, series.running, series.kv_used, series.kv_total = waiting, running, kv_used, kv_total
         if lookups:
-            bucket = int(now_ms // self.width_ms)
             series.hits[bucket] += hits
             series.lookups[bucket] += lookups
 
@@ -150,13 +159,13 @@ class TimeSeriesSampler:
         """Close every series at `end_ms` (or at its worker's stop time in `stops`, for workers
         removed earlier) and return the bucketed series."""
         stops = stops or {}
-        if end_ms >= self._limit_ms:
+        if end_ms > self._limit_ms:  # the range is [0, limit]: an end at the limit fits
             self._coarsen(end_ms)
         for key, series in self._series.items():
             until = min(stops.get(key, end_ms), end_ms)
             if until > series.last_ms:
                 self._integrate(series, until)
-        count = max(1, min(self.max_points, math.ceil(end_ms / self.width_ms)))
+        count = min(self.max_points, int(end_ms // self.width_ms) + 1)  # through the bucket of the end
         starts = np.arange(count) * self.width_ms
         out = TimeSeries(self.width_ms, starts)
         for (pool, worker_id), series in sorted(self._series.items()):

@@ -50,10 +50,11 @@ class LatencySamples:
         return getattr(self, metric), None
 
 
-def from_records(records: Sequence[RequestRecord]) -> LatencySamples:
-    """The samples of a finished simulation, read off the collector's records."""
+def from_records(records: Sequence[RequestRecord], timelines: Any = None) -> LatencySamples:
+    """The samples of a finished simulation, read off the collector's records (`timelines`:
+    `request_timelines` of the counted records, when the caller already has them)."""
     counted = [r for r in records if r.counted]
-    tl = request_timelines(counted)
+    tl = timelines if timelines is not None else request_timelines(counted)
     one, two = tl.count >= 1, tl.count >= 2
     return LatencySamples(
         ttft_ms=np.maximum(tl.first[one] - tl.arrival[one], 0.0),

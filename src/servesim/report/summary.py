@@ -115,10 +115,11 @@ def _put(summary: dict[str, float], metric: str, stats: dict[str, float]) -> Non
 
 
 def summarize(records: Sequence[RequestRecord], pools: dict[str, PoolUsage],
-              wall_time_ms: float, sla: Sla | None = None) -> dict[str, float | int]:
-    """The reference's summary fields for a finished replay."""
+              wall_time_ms: float, sla: Sla | None = None, timelines: _Timelines | None = None) -> dict[str, float | int]:
+    """The reference's summary fields for a finished replay (`timelines`: those of the counted
+    records, when the caller already has them)."""
     counted = [r for r in records if r.counted]
-    tl = request_timelines(counted)
+    tl = timelines if timelines is not None else request_timelines(counted)
     total_in = sum(r.input_length for r in counted)
     total_out = sum(r.output_length for r in counted)
     duration = max((r.terminal_ms for r in counted), default=0.0)

@@ -125,7 +125,7 @@ def pareto_chart(candidates: Sequence[Mapping[str, Any]], sla: Mapping[str, Any]
                                  text=[f"{_label(c)}: {html.escape(c.get('reason') or '')}<br>{_knobs(c)}" for c, _, _ in bad],
                                  hovertemplate="%{text}<extra></extra>"))
     if good:
-        ranked = sorted(good, key=_rank_key)
+        ranked = sorted(good, key=lambda point: _rank_key(point[0]))
         top = {id(c) for c, _, _ in ranked[:TOP_N]}
         fig.add_trace(go.Scatter(
             x=[x for _, x, _ in good], y=[y for _, _, y in good], mode="markers+text", name="feasible",
