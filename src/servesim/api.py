@@ -75,6 +75,7 @@ class Report:
     latency: LatencySamples | None = None
     """Per-request latency arrays (with `timeseries=True`), what `write_html` draws."""
     sla: Sla | None = None
+    """The run's SLA targets (`evaluation.sla`), drawn on the report's distributions."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""

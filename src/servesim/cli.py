@@ -63,7 +63,7 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         write_compare(args.runs, Path(args.output), args.label,
                       sla if any(v is not None for v in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms)) else None)
-    except (ConfigError, ImportError) as exc:
+    except (ConfigError, ImportError, OSError) as exc:
         print(f"servesim compare: error: {exc}", file=sys.stderr)
         return 2
     print(f"Saved comparison to: {args.output}")

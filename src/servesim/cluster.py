@@ -175,10 +175,9 @@ class _Cluster:
             used += blocks.active
             total += blocks.num_blocks
         for _rank, result in outcome.ranks:
-            if result.admitted:
-                for request, reused in result.admitted:
-                    hits += reused
-                    lookups += request.prompt_len
+            for request, reused in result.admitted:
+                hits += reused
+                lookups += request.prompt_len
         self.sampler.observe(now, pool, worker.worker_id, waiting, running, used, total, hits, lookups)
 
     def _tally_completion(self, record: RequestRecord) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,7 +90,7 @@ def headline(page: Page, summary: Mapping[str, Any], latency: LatencySamples, sl
         share = within(values, weights, target) if target is not None else None
         table.append([metric.removesuffix("_ms").upper() + " (ms)", *stats,
                       f"{target:g}" if target is not None else "—",
-                      f"{share:.1%}" if share is not None and share == share else "—"])
+                      f"{share:.1%}" if share is not None and not math.isnan(share) else "—"])
         verdict = "" if target is None else ("good" if summary[f"p90_{key}"] <= target else "bad")
         classes.append(["", "", "", verdict, "", "", "", ""])
     page.table(("latency", "mean", "p50", "p90", "p99", "max", "SLA", "within SLA"), table, classes)
