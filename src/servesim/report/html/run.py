@@ -51,6 +51,8 @@ def run_page(summary: Mapping[str, Any], latency: LatencySamples, series: TimeSe
     page.section("Latency distributions")
     page.note("Empirical CDFs over completed requests; dashed lines mark the SLA targets "
               "(the ITL target bounds each request's TPOT, its mean inter-token gap).")
+    if not summary["completed_requests"]:
+        page.note("No request completed: the distributions are empty.")
     targets = sla_targets(sla)
     page.charts_grid([cdf_chart(m, [("run", latency)], targets[m]) for m in METRICS])
     over_time(page, latency, series)
