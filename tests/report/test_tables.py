@@ -80,4 +80,11 @@ def test_cli_writes_parquet_instead_of_jsonl(config, tmp_path, capsys):
                  "--per-request-format", "parquet", "--format", "json"]) == 0
     assert (out / "requests.parquet").is_file() and not (out / "requests.jsonl").exists()
     rows = read_parquet(out / "requests.parquet")
-    assert len(rows) == json.loads(capsys.readouterr().out)["num_requests"]
+    summary = json.loads(capsys.readouterr().out)
+    assert len(rows) == summary["num_requests"]
+    # `servesim compare` reads the Parquet records of an output directory.
+    from servesim.report.html.compare import load_run
+
+    run = load_run(out)
+    assert run.latency is not None and len(run.latency.ttft_ms) == summary["completed_requests"]
+    assert run.stats["ttft_ms"]["mean"] == summary["mean_ttft_ms"]
