@@ -166,6 +166,7 @@ class _Cluster:
 
     def _sample(self, pool: str, worker: Worker, outcome: WorkerPass, now: float) -> None:
         """Hand the sampler what `worker` holds after its pass and what the pass admitted."""
+        assert self.sampler is not None
         waiting = running = used = total = hits = lookups = 0
         for rank in worker.ranks:
             busy = len(rank.running)

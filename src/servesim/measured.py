@@ -159,7 +159,9 @@ def read_request_jsonl(path: Path) -> MeasuredRun:
         for field in ("output_tokens", "input_tokens"):
             name, value = _pick(row, field)
             cols[field].append(float(value) if name is not None else np.nan)
-    return MeasuredRun(path, "jsonl", *(np.array(cols[k], float) for k in cols), np.array(completed, bool))
+    arrays = {k: np.array(v, float) for k, v in cols.items()}
+    return MeasuredRun(path, "jsonl", arrays["send"], arrays["first_token"], arrays["end"], arrays["output_tokens"],
+                       arrays["input_tokens"], np.array(completed, bool))
 
 
 def read_aiperf(path: Path) -> MeasuredRun:

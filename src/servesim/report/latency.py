@@ -115,7 +115,7 @@ def quantile(values: np.ndarray, weights: np.ndarray | None, q: float) -> float:
     x, fractions = cdf_points(values, weights, max_points=len(values) or 1)
     if len(x) == 0:
         return float("nan")
-    return float(x[min(np.searchsorted(fractions, q, side="left"), len(x) - 1)])
+    return float(x[min(int(np.searchsorted(fractions, q, side="left")), len(x) - 1)])
 
 
 def rate_per_second(times_ms: np.ndarray, edges_ms: np.ndarray) -> np.ndarray:

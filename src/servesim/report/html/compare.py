@@ -126,9 +126,9 @@ def compare_page(runs: Sequence[ComparedRun], sla: Sla | None = None) -> Page:
 
 def _overlaid_cdf(metric: str, runs: Sequence[ComparedRun], sla_ms: float | None) -> Any:
     go, _ = plotly_modules()
-    sampled = [(i, r) for i, r in enumerate(runs) if r.latency is not None]
-    fig = cdf_chart(metric, [(r.name, r.latency) for _, r in sampled], sla_ms,
-                    colors=[COLORS[i % len(COLORS)] for i, _ in sampled] or COLORS)
+    sampled = [(i, r.name, r.latency) for i, r in enumerate(runs) if r.latency is not None]
+    fig = cdf_chart(metric, [(name, latency) for _, name, latency in sampled], sla_ms,
+                    colors=[COLORS[i % len(COLORS)] for i, _, _ in sampled] or COLORS)
     for i, run in enumerate(runs):
         if run.latency is None and metric in run.percentiles:
             x, y = zip(*run.percentiles[metric], strict=True)
@@ -156,7 +156,8 @@ def _difference_rows(runs: Sequence[ComparedRun]) -> list[list[str]]:
 def _row(label: str, values: Sequence[float | None], fmt: str) -> list[str]:
     shown = [fmt.format(v) if _number(v) else "—" for v in values]
     base = values[0]
-    deltas = [f"{(v - base) / base:+.1%}" if _number(v) and _number(base) and base else "—" for v in values[1:]]
+    deltas = [f"{(v - base) / base:+.1%}" if v is not None and base and _number(v) and _number(base) else "—"
+              for v in values[1:]]
     return [label, *shown, *deltas]
 
 

@@ -56,8 +56,10 @@ def write_search_report(ledger: Path | Mapping[str, Any], out: Path, base_dir: P
     plotly_modules()
     if isinstance(ledger, Path):
         base_dir = base_dir or ledger.parent
-        ledger = json.loads(ledger.read_text(encoding="utf-8"))
-    search_page(ledger, _relative_to(out, base_dir)).write(out)
+        content: Mapping[str, Any] = json.loads(ledger.read_text(encoding="utf-8"))
+    else:
+        content = ledger
+    search_page(content, _relative_to(out, base_dir)).write(out)
 
 
 def _relative_to(out: Path, base_dir: Path | None) -> str:
@@ -114,9 +116,11 @@ def _search_rows(ledger: Mapping[str, Any], candidates: list, feasible: list) ->
 def pareto_chart(candidates: Sequence[Mapping[str, Any]], sla: Mapping[str, Any]) -> Any:
     go, _ = plotly_modules()
     fig = go.Figure()
-    placed = [(c, throughput_per_user(c.get("metrics") or {}), throughput_per_gpu(c.get("metrics") or {}))
-              for c in candidates]
-    placed = [(c, x, y) for c, x, y in placed if x is not None and y is not None]
+    placed: list[tuple[Mapping[str, Any], float, float]] = []
+    for c in candidates:
+        x, y = throughput_per_user(c.get("metrics") or {}), throughput_per_gpu(c.get("metrics") or {})
+        if x is not None and y is not None:
+            placed.append((c, x, y))
     bad = [(c, x, y) for c, x, y in placed if not c.get("feasible")]
     good = [(c, x, y) for c, x, y in placed if c.get("feasible")]
     if bad:
