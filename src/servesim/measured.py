@@ -21,6 +21,7 @@ Malformed input raises `ConfigError` naming the file and line.
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +108,8 @@ def read_measured(path: str | Path) -> MeasuredRun:
         raise ConfigError(f"{path}: no such file")
     if path.suffix == ".json":
         return read_vllm_bench(path)
-    first = next(_json_lines(path), None)
+    with closing(_json_lines(path)) as rows:
+        first = next(rows, None)
     if first is None:
         raise ConfigError(f"{path}: no requests in the file")
     if "metadata" in first[1] and "metrics" in first[1]:

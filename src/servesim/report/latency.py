@@ -18,6 +18,8 @@ from servesim.report.summary import request_timelines
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 """The distributions a report draws, in order."""
+SUMMARY_NAMES = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "itl_ms": "itl_ms", "e2e_ms": "e2e_latency_ms"}
+"""Each distribution's name in the summary fields (`mean_<name>`, `p90_<name>`, …)."""
 LABELS = {"ttft_ms": "Time to first token (ms)", "tpot_ms": "Time per output token (ms)",
           "itl_ms": "Inter-token latency (ms)", "e2e_ms": "End-to-end latency (ms)"}
 

@@ -18,12 +18,11 @@ from typing import Any
 from servesim.errors import ConfigError
 from servesim.report.html.charts import cdf_chart
 from servesim.report.html.page import COLORS, Page, plotly_modules
-from servesim.report.latency import LABELS, METRICS, LatencySamples, from_request_rows, quantile
+from servesim.report.latency import LABELS, METRICS, SUMMARY_NAMES, LatencySamples, from_request_rows, quantile
 from servesim.report.summary import Sla
 
 STATS = ("mean", "p50", "p90", "p99")
 _SUMMARY_PREFIX = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
-_SUMMARY_METRIC = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "itl_ms": "itl_ms", "e2e_ms": "e2e_latency_ms"}
 _PERCENTILE_POINTS = (("min", 0.0), ("median", 0.5), ("p75", 0.75), ("p90", 0.9), ("p95", 0.95),
                       ("p99", 0.99), ("max", 1.0))
 
@@ -67,14 +66,14 @@ def _servesim_run(path: Path, name: str) -> ComparedRun:
         raise ConfigError(f"{path / 'prediction.json'}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     rows = _servesim_rows(path, summary)
     latency = from_request_rows(rows) if rows else None
-    stats = {m: {s: float(summary[f"{_SUMMARY_PREFIX[s]}_{_SUMMARY_METRIC[m]}"]) for s in STATS}
-             for m in METRICS if f"mean_{_SUMMARY_METRIC[m]}" in summary}
+    stats = {m: {s: float(summary[f"{_SUMMARY_PREFIX[s]}_{SUMMARY_NAMES[m]}"]) for s in STATS}
+             for m in METRICS if f"mean_{SUMMARY_NAMES[m]}" in summary}
     run = ComparedRun(name, "servesim", latency, stats)
     run.figures = {"requests": summary["num_requests"], "completed_requests": summary["completed_requests"],
                    "request_throughput_rps": summary["request_throughput_rps"],
                    "output_throughput_tok_s": summary["output_throughput_tok_s"]}
     if latency is None:
-        run.percentiles = {m: [(float(summary[f"{p}_{_SUMMARY_METRIC[m]}"]), q) for p, q in _PERCENTILE_POINTS]
+        run.percentiles = {m: [(float(summary[f"{p}_{SUMMARY_NAMES[m]}"]), q) for p, q in _PERCENTILE_POINTS]
                            for m in stats}
     return run
 

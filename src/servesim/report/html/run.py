@@ -13,7 +13,7 @@ from servesim.collect.sampler import TimeSeries, WorkerSeries
 from servesim.report.html.charts import cdf_chart, lines_chart, within
 from servesim.report.html.page import Page, plotly_modules
 from servesim.report.html.planner import planner_section
-from servesim.report.latency import METRICS, LatencySamples, rate_per_second
+from servesim.report.latency import METRICS, SUMMARY_NAMES, LatencySamples, rate_per_second
 from servesim.report.summary import Sla
 
 if TYPE_CHECKING:
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 MAX_WORKER_LINES = 12
 """Pools with more workers show their total and their busiest worker instead of every line."""
-SUMMARY_KEYS = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "itl_ms": "itl_ms", "e2e_ms": "e2e_latency_ms"}
 POOL_TITLES = {"agg": "", "prefill": "prefill pool: ", "decode": "decode pool: "}
 
 
@@ -83,7 +82,7 @@ def headline(page: Page, summary: Mapping[str, Any], latency: LatencySamples, sl
     targets = sla_targets(sla)
     table, classes = [], []
     for metric in METRICS:
-        key = SUMMARY_KEYS[metric]
+        key = SUMMARY_NAMES[metric]
         if f"mean_{key}" not in summary:
             continue
         stats = [f"{summary[f'{s}_{key}']:,.2f}" for s in ("mean", "median", "p90", "p99", "max")]
