@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from contextlib import closing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,7 +117,7 @@ def read_measured(path: str | Path) -> MeasuredRun:
     return read_request_jsonl(path)
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _json_lines(path: Path) -> Generator[tuple[int, dict[str, Any]], None, None]:
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():

@@ -1,4 +1,4 @@
-"""The three HTML report kinds, opened in a real headless Chromium (see conftest.py).
+"""The three HTML report kinds, opened in a real headless Chromium (see chromium.py).
 
 Each must draw every chart (a `.main-svg` per Plotly graph, with its traces), log no script
 error and load nothing from outside the file. With SERVESIM_SCREENSHOT_DIR set (e.g. docs/img),

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.collect.collector import COMPLETED, RequestRecord
+from servesim.collect.collector import RequestRecord, Status
 from servesim.report.summary import request_timelines
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -77,7 +77,7 @@ def from_request_rows(rows: Iterable[Mapping[str, Any]]) -> LatencySamples:
     arrival, completion, ttft, e2e, tpot = [], [], [], [], []
     for row in rows:
         arrival.append(row["arrival_time_ms"])
-        if row.get("terminal_status") != COMPLETED or row.get("ttft_ms") is None:
+        if row.get("terminal_status") != Status.COMPLETED or row.get("ttft_ms") is None:
             continue
         completion.append(row["terminal_time_ms"])
         ttft.append(row["ttft_ms"])
