@@ -57,12 +57,20 @@ def test_data_frames(report):
     completed = frame[frame["terminal_status"] == "completed"]
     assert completed["ttft_ms"].mean() == pytest.approx(report["mean_ttft_ms"])
     assert frame["rejection_reason"].notna().sum() == sum("rejection_reason" in r for r in report.per_request)
+
+
+def test_polars_frame(report):
+    """Runs where the `polars` extra is installed (the `test` extra leaves polars out: 180 MB for
+    a hand-over of the pyarrow Table, whose types the Parquet test proves)."""
     pl = pytest.importorskip("polars")
     frame = report.to_polars()
     assert isinstance(frame, pl.DataFrame) and frame.height == len(report.per_request)
     assert frame["admission_history"].dtype == pl.List
+    for original, read in zip(report.per_request, frame.to_dicts(), strict=True):
+        assert {k: v for k, v in read.items() if not (v is None and k not in original)} == original
     completed = frame.filter(pl.col("terminal_status") == "completed")
     assert completed["ttft_ms"].mean() == pytest.approx(report["mean_ttft_ms"])
+    assert frame["rejection_reason"].is_not_null().sum() == sum("rejection_reason" in r for r in report.per_request)
 
 
 def test_frames_need_captured_records(config):

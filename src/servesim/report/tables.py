@@ -52,6 +52,7 @@ def to_pandas(rows: Sequence[dict[str, Any]]) -> Any:
 
 
 def to_polars(rows: Sequence[dict[str, Any]]) -> Any:
-    """The records as a polars DataFrame, one row per request."""
+    """The records as a polars DataFrame, one row per request, with the column types of the
+    Parquet file (polars takes the pyarrow Table over)."""
     pl = _require("polars", "polars")
-    return pl.DataFrame(columns(rows), strict=False)
+    return pl.from_arrow(to_arrow(rows))
