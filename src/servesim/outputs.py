@@ -15,13 +15,14 @@ import re
 import signal
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from servesim.errors import ConfigError, RunError
 
-KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json")
+KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "requests.parquet", "workers.json", "unreleased.json",
+                 "report.html")
 """Files servesim owns in an output folder (replaced or removed by ``--overwrite``)."""
 _RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
 _TEMP_PREFIX = ".servesim-"
@@ -77,15 +78,19 @@ class OutputSet:
 
     def stage(self, name: str, text: str) -> None:
         """Write `text` to a temporary sibling of `name` and flush it to disk."""
+        self.stage_file(name, lambda path: path.write_text(text, encoding="utf-8"))
+
+    def stage_file(self, name: str, write: Callable[[Path], object]) -> None:
+        """Let `write` fill a temporary sibling of `name` (a path it may overwrite), then flush
+        that file to disk."""
         target = self.folder / name
         try:
             target.parent.mkdir(exist_ok=True)
             handle, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=target.parent)
+            os.close(handle)
             self._staged[name] = Path(temp)
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                stream.write(text)
-                stream.flush()
-                os.fsync(stream.fileno())
+            write(Path(temp))
+            _fsync(Path(temp))
         except OSError as exc:
             raise OutputError(f"cannot write {target}: {os_reason(exc)}") from None
 
@@ -139,6 +144,15 @@ class OutputSet:
             _restore([], backups)
             raise OutputError(f"cannot replace {target}: {os_reason(exc)}") from None
         return backups
+
+
+def _fsync(path: Path) -> None:
+    """Flush a written file to disk (where a full disk shows up on some file systems)."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def _restore(placed: list[Path], backups: dict[Path, Path]) -> None:
