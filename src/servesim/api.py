@@ -26,7 +26,7 @@ from servesim.errors import ConfigError
 from servesim.report.latency import LatencySamples, from_records
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
-from servesim.report.summary import PoolUsage, Sla, request_timelines, summarize
+from servesim.report.summary import PoolUsage, Sla, request_accounting, request_timelines, summarize
 from servesim.report.trajectories import trajectory_fields, unreleased_requests
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
@@ -195,6 +195,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: flo
              for p in cluster.serving}
     timelines = request_timelines([r for r in collector.records if r.counted]) if sampling else None
     summary: dict[str, Any] = summarize(collector.records, usage, wall_ms, run.sla, timelines)
+    summary.update(request_accounting(collector.records, cluster.driver.total_requests))
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
     extensions: dict[str, Any] = {"workers": worker_breakdown(collector.records, workers, end_ms)}
