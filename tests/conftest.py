@@ -98,7 +98,7 @@ def assert_matches_case(config: Path, report: Mapping[str, Any]) -> None:
     for record in want:
         mine = got[(record["session_id"], record["turn_index"])]
         assert set(mine) - set(SERVESIM_RECORD_FIELDS) == set(record)
-        assert ("rejection_reason" in mine) == (mine["terminal_status"] == "rejected")
+        assert ("rejection_reason" in mine) == (mine["terminal_status"] in ("rejected", "failed"))
         for field, value in record.items():
             if field != "uuid":
                 assert mine[field] == value, (record["session_id"], field, value, mine[field])

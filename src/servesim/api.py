@@ -162,7 +162,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     """Wire the stages of a lowered run, replay it and build the report."""
     started = time.perf_counter()
     source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
-    driver = run.traffic.driver(source)
+    driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
     collector = Collector()
     if scaling is None and run.planner is not None:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time

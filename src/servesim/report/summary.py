@@ -197,7 +197,7 @@ SERVESIM_FIELDS = ("rejected_requests", "incomplete_requests")
 """Summary fields servesim adds to the reference's: with `completed_requests` they account for
 every request of the input."""
 SERVESIM_RECORD_FIELDS = ("rejection_reason",)
-"""Per-request fields servesim adds to the reference's (on rejected records)."""
+"""Per-request fields servesim adds to the reference's (on rejected and failed records)."""
 
 
 def request_accounting(records: Sequence[RequestRecord], input_requests: int) -> dict[str, int]:

@@ -72,8 +72,9 @@ class TrafficSpec:
         speedup = self.load.speedup if self.load.kind == "trace_timestamps" else 1.0
         return read_trace(source.format, list(source.paths), source.block_size, speedup)
 
-    def driver(self, workload: Workload | AgenticGraph) -> RequestDriver:
-        """The driver releasing `workload`'s requests under this load."""
+    def driver(self, workload: Workload | AgenticGraph, prompt_limit: int | None = None) -> RequestDriver:
+        """The driver releasing `workload`'s requests under this load (see `Driver` for
+        `prompt_limit`)."""
         if isinstance(workload, AgenticGraph):
             if self.graph_refusal is not None:
                 raise RunError(self.graph_refusal)
@@ -81,12 +82,15 @@ class TrafficSpec:
         load = self.load
         n = len(workload.sessions)
         if load.kind == "concurrency":
-            return Driver(workload, concurrency=load.concurrency)
+            return Driver(workload, concurrency=load.concurrency, prompt_limit=prompt_limit)
         if load.kind == "poisson":
-            return Driver(workload, first_arrivals=poisson_schedule(n, load.rate, load.seed))
-        if load.kind == "constant_rate":
-            return Driver(workload, first_arrivals=constant_rate_schedule(n, load.rate))
-        return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup), delay_scale=load.speedup)
+            times = poisson_schedule(n, load.rate, load.seed)
+        elif load.kind == "constant_rate":
+            times = constant_rate_schedule(n, load.rate)
+        else:
+            return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup), delay_scale=load.speedup,
+                          prompt_limit=prompt_limit)
+        return Driver(workload, first_arrivals=times, prompt_limit=prompt_limit)
 
 
 def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
