@@ -35,6 +35,11 @@ from servesim.traffic.agentic_driver import AgenticDriver
 from servesim.traffic.workload import Workload
 
 
+ROUTE_AHEAD_LIMIT = 1_000_000
+"""Most requests the isolated fast path routes ahead (it holds them all in memory at once);
+larger runs replay on the shared clock, which makes requests as it reaches them."""
+
+
 class ProgressMeter:
     """Draws simulated time and finished requests on stderr, at most ~5 times a second."""
 
@@ -176,7 +181,8 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
     pools = list(cluster.pools.values())
     driver.start(0.0)
-    if fast and isinstance(cluster, AggregatedCluster) and cluster.isolated:
+    route_ahead = isinstance(cluster, AggregatedCluster) and cluster.isolated
+    if fast and route_ahead and driver.total_requests <= ROUTE_AHEAD_LIMIT:
         loop: ReplayLoop | IsolatedReplay = IsolatedReplay(pools, cluster, run.time_cap_ms, progress=meter)
     else:
         loop = ReplayLoop(driver, pools, cluster, run.time_cap_ms, progress=meter)

@@ -98,11 +98,12 @@ def _limits(memory_mb: int | None, file_size: int | None):
 
 
 def start_servesim(args: Sequence[str], *, cwd: Path | None = None, memory_mb: int | None = DEFAULT_MEMORY_MB,
-                   file_size: int | None = None, stdout: Any = subprocess.PIPE) -> subprocess.Popen:
+                   file_size: int | None = None, stdout: Any = subprocess.PIPE,
+                   stderr: Any = subprocess.PIPE) -> subprocess.Popen:
     """Start `python -m servesim ARGS` in its own process group, with resource limits."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "servesim", *args], cwd=cwd, stdout=stdout,
-                            stderr=subprocess.PIPE, text=True, env=env,
+                            stderr=stderr, text=True, env=env,
                             preexec_fn=_limits(memory_mb, file_size))
 
 

@@ -4,6 +4,10 @@ simulated in bounded time and memory — never a hang, a blow-up or a traceback 
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
+import select
 import signal
 import time
 
@@ -100,16 +104,26 @@ def test_many_replicas_are_added_in_linear_time(tmp_path):
 
 
 def test_arrivals_are_generated_lazily(tmp_path):
-    """10⁸ requests: the replay starts at once in bounded memory (no up-front arrival list);
-    interrupted after a few seconds it exits 130 without a traceback."""
+    """10⁸ requests: the replay starts at once, in bounded memory (nothing is generated up front):
+    within seconds the progress line (stderr on a terminal) counts finished requests."""
     config = write_config(tmp_path, {"traffic.stop.requests": 10**8,
                                      "traffic.load": {"type": "poisson", "requests_per_second": 1000}})
+    controller, terminal = pty.openpty()
     started = time.monotonic()
-    process = start_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")], memory_mb=1024)
-    time.sleep(4)
-    assert process.poll() is None, process.communicate()[1][-3000:]
-    process.send_signal(signal.SIGINT)
-    finish(process, 30, started).assert_clean(130)
+    process = start_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")], memory_mb=1024,
+                             stderr=terminal)
+    os.close(terminal)
+    seen = b""
+    try:
+        while time.monotonic() - started < 30 and not re.search(rb"\] [1-9][\d,]*/100000000 requests", seen):
+            if select.select([controller], [], [], 0.5)[0]:
+                seen += os.read(controller, 4096)
+    finally:
+        process.send_signal(signal.SIGINT)
+        run = finish(process, 30, started)
+        os.close(controller)
+    assert re.search(rb"\] [1-9][\d,]*/100000000 requests", seen), seen[-500:]
+    assert run.returncode == 130
 
 
 def test_a_long_session_stops_at_the_context_length(tmp_path):

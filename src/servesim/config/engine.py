@@ -14,7 +14,6 @@ from servesim.config.fields import (
     BytesPerToken,
     ContextLength,
     Fraction,
-    MAX_WORKERS,
     HardwareName,
     LaxDurationMs,
     LaxDurationSeconds,
@@ -32,6 +31,7 @@ from servesim.config.fields import (
     type_tag,
     without_nulls,
 )
+from servesim.limits import MAX_WORKERS
 
 EngineMode = Literal["aggregated", "disaggregated"]
 Backend = Literal["vllm", "sglang", "trtllm"]

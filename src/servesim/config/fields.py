@@ -15,6 +15,8 @@ from annotated_types import Ge, Gt, Le
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Strict
 from pydantic.functional_validators import AfterValidator, PlainValidator
 
+from servesim.limits import MAX_MS, MAX_REQUESTS, MAX_TOKENS, MAX_WORKERS
+
 PositiveInt = Annotated[int, Strict(), Gt(0)]
 """Strict integer > 0 (rejects strings, floats and bools)."""
 NonNegativeInt = Annotated[int, Strict(), Ge(0)]
@@ -27,20 +29,6 @@ Fraction = Annotated[float, Strict(), AllowInfNan(False), Ge(0), Le(1)]
 """Strict finite number in [0, 1]."""
 OpenFraction = Annotated[float, Strict(), AllowInfNan(False), Gt(0), Le(1)]
 """Strict finite number in (0, 1]."""
-
-# Limits on absurd values (servesim's own: the reference accepts them and then fails, hangs or
-# exhausts memory). They leave every realistic deployment and workload far inside.
-MAX_MS = 1e12
-"""Longest simulated time span, in milliseconds (31.7 years): up to there float64 milliseconds
-keep sub-microsecond resolution (beyond, a 1 ms step can vanish in rounding)."""
-MAX_WORKERS = 100_000
-"""Most workers (and scheduler ranks) in one pool, and the largest parallelism degree."""
-MAX_REQUESTS = 100_000_000
-"""Most requests one synthetic run may hold (sessions x turns for sessions)."""
-MAX_TURNS = 100_000
-"""Most turns of one synthetic session."""
-MAX_TOKENS = 1_000_000_000
-"""Largest prompt or output length of one request, and largest token budget."""
 
 LaxDurationMs = Annotated[float, AllowInfNan(False), Ge(0), Le(MAX_MS)]
 """Finite milliseconds in [0, MAX_MS], in pydantic's lax mode (numeric strings and bools

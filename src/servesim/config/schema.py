@@ -17,7 +17,7 @@ The sections live in their own modules — `fields` (value types, rule plumbing)
 the document, re-exports every public name. Cross-field rules raise `RuleViolation`, which
 carries key paths relative to the model that checks them; ``servesim.config.load`` turns them
 into ``dotted.key.path: rule`` lines. The schema does no I/O and imports nothing else from
-servesim.
+servesim but `servesim.limits`.
 """
 
 from __future__ import annotations

@@ -10,8 +10,6 @@ from annotated_types import Ge, Le
 from pydantic import Discriminator, Strict, Tag, field_validator, model_validator
 
 from servesim.config.fields import (
-    MAX_REQUESTS,
-    MAX_TURNS,
     DurationMs,
     Fraction,
     NonNegativeInt,
@@ -27,6 +25,7 @@ from servesim.config.fields import (
     type_tag,
     without_nulls,
 )
+from servesim.limits import MAX_REQUESTS, MAX_TURNS
 
 TraceFormat = Literal["mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo"]
 
