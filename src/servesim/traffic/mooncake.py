@@ -17,6 +17,7 @@ from itertools import chain
 from typing import Any
 
 from servesim.errors import TraceError
+from servesim.limits import MAX_MS, MAX_TOKENS
 from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
 
@@ -28,7 +29,7 @@ def _pick(row: Mapping[str, Any], *names: str) -> Any:
     return None
 
 
-def _int(value: Any, field: str, minimum: int) -> int:
+def _int(value: Any, field: str, minimum: int, maximum: int = MAX_TOKENS) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{field} must be an integer (got {value!r})")
     if isinstance(value, float):
@@ -37,6 +38,8 @@ def _int(value: Any, field: str, minimum: int) -> int:
         value = int(value)
     if value < minimum:
         raise ValueError(f"{field} must be >= {minimum} (got {value})")
+    if value > maximum:
+        raise ValueError(f"{field} must be <= {maximum} (got {value})")
     return value
 
 
@@ -53,6 +56,26 @@ def _hash_ids(value: Any) -> list[int]:
         bad = next(h for h in value if type(h) is not int or not 0 <= h < 1 << 64)
         raise ValueError(f"hash_ids must hold unsigned 64-bit integers (got {bad!r})")
     return value
+
+
+class _Span:
+    """The first timestamps of a `trace_timestamps` trace: all present, within MAX_MS."""
+
+    __slots__ = ("low", "high")
+
+    def __init__(self) -> None:
+        self.low = math.inf
+        self.high = -math.inf
+
+    def add(self, timestamp: float | None, session: str) -> None:
+        if timestamp is None:
+            raise ValueError(f"timestamp is required: the load is 'trace_timestamps' and this row starts "
+                             f"session {session!r}")
+        self.low, self.high = min(self.low, timestamp), max(self.high, timestamp)
+        if self.high - self.low > MAX_MS:
+            raise ValueError(f"timestamp {timestamp:g} makes the trace span {self.high - self.low:g} ms, beyond "
+                             f"{MAX_MS:g} ms (31.7 years), where simulated times lose millisecond precision "
+                             f"(timestamps are milliseconds)")
 
 
 class _SessionState:
@@ -79,7 +102,7 @@ def _parse_row(row: Mapping[str, Any], block_size: int) -> tuple[Turn, float | N
     if output_ids is not None:
         if not isinstance(output_ids, list) or len(output_ids) != output_length:
             raise ValueError("output_token_ids must be a list of output_length token ids")
-        output_ids = [_int(t, "output_token_ids[]", 0) for t in output_ids]
+        output_ids = [_int(t, "output_token_ids[]", 0, (1 << 64) - 1) for t in output_ids]
     timestamp = _pick(row, "timestamp", "created_time")
     timestamp = None if timestamp is None else _time(timestamp, "timestamp")
     delay = _pick(row, "delay", "delay_ms")
@@ -107,16 +130,24 @@ def _add_turn(state: _SessionState, turn: Turn, timestamp: float | None, delay: 
             delay = 0.0
     if delay < 0:
         raise ValueError(f"the delay before this turn is negative ({delay} ms)")
+    if delay > MAX_MS:
+        raise ValueError(f"the delay before this turn ({delay:g} ms) exceeds {MAX_MS:g} ms (31.7 years): "
+                         f"beyond, simulated times lose millisecond precision")
     turn.delay_ms = delay
     if timestamp is not None:
         state.last_timestamp = timestamp
     state.session.turns.append(turn)
 
 
-def read_mooncake(path: str, block_size: int, *, accumulate: bool = False) -> Workload:
-    """Read a `mooncake` (or, with `accumulate`, `mooncake-delta`) trace file."""
+def read_mooncake(path: str, block_size: int, *, accumulate: bool = False, timestamped: bool = False) -> Workload:
+    """Read a `mooncake` (or, with `accumulate`, `mooncake-delta`) trace file.
+
+    `timestamped` (a `trace_timestamps` load): every session's first row needs a timestamp, and
+    first timestamps may span at most MAX_MS.
+    """
     states: dict[str, _SessionState] = {}
     sessions: list[Session] = []
+    span = _Span()
     for line, row in read_jsonl(path):
         try:
             turn, timestamp, delay = _parse_row(row, block_size)
@@ -125,6 +156,8 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False) -> Wo
             if state is None:
                 if delay:
                     raise ValueError("the first turn of a session cannot have a non-zero delay")
+                if timestamped:
+                    span.add(timestamp, key)
                 session = Session(key, [turn], timestamp)
                 sessions.append(session)
                 states[key] = _SessionState(session, timestamp)
