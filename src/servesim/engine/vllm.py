@@ -306,6 +306,7 @@ class VllmRank:
             return
         if self.drafts is not None:
             ready = self._reserve_draft_blocks(plan, ready)
+            done = [r for r in done if r in self.running]  # a preempted one runs again later
         cohort = self.cohort
         n = len(cohort) + len(ready)
         if n:
