@@ -13,15 +13,17 @@ import time
 
 import pytest
 
-from hostile import finish, run_servesim, start_servesim, write_config
+from hostile import finish, run_in_process, run_servesim, start_servesim, write_config
 
 AGG = "engine.workers.aggregated"
 
 
-def _run(tmp_path, changes, *extra, timeout=30.0, memory_mb=1536):
+def _run(tmp_path, changes, *extra, timeout=30.0, memory_mb=1536, isolated=True):
+    """`servesim predict` on the base config with `changes`: in a subprocess with time and memory
+    limits (`isolated`, where the old code hung or exhausted memory), else in-process."""
     config = write_config(tmp_path, changes)
-    return run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--format", "json",
-                         *extra], timeout=timeout, memory_mb=memory_mb)
+    args = ["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--format", "json", *extra]
+    return run_servesim(args, timeout=timeout, memory_mb=memory_mb) if isolated else run_in_process(args)
 
 
 def _refused(run, key: str) -> None:
@@ -42,7 +44,7 @@ def _refused(run, key: str) -> None:
     (f"{AGG}.startup_seconds", 1e300),
 ])
 def test_non_finite_or_absurd_timing_is_a_config_error(tmp_path, key, value):
-    _refused(_run(tmp_path, {key: value}), key)
+    _refused(_run(tmp_path, {key: value}, isolated=False), key)
 
 
 @pytest.mark.parametrize("key, value", [
@@ -68,7 +70,7 @@ def test_planner_budget_below_one_worker_is_a_config_error(tmp_path, tensor, bud
         "planner": {"policy": "enabled", "target": "load", "max_num_gpus": budget},
         "traffic.load": {"type": "poisson", "requests_per_second": 5},
         "traffic.stop": {"requests": 50},
-    })
+    }, isolated=False)
     _refused(run, "planner.max_num_gpus")
 
 
@@ -78,7 +80,7 @@ def test_planner_allowed_to_scale_to_zero_does_not_crash(tmp_path):
         "planner": {"policy": "enabled", "target": "load", "max_num_gpus": 1, "min_workers": 0},
         "traffic.load": {"type": "poisson", "requests_per_second": 5},
         "traffic.stop": {"requests": 50},
-    }, "--capture-per-request")
+    }, "--capture-per-request", isolated=False)
     run.assert_clean(0, 1)
 
 

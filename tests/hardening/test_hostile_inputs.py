@@ -45,7 +45,7 @@ def test_anchors_aliases_and_merge_keys_of_reasonable_size_still_work(tmp_path):
     text = text.replace("input_tokens: 100", "input_tokens: *budget")
     text = text.replace("    aggregated:\n", "    aggregated:\n      <<: {startup_seconds: 0}\n", 1)
     config.write_text(text)
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--format", "json"])
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--format", "json"])
     run.assert_clean(0)
     assert json.loads(run.stdout)["total_input_tokens"] == 2 * 512
 
@@ -56,7 +56,7 @@ def test_duplicate_yaml_keys_are_an_error(tmp_path):
     index = next(i for i, line in enumerate(lines) if line.strip().startswith("decode_ms:"))
     lines.insert(index + 1, lines[index].replace("2", "3"))
     config.write_text("\n".join(lines) + "\n")
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
     run.assert_clean(2)
     assert "duplicate key 'decode_ms'" in run.message(tmp_path)
     assert f"{config}:{index + 2}" in run.stderr
@@ -66,14 +66,14 @@ def test_duplicate_top_level_section_is_an_error(tmp_path):
     config = tmp_path / "dup.yaml"
     text = yaml.safe_dump(BASE_CONFIG, sort_keys=False)
     config.write_text(text + "engine:\n  model: other\n")
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
     run.assert_clean(2)
     assert "duplicate key 'engine'" in run.message(tmp_path)
 
 
 def test_duplicate_keys_in_a_set_value_are_an_error(tmp_path):
     config = write_config(tmp_path)
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"),
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"),
                         "--set", "traffic.load={type: concurrency, concurrency: 2, concurrency: 3}"])
     run.assert_clean(2)
     assert "duplicate key 'concurrency'" in run.message(tmp_path)
@@ -113,7 +113,7 @@ def test_deeply_nested_trace_line_names_file_and_line(tmp_path):
 def test_trace_row_without_timestamp_under_trace_timestamps(tmp_path):
     later = {k: v for k, v in ROW.items() if k != "timestamp"}
     config, trace = _trace_config(tmp_path, [json.dumps(ROW), json.dumps(later)])
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
     run.assert_clean(1)
     assert f"{trace}:2:" in run.stderr and "timestamp" in run.message(tmp_path)
 
@@ -121,13 +121,13 @@ def test_trace_row_without_timestamp_under_trace_timestamps(tmp_path):
 def test_rows_without_timestamps_are_fine_under_concurrency(tmp_path):
     row = {k: v for k, v in ROW.items() if k != "timestamp"}
     config, _ = _trace_config(tmp_path, [json.dumps(row)] * 3, load={"type": "concurrency", "concurrency": 2})
-    run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")]).assert_clean(0)
+    run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")]).assert_clean(0)
 
 
 def test_timestamps_beyond_millisecond_precision_are_refused(tmp_path):
     """1e17 ms after the first row, a float cannot tell a millisecond apart (TTFT would be 0)."""
     config, trace = _trace_config(tmp_path, [json.dumps(ROW), json.dumps({**ROW, "timestamp": 1e17})])
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
     run.assert_clean(1)
     assert f"{trace}:2:" in run.stderr and "timestamp" in run.message(tmp_path)
 
@@ -136,7 +136,7 @@ def test_delays_beyond_millisecond_precision_are_refused(tmp_path):
     rows = [json.dumps({**ROW, "session_id": "s"}),
             json.dumps({**{k: v for k, v in ROW.items() if k != "timestamp"}, "session_id": "s", "delay": 1e17})]
     config, trace = _trace_config(tmp_path, rows, load={"type": "concurrency", "concurrency": 1})
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
     run.assert_clean(1)
     assert f"{trace}:2:" in run.stderr and "delay" in run.message(tmp_path)
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hostile import run_servesim, write_config
+from hostile import run_in_process, write_config
 
 AGG = "engine.workers.aggregated"
 POOL_TOKENS = 200 * 16  # the base config's KV pool
@@ -15,9 +15,8 @@ POOL_TOKENS = 200 * 16  # the base config's KV pool
 
 def _predict(tmp_path, changes, *extra):
     config = write_config(tmp_path, changes)
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--capture-per-request",
-                        "--format", "json", *extra], timeout=60)
-    return run
+    return run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--capture-per-request",
+                           "--format", "json", *extra])
 
 
 def _report(tmp_path):
