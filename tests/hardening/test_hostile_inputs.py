@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from hostile import BASE_CONFIG, config_with, run_in_process, run_servesim, write_config
@@ -150,3 +151,22 @@ def test_allow_duplicate_keys_lets_the_last_value_win(tmp_path):
                           "--allow-duplicate-keys"])
     run.assert_clean(0)
     assert "goodput_completed_requests" in json.loads(run.stdout)
+
+
+def test_an_endless_config_file_is_refused(tmp_path):
+    """`-c /dev/zero` (or any huge file) is refused after a bounded read."""
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero")
+    run = run_servesim(["predict", "-c", "/dev/zero", "--output-dir", str(tmp_path / "o")], timeout=30, memory_mb=1024)
+    run.assert_clean(2)
+    assert "/dev/zero" in run.stderr and "MiB" in run.stderr
+
+
+def test_an_endless_trace_line_names_the_file_and_line(tmp_path):
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero")
+    config = write_config(tmp_path, {"traffic": {"source": {"type": "trace", "paths": ["/dev/zero"]},
+                                                 "load": {"type": "concurrency", "concurrency": 1}}})
+    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")], timeout=30, memory_mb=1024)
+    run.assert_clean(1)
+    assert "/dev/zero:1:" in run.stderr

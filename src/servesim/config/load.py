@@ -30,6 +30,9 @@ from servesim.errors import ConfigError
 
 __all__ = ["STACKS", "apply_overrides", "describe_validation_error", "load_config", "parse_config"]
 
+MAX_CONFIG_CHARS = 16 << 20
+"""Largest configuration file read (a config is a few kilobytes)."""
+
 log = logging.getLogger("servesim")
 
 STACKS = ("dynamo", "engine")
@@ -92,10 +95,13 @@ def parse_config(data: Mapping[str, Any], base_dir: Path | None = None, *, stack
 def _read_mapping(source: str, allow_duplicate_keys: bool) -> dict[str, Any]:
     """Parse the file as one YAML document that is a mapping."""
     try:
-        text = Path(source).read_text(encoding="utf-8")
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read(MAX_CONFIG_CHARS + 1)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"{source}: could not read configuration: {reason}") from None
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ConfigError(f"{source}: could not read configuration: larger than {MAX_CONFIG_CHARS >> 20} MiB")
     try:
         data = load_yaml(text, allow_duplicate_keys=allow_duplicate_keys)
     except yaml.YAMLError as exc:
