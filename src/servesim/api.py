@@ -181,8 +181,8 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
     pools = list(cluster.pools.values())
     driver.start(0.0)
-    route_ahead = isinstance(cluster, AggregatedCluster) and cluster.isolated
-    if fast and route_ahead and driver.total_requests <= ROUTE_AHEAD_LIMIT:
+    if (fast and isinstance(cluster, AggregatedCluster) and cluster.isolated
+            and driver.total_requests <= ROUTE_AHEAD_LIMIT):
         loop: ReplayLoop | IsolatedReplay = IsolatedReplay(pools, cluster, run.time_cap_ms, progress=meter)
     else:
         loop = ReplayLoop(driver, pools, cluster, run.time_cap_ms, progress=meter)

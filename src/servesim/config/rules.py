@@ -52,10 +52,11 @@ def _budget_rules(planner: PlannerConfig, engine: EngineConfig) -> list[tuple[st
         return [("planner.min_num_gpus", f"must be <= max_num_gpus ({most}) (got {least})")]
     if most < 0:
         return []
-    floors = {"aggregated": planner.min_workers, "prefill": planner.prefill_min_workers,
-              "decode": planner.decode_min_workers}
-    needed = [((floors[role] if floors[role] is not None else planner.min_workers), worker.parallelism.gpus_per_worker)
-              for role, worker in engine.roles.items()]
+    floors = {"prefill": planner.prefill_min_workers, "decode": planner.decode_min_workers}
+    needed: list[tuple[int, int]] = []
+    for role, worker in engine.roles.items():
+        floor = floors.get(role)
+        needed.append((planner.min_workers if floor is None else floor, worker.parallelism.gpus_per_worker))
     gpus = sum(workers * per_worker for workers, per_worker in needed)
     if gpus <= most:
         return []

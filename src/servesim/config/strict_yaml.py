@@ -42,7 +42,7 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth = 0
         self._allow_duplicate_keys = allow_duplicate_keys
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:

@@ -127,7 +127,7 @@ class Driver:
                 order = sorted(range(self._num_sessions), key=first_arrivals.__getitem__)
                 self._first = ((first_arrivals[i], i) for i in order)
             else:
-                self._first = zip(first_arrivals, range(self._num_sessions))
+                self._first = ((t, i) for i, t in enumerate(first_arrivals))
         self._next_first = next(self._first, None)
         self.total_requests = workload.num_requests
         """Turns in the workload (the requests of the input)."""
@@ -162,9 +162,8 @@ class Driver:
         ready = self._ready
         while True:
             first = self._next_first
-            from_first = first is not None and first[0] <= now
             from_ready = bool(ready) and ready[0][0] <= now
-            if from_first and (not from_ready or (first[0], first[1], 0) < ready[0]):
+            if first is not None and first[0] <= now and (not from_ready or (first[0], first[1], 0) < ready[0]):
                 t, s = first
                 self._next_first = next(self._first, None)
                 self._progress[s] = _SessionProgress(self._sessions[s])

@@ -61,7 +61,7 @@ class SyntheticSessions(Sequence[Session]):
 
     def __init__(self, count: int, input_tokens: int, output_tokens: int, block_size: int, turns: int,
                  shared_prefix_ratio: float, prefix_groups: int, inter_turn_delay_ms: float) -> None:
-        self.count = count
+        self.size = count
         self.turns = turns
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
@@ -79,14 +79,14 @@ class SyntheticSessions(Sequence[Session]):
 
     @property
     def num_requests(self) -> int:
-        return self.count * self.turns
+        return self.size * self.turns
 
     @property
     def single_turn(self) -> bool:
         return self.turns == 1
 
     def __len__(self) -> int:
-        return self.count
+        return self.size
 
     @overload
     def __getitem__(self, index: int) -> Session: ...
@@ -94,8 +94,8 @@ class SyntheticSessions(Sequence[Session]):
     def __getitem__(self, index: slice) -> list[Session]: ...
     def __getitem__(self, index: int | slice) -> Session | list[Session]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.count))]
-        if not 0 <= index < self.count:
+            return [self[i] for i in range(*index.indices(self.size))]
+        if not 0 <= index < self.size:
             raise IndexError(index)
         first_shared = self._group_of(index) * self.shared
         shared = range(first_shared, first_shared + self.shared)
