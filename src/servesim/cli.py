@@ -16,7 +16,8 @@ from pathlib import Path
 from servesim.errors import ConfigError, RunError
 
 DEFAULT_OUTPUT_DIR = "servesim-output"
-_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json")
+_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json",
+                  "recommendation.json", "recommendation.csv", "pareto.csv")
 _RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
 
 
@@ -37,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(default), or fails the run as in the reference")
+    from servesim.search.cli import add_parser
+
+    add_parser(sub)
     return parser
 
 
@@ -100,6 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `servesim` command."""
     args = _parser().parse_args(argv)
     try:
+        if args.command == "recommend":
+            from servesim.search.cli import main as recommend
+
+            return recommend(args)
         return _predict(args)
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)

@@ -1,0 +1,170 @@
+"""Search algorithms: which candidates of a branch to try next.
+
+* ``grid`` — every candidate of the branch, in a fixed order (finite spaces only).
+* ``random`` — the reference's random search: seeded uniform draws (backend, then a deployment
+  legal for it, then each knob), never the same candidate twice.
+* ``bayesian`` — Optuna's TPE sampler (seeded, multivariate over the branch's knobs), asked in
+  rounds of fixed size and told each score; Optuna is an optional extra (``servesim[search]``).
+* ``auto`` — grid when the whole space fits ``max_trials``, else bayesian (random when Optuna is
+  not installed).
+
+A strategy never sees how many workers evaluate its candidates: rounds have fixed sizes and
+results are told in proposal order, so the search is the same at any `optimizer.parallelism`.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from servesim.search.score import Objective
+from servesim.search.space import Branch, Candidate, Dim, Shape
+
+BAYESIAN_ROUND = 4
+"""Candidates a model-guided round proposes at once (after the random start-up round)."""
+
+
+class GridStrategy:
+    """Every candidate of a branch, in order."""
+
+    def __init__(self, branch: Branch) -> None:
+        self._grid: Iterator[Candidate] = branch.grid()
+        self.exhausted = False
+
+    def ask(self, n: int) -> list[Candidate]:
+        out = []
+        for cand in self._grid:
+            out.append(cand)
+            if len(out) == n:
+                break
+        self.exhausted = len(out) < n
+        return out
+
+    def tell(self, cand: Candidate, values: dict[str, float] | None) -> None:
+        """Grid search does not learn."""
+
+    def first_round(self, budget: int) -> int:
+        return budget
+
+
+class RandomStrategy:
+    """Seeded uniform draws without repetition."""
+
+    MAX_MISSES = 500
+
+    def __init__(self, branch: Branch, seed: int) -> None:
+        self.branch = branch
+        self._rng = random.Random(seed)
+        self._seen: set[Candidate] = set()
+        self.exhausted = False
+
+    def ask(self, n: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        misses = 0
+        while len(out) < n and misses < self.MAX_MISSES:
+            cand = self.branch.sample(self._rng)
+            if cand is None or cand in self._seen:
+                misses += 1
+                continue
+            self._seen.add(cand)
+            out.append(cand)
+        self.exhausted = len(out) < n
+        return out
+
+    def tell(self, cand: Candidate, values: dict[str, float] | None) -> None:
+        """Random search does not learn."""
+
+    def first_round(self, budget: int) -> int:
+        return budget
+
+
+class BayesianStrategy:
+    """Optuna TPE over one branch: backend, each role's shape and every knob are parameters."""
+
+    def __init__(self, branch: Branch, budget: int, seed: int, objective: Objective) -> None:
+        optuna = import_optuna()
+        self.branch = branch
+        self.exhausted = False
+        self._optuna = optuna
+        self._startup = min(10, max(4, budget // 4))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # multivariate/group/constant_liar are "experimental"
+            sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=self._startup, multivariate=True,
+                                                 group=True, constant_liar=True)
+        directions = ["maximize"] * len(objective.names) if objective.is_pareto else ["maximize"]
+        self._study = optuna.create_study(directions=directions, sampler=sampler)
+        self._objective = objective
+        self._pending: dict[Candidate, list[Any]] = {}
+        self._labels = {role: _shape_labels(branch, role) for role in branch.roles}
+
+    def first_round(self, budget: int) -> int:
+        return self._startup
+
+    def ask(self, n: int) -> list[Candidate]:
+        out = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(n):
+                trial = self._study.ask()
+                cand = self._decode(trial)
+                self._pending.setdefault(cand, []).append(trial)
+                out.append(cand)
+        return out
+
+    def tell(self, cand: Candidate, values: dict[str, float] | None) -> None:
+        for trial in self._pending.pop(cand, []):
+            if values is None:
+                self._study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+            elif self._objective.is_pareto:
+                self._study.tell(trial, [values[name] for name in self._objective.names])
+            else:
+                self._study.tell(trial, values["score"])
+
+    def _decode(self, trial: Any) -> Candidate:
+        branch = self.branch
+        backend = trial.suggest_categorical("engine.backend", branch.backends)
+        shapes = []
+        for role in branch.roles:
+            pool = branch.pools[role]
+            if pool.kind == "independent":
+                shapes.append(Shape(*(_suggest(trial, d) for d in pool.knob_dims)))
+            else:
+                labels = self._labels[role]
+                shapes.append(labels[trial.suggest_categorical(f"engine.workers.{role}.parallelism", list(labels))])
+        values = {d.name: _suggest(trial, d) for d in branch.dims}
+        return branch.candidate(backend, tuple(shapes), values)
+
+
+def _shape_labels(branch: Branch, role: str) -> dict[str, Any]:
+    """Every shape a role's pool has for any backend, by label (a categorical parameter)."""
+    shapes = sorted({s for shapes in branch.pools[role].by_backend.values() for s in shapes},
+                    key=lambda s: (s.gpus, s.gpus_per_worker, s.as_dict()["tensor"], s.label))
+    return {s.label: s for s in shapes}
+
+
+def _suggest(trial: Any, dim: Dim) -> Any:
+    if dim.log and dim.integer:
+        return trial.suggest_int(dim.name, int(dim.low), int(dim.high), log=True)
+    if dim.values:
+        return trial.suggest_categorical(dim.name, list(dim.values))
+    return trial.suggest_float(dim.name, dim.low, dim.high, log=dim.log)
+
+
+def import_optuna() -> Any:
+    """Optuna, quiet; raises ImportError with the install hint when it is missing."""
+    try:
+        import optuna
+    except ImportError:
+        raise ImportError("optimizer.algorithm 'bayesian' needs Optuna: pip install 'servesim[search]'") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def optuna_available() -> bool:
+    try:
+        import_optuna()
+    except ImportError:
+        return False
+    return True

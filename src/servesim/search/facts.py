@@ -1,0 +1,129 @@
+"""What the search needs to know about a model, a GPU and a concrete candidate.
+
+This is the only module of `servesim.search` that reaches into servesim's performance model
+(model configs, the AIConfigurator database, the KV-capacity formula); everything else works on
+configuration mappings and `servesim.simulate`. Every answer is memoised: the search asks the
+same questions for many candidates.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from servesim.config import SimConfig
+from servesim.errors import RunError
+
+log = logging.getLogger("servesim")
+
+
+@functools.lru_cache(maxsize=None)
+def context_length(model: str) -> int:
+    """The model's maximum context length (its HF config), what `context_length: max` means."""
+    from servesim.build import model_context_length
+
+    return model_context_length(model)
+
+
+@functools.lru_cache(maxsize=None)
+def latest_backend_version(hardware: str, backend: str, systems_path: str | None) -> str | None:
+    """The newest AIConfigurator database version of `backend` on `hardware` (None: no data).
+
+    The reference writes this version into every recommended config when the recommend config
+    names none.
+    """
+    from servesim.engine.hardware import systems_dir
+
+    systems, _ = systems_dir(systems_path)
+    if systems is None:
+        return None
+    from aiconfigurator_core.sdk.perf_database import get_latest_database_version
+
+    logging.getLogger("aiconfigurator_core").setLevel(logging.WARNING)
+    return get_latest_database_version(hardware, backend, systems_paths=str(systems))
+
+
+@functools.lru_cache(maxsize=None)
+def is_moe(model: str) -> bool:
+    """Whether the model has mixture-of-experts layers (False when its config is unknown)."""
+    from servesim.engine.models import ModelNotFound, resolve_model
+
+    try:
+        return resolve_model(model).is_moe
+    except ModelNotFound:
+        return False
+
+
+@functools.lru_cache(maxsize=4096)
+def shape_problem(model: str, tp: int, pp: int, dp: int, moe_tp: int, moe_ep: int) -> str | None:
+    """Why a worker split cannot hold the model (heads not divisible, MoE width ...), or None."""
+    from servesim.engine.capacity import Parallel, check_parallelism
+    from servesim.engine.models import ModelNotFound, resolve_model
+
+    try:
+        spec = resolve_model(model)
+    except ModelNotFound:
+        return None
+    try:
+        check_parallelism(spec, Parallel(tp=tp, pp=pp, attention_dp=dp, moe_tp=moe_tp, moe_ep=moe_ep))
+    except RunError as exc:
+        return str(exc).split(": model=", 1)[-1]
+    return None
+
+
+def kv_tokens_per_rank(config: SimConfig, role: str) -> int:
+    """Usable KV tokens of one scheduler rank of `role` (blocks x block size); raises RunError
+    ("no KV budget ...") when weights and activations leave no room."""
+    engine = config.engine
+    worker = engine.roles[role]  # type: ignore[index]
+    key = (engine.model, engine.hardware, engine.backend, engine.backend_version, engine.aic_systems_path,
+           worker.parallelism, worker.scheduler.max_batched_tokens, worker.scheduler.max_sequences_for(role),
+           worker.kv_cache, role)
+    return _kv_tokens(key, config, role)
+
+
+_KV_MEMO: dict[Any, int | RunError] = {}
+
+
+def _kv_tokens(key: Any, config: SimConfig, role: str) -> int:
+    found = _KV_MEMO.get(key)
+    if found is None:
+        from servesim.perf import num_blocks
+
+        engine = config.engine
+        worker = engine.roles[role]  # type: ignore[index]
+        try:
+            found = num_blocks(engine, worker, role) * engine.block_size(role)  # type: ignore[arg-type]
+        except RunError as exc:
+            found = exc
+        _KV_MEMO[key] = found
+    if isinstance(found, RunError):
+        raise found
+    return found
+
+
+def kv_bytes_per_token(config: SimConfig, role: str) -> int:
+    """Per-rank KV bytes per token of `role` (what `kv_transfer.bytes_per_token: auto` derives)."""
+    from servesim.build import _kv_bytes_per_token
+
+    engine = config.engine
+    return _kv_bytes_per_token(engine, engine.roles[role])  # type: ignore[index]
+
+
+def warm_up(configs: list[SimConfig]) -> None:
+    """Import the simulator and build the timing models of `configs` in this process, so worker
+    processes forked afterwards start with the timing database loaded (and share its memory)."""
+    import servesim.api  # noqa: F401
+    from servesim.perf import timing_model
+
+    log.disabled = True
+    try:
+        for config in configs:
+            for role, worker in config.engine.roles.items():
+                try:
+                    timing_model(config.engine, worker, role)
+                except Exception:  # noqa: BLE001 - the candidate's own replay reports it
+                    pass
+    finally:
+        log.disabled = False
