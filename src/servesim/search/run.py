@@ -28,7 +28,7 @@ from servesim.search.candidate import Materializer, Prepared
 from servesim.search.executors import LocalExecutor, Outcome, RayExecutor
 from servesim.search.schema import RecommendConfig
 from servesim.search.score import Objective, metrics, pareto_front, rank_key
-from servesim.search.space import Branch, Candidate, Shape, build_branches
+from servesim.search.space import Branch, Candidate, Shape, build_branches, ladder_shapes
 
 CHUNK = 32
 """Candidates per round for grid and random search (only the ledger's flush granularity)."""
@@ -83,6 +83,7 @@ class Search:
                                    max_gpus=constraints.max_candidate_gpus)
         moe = facts.is_moe(self.materializer.model)
         self.branches = build_branches(cfg, moe, self._shape_ok)
+        self._check_pools(moe)
         self.executor_kind, self.ray_address = executor, ray_address
         self.progress, self.on_round = progress, on_round
         self._prepared: dict[Candidate, Prepared] = {}
@@ -96,6 +97,18 @@ class Search:
         """Pre-filter of default pools: the split divides the model and, with the most generous
         settings of the role's domains, leaves a KV pool that holds one context-length sequence."""
         return self.materializer.shape_can_serve(backend, role, shape)
+
+    def _check_pools(self, moe: bool) -> None:
+        """A ConfigError when no branch has any deployment (every shape was filtered out)."""
+        if any(b.deployments(backend) for b in self.branches for backend in b.backends):
+            return
+        branch = self.branches[0]
+        backend = branch.backends[0]
+        shapes = tuple(ladder_shapes(moe, backend, 1)[0] for _ in branch.roles)
+        values = {d.name: (d.values[0] if d.values else d.low) for d in branch.dims}
+        why = self.materializer.prepare(branch.candidate(backend, shapes, values)).reason
+        raise ConfigError(f"no parallel shape within {branch.max_gpus} GPUs can serve {self.materializer.model} "
+                          f"(e.g. one GPU per worker: {why})")
 
     def prepare(self, branch: Branch, cand: Candidate) -> Prepared:
         found = self._prepared.get(cand)

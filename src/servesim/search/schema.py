@@ -104,8 +104,8 @@ def _typed_choices(kind: type, check: Any) -> Any:
                         raise ValueError("an integer range needs integer min, max and step")
                     if spec.scale == "linear" and spec.step is None:
                         raise ValueError("an integer linear range requires step")
-                check(spec.min)
-                check(spec.max)
+                check(int(spec.min) if kind is int else spec.min)
+                check(int(spec.max) if kind is int else spec.max)
                 return domain
             raise ValueError("a domain is a value, {choices: [...]} or {range: {min, max, step, scale}}")
         check(value)
