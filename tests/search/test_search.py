@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import config, disaggregated, without_timing_fields
+from search_helpers import config, disaggregated, without_timing_fields
 from servesim.api import simulate
 from servesim.config import load_config
 from servesim.errors import ConfigError

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import config, without_timing_fields
+from search_helpers import config, without_timing_fields
 from servesim.search import outputs
 from servesim.search.run import Search
 from servesim.search.schema import RecommendConfig
@@ -94,7 +94,7 @@ RAY_SCRIPT = textwrap.dedent("""
     import json, sys
     import ray
     sys.path.insert(0, {helpers!r})
-    from helpers import config
+    from search_helpers import config
     from servesim.search import outputs
     from servesim.search.run import Search
     from servesim.search.schema import RecommendConfig

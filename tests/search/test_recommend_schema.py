@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import config
+from search_helpers import config
 from servesim.errors import ConfigError
 from servesim.search.cli import load_recommend_config
 from servesim.search.schema import Choices, Range, RecommendConfig

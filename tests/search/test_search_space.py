@@ -8,7 +8,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import config, disaggregated
+from search_helpers import config, disaggregated
 from servesim.search.schema import Choices, Range, RangeSpec, RecommendConfig
 from servesim.search.space import Shape, build_branches, dim_from_domain, ladder_shapes
 
