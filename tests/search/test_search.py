@@ -177,3 +177,17 @@ def test_pareto_returns_the_non_dominated_set(tmp_path: Path) -> None:
     concurrency = {yaml.safe_load((tmp_path / e["config_path"]).read_text())["traffic"]["load"]["concurrency"]
                    for e in front}
     assert concurrency <= {max(1, int(f * 2000 * 16 * r // (512 + 16))) for f in (0.001, 0.01) for r in (1, 2, 3, 4)}
+
+
+def test_grid_covers_every_mode_and_budgets_split_between_modes() -> None:
+    from search_helpers import DISAGG_WORKER
+
+    both = config(**{"engine.mode": {"choices": ["aggregated", "disaggregated"]},
+                     "engine.workers.prefill": DISAGG_WORKER, "engine.workers.decode": DISAGG_WORKER})
+    grid = search(both)
+    assert grid.algorithm == "grid"
+    assert {e["mode"] for e in grid.entries} == {"aggregated", "disaggregated"}
+    assert len(grid.entries) == 14 + 11
+    random_run = search(config(both, **{"optimizer.algorithm": "random", "optimizer.max_trials": 7}))
+    modes = [e["mode"] for e in random_run.entries if e["eval_seconds"] is not None]
+    assert (modes.count("aggregated"), modes.count("disaggregated")) == (4, 3)

@@ -24,6 +24,9 @@ from servesim.search.space import Branch, Candidate, Dim, Shape
 
 BAYESIAN_ROUND = 4
 """Candidates a model-guided round proposes at once (after the random start-up round)."""
+CHUNK = 32
+"""Candidates per round of grid and random search (they do not learn: only the ledger's flush
+granularity)."""
 
 
 class GridStrategy:
@@ -45,8 +48,8 @@ class GridStrategy:
     def tell(self, cand: Candidate, values: dict[str, float] | None) -> None:
         """Grid search does not learn."""
 
-    def first_round(self, budget: int) -> int:
-        return budget
+    def round_size(self, first: bool) -> int:
+        return CHUNK
 
 
 class RandomStrategy:
@@ -76,8 +79,8 @@ class RandomStrategy:
     def tell(self, cand: Candidate, values: dict[str, float] | None) -> None:
         """Random search does not learn."""
 
-    def first_round(self, budget: int) -> int:
-        return budget
+    def round_size(self, first: bool) -> int:
+        return CHUNK
 
 
 class BayesianStrategy:
@@ -99,8 +102,8 @@ class BayesianStrategy:
         self._pending: dict[Candidate, list[Any]] = {}
         self._labels = {role: _shape_labels(branch, role) for role in branch.roles}
 
-    def first_round(self, budget: int) -> int:
-        return self._startup
+    def round_size(self, first: bool) -> int:
+        return self._startup if first else BAYESIAN_ROUND
 
     def ask(self, n: int) -> list[Candidate]:
         out = []

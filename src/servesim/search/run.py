@@ -23,15 +23,13 @@ from typing import Any
 
 from servesim.errors import ConfigError
 from servesim.search import facts
-from servesim.search.algorithms import BAYESIAN_ROUND, BayesianStrategy, GridStrategy, RandomStrategy, optuna_available
+from servesim.search.algorithms import BayesianStrategy, GridStrategy, RandomStrategy, optuna_available
 from servesim.search.candidate import Materializer, Prepared
 from servesim.search.executors import LocalExecutor, Outcome, RayExecutor
 from servesim.search.schema import RecommendConfig
 from servesim.search.score import Objective, metrics, pareto_front, rank_key
 from servesim.search.space import Branch, Candidate, Shape, build_branches, ladder_shapes
 
-CHUNK = 32
-"""Candidates per round for grid and random search (only the ledger's flush granularity)."""
 GRID_CHECK_LIMIT = 4000
 """Largest grid `auto` checks candidate by candidate to decide whether it fits max_trials."""
 
@@ -165,10 +163,8 @@ class Search:
 
     def _runs(self, algorithm: str) -> list[_BranchRun]:
         opt = self.cfg.optimizer
-        if algorithm == "grid":
-            runs = [_BranchRun(b, GridStrategy(b), 0) for b in self.branches]
-            runs[0].budget = opt.max_trials
-            return runs
+        if algorithm == "grid":  # one budget for all branches (see _round)
+            return [_BranchRun(b, GridStrategy(b), opt.max_trials) for b in self.branches]
         base, extra = divmod(opt.max_trials, len(self.branches))
         runs = []
         for index, branch in enumerate(self.branches):
@@ -194,7 +190,7 @@ class Search:
             while any(r.active for r in runs):
                 for index, run in enumerate(runs):
                     if run.active:
-                        self._round(run, executor, algorithm)
+                        self._round(run, executor, self.cfg.optimizer.max_trials - sum(r.replayed for r in runs))
                         if not run.active:
                             _pass_on(runs, index)
         except KeyboardInterrupt:
@@ -211,14 +207,13 @@ class Search:
             return RayExecutor(opt.parallelism, opt.candidate_timeout_seconds, self.ray_address)
         return LocalExecutor(min(opt.parallelism, os.cpu_count() or 1), opt.candidate_timeout_seconds)
 
-    def _round(self, run: _BranchRun, executor: Any, algorithm: str) -> None:
-        remaining = run.budget - run.replayed
+    def _round(self, run: _BranchRun, executor: Any, left: int) -> None:
+        """One round of a branch: ask, reject or replay, tell. `left`: replays left overall."""
+        remaining = min(run.budget - run.replayed, left)
         if remaining <= 0 or run.asked > 20 * run.budget + 100:
             run.active = False
             return
-        size = run.strategy.first_round(remaining) if run.rounds == 0 else (
-            BAYESIAN_ROUND if algorithm == "bayesian" else CHUNK)
-        cands = run.strategy.ask(min(size, remaining, CHUNK if algorithm != "bayesian" else size))
+        cands = run.strategy.ask(min(run.strategy.round_size(run.rounds == 0), remaining))
         run.rounds += 1
         run.asked += len(cands)
         order, jobs = [], []
