@@ -83,3 +83,11 @@ def test_overrides_may_set_optimizer_and_optimization(tmp_path: Path) -> None:
 def test_hardware_auto_takes_optimization_hardware() -> None:
     cfg = RecommendConfig.model_validate(config(**{"engine.hardware": "auto", "optimization.hardware": "h100_sxm"}))
     assert cfg.hardware == "h100_sxm"
+
+
+def test_passed_through_sections_are_checked_by_the_predict_schema() -> None:
+    from servesim.search.run import Search
+
+    data = config(**{"engine.workers.aggregated.timing": {"type": "fixed", "prefill_ms": 30}})
+    with pytest.raises(ConfigError, match="decode_ms"):
+        Search(RecommendConfig.model_validate(data)).run()

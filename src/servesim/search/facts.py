@@ -114,8 +114,11 @@ def kv_bytes_per_token(config: SimConfig, role: str) -> int:
 def warm_up(configs: list[SimConfig]) -> None:
     """Import the simulator and build the timing models of `configs` in this process, so worker
     processes forked afterwards start with the timing database loaded (and share its memory)."""
-    import servesim.api  # noqa: F401
+    import importlib
+
     from servesim.perf import timing_model
+
+    importlib.import_module("servesim.api")
 
     log.disabled = True
     try:

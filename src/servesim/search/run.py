@@ -119,11 +119,12 @@ class Search:
     def probes(self) -> list[Any]:
         """The first candidate of every branch and backend, parsed by the predict schema.
 
-        A ConfigError naming the key is raised when a passed-through section is invalid (one
-        that only a branch or backend refuses is left to the candidates' own checks)."""
+        When none parses, the passed-through sections are invalid: the first error (naming the
+        key) is raised as a ConfigError. One that only some branch or backend refuses is left to
+        the candidates' own checks."""
         from servesim.config import parse_config
 
-        parsed = []
+        parsed, errors = [], []
         for branch in self.branches:
             for backend in branch.backends:
                 deployments = branch.deployments(backend)
@@ -134,8 +135,9 @@ class Search:
                 try:
                     parsed.append(parse_config(mapping))
                 except ConfigError as exc:
-                    if "backend" not in str(exc) and "mode" not in str(exc):
-                        raise
+                    errors.append(exc)
+        if errors and not parsed:
+            raise errors[0]
         return parsed
 
     # -- the algorithm --------------------------------------------------------------------

@@ -26,11 +26,23 @@ evaluation, router, planner, ...) is passed to every candidate as written and va
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Gt, Le
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+
+from servesim.search.domains import (
+    Choices,
+    FloatDomain,
+    IntDomain,
+    Range,
+    RangeSpec,
+    domain_validator,
+    check_fraction,
+    check_positive_number,
+    check_positive_int,
+    domain_parser,
+)
 
 PositiveInt = Annotated[int, Strict(), Gt(0)]
 NonNegativeInt = Annotated[int, Strict(), Ge(0)]
@@ -49,100 +61,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Choices(_Model):
-    """A finite set of values to choose from."""
-
-    choices: list[Any]
-
-    @field_validator("choices")
-    @classmethod
-    def _non_empty_unique(cls, values: list[Any]) -> list[Any]:
-        if not values:
-            raise ValueError("choices must be a non-empty list")
-        if len({repr(v) for v in values}) != len(values):
-            raise ValueError("choices must not repeat a value")
-        return values
-
-
-class RangeSpec(_Model):
-    """Bounds of a numeric range; `step` makes it a finite grid, `scale: log` samples log-uniformly."""
-
-    min: Annotated[float, Strict(), AllowInfNan(False)]
-    max: Annotated[float, Strict(), AllowInfNan(False)]
-    step: PositiveNumber | None = None
-    scale: Literal["linear", "log"] = "linear"
-
-    @model_validator(mode="after")
-    def _bounds(self) -> RangeSpec:
-        if self.min > self.max:
-            raise ValueError("range requires min <= max")
-        if self.scale == "log" and (self.min <= 0 or self.step is not None):
-            raise ValueError("a log range needs min > 0 and takes no step")
-        return self
-
-
-class Range(_Model):
-    range: RangeSpec
-
-
-def _typed_choices(kind: type, check: Any) -> Any:
-    """Validate a domain of `kind` values (int or float) and each value with `check`."""
-
-    def validate(value: Any) -> Any:
-        if isinstance(value, dict):
-            if set(value) == {"choices"}:
-                domain = Choices.model_validate(value)
-                for item in domain.choices:
-                    check(item)
-                return domain
-            if set(value) == {"range"}:
-                domain = Range.model_validate(value)
-                spec = domain.range
-                if kind is int:
-                    if spec.min != int(spec.min) or spec.max != int(spec.max) or (
-                            spec.step is not None and spec.step != int(spec.step)):
-                        raise ValueError("an integer range needs integer min, max and step")
-                    if spec.scale == "linear" and spec.step is None:
-                        raise ValueError("an integer linear range requires step")
-                check(int(spec.min) if kind is int else spec.min)
-                check(int(spec.max) if kind is int else spec.max)
-                return domain
-            raise ValueError("a domain is a value, {choices: [...]} or {range: {min, max, step, scale}}")
-        check(value)
-        return value
-
-    return validate
-
-
-def _strict_positive_int(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"must be a positive integer (got {value!r})")
-
-
-def _positive_number(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"must be a positive finite number (got {value!r})")
-
-
-def _fraction(value: Any) -> None:
-    _positive_number(value)
-    if value > 1:
-        raise ValueError(f"must be in (0, 1] (got {value!r})")
-
-
-IntDomain = Annotated[Any, Field(json_schema_extra={"domain": "int"})]
-FloatDomain = Annotated[Any, Field(json_schema_extra={"domain": "float"})]
-
-
-def _domain_validator(*fields: str, kind: type, check: Any) -> Any:
-    validate = _typed_choices(kind, check)
-
-    def run(cls: Any, value: Any) -> Any:
-        return None if value is None else validate(value)
-
-    return field_validator(*fields)(classmethod(run))
-
-
 class ParallelismDomains(_Model):
     """`preset: default` (every legal shape within the budget), a list of exact shapes, or
     `preset: false` with a domain per knob (an omitted knob ranges over the default pool's values)."""
@@ -155,7 +73,7 @@ class ParallelismDomains(_Model):
     moe_tensor: IntDomain = None
     moe_expert: IntDomain = None
 
-    _int_domains = _domain_validator(*PARALLEL_KEYS, kind=int, check=_strict_positive_int)
+    _int_domains = domain_validator(*PARALLEL_KEYS, kind=int, check=check_positive_int)
 
     @field_validator("preset")
     @classmethod
@@ -174,7 +92,7 @@ class ParallelismDomains(_Model):
                     raise ValueError(f"preset entry {index} must give exactly {', '.join(PARALLEL_KEYS)}"
                                      f" (missing {sorted(missing)}, unknown {sorted(unknown)})")
                 for key in PARALLEL_KEYS:
-                    _strict_positive_int(entry[key])
+                    check_positive_int(entry[key])
         return value
 
     @model_validator(mode="after")
@@ -195,7 +113,7 @@ class SchedulerDomains(_Model):
     sglang: dict[str, Any] | None = None
     preemption_mode: str | None = None
 
-    _int_domains = _domain_validator("max_batched_tokens", "max_sequences", kind=int, check=_strict_positive_int)
+    _int_domains = domain_validator("max_batched_tokens", "max_sequences", kind=int, check=check_positive_int)
 
 
 class CapacityDomains(_Model):
@@ -203,7 +121,7 @@ class CapacityDomains(_Model):
     memory_fraction: FloatDomain = None
     blocks: PositiveInt | None = None
 
-    _fraction = _domain_validator("memory_fraction", kind=float, check=_fraction)
+    _fraction = domain_validator("memory_fraction", kind=float, check=check_fraction)
 
     @model_validator(mode="after")
     def _kind_fields(self) -> CapacityDomains:
@@ -219,7 +137,7 @@ class KvCacheDomains(_Model):
     prefix_caching: bool = True
     capacity: CapacityDomains = CapacityDomains()
 
-    _int_domains = _domain_validator("block_size", kind=int, check=_strict_positive_int)
+    _int_domains = domain_validator("block_size", kind=int, check=check_positive_int)
 
 
 class WorkerDomains(_Model):
@@ -244,7 +162,7 @@ def _mode_or_backend(allowed: tuple[str, ...]) -> Any:
         if value not in allowed:
             raise ValueError(f"must be one of {', '.join(allowed)} (got {value!r})")
 
-    return _typed_choices(str, check)
+    return domain_parser(str, check)
 
 
 class EngineDomains(_Model):
@@ -299,9 +217,9 @@ class LoadDomains(_Model):
     fraction: FloatDomain = None
     speedup: FloatDomain = None
 
-    _int_domains = _domain_validator("concurrency", kind=int, check=_strict_positive_int)
-    _float_domains = _domain_validator("requests_per_second", "sessions_per_second", "fraction", "speedup",
-                                       kind=float, check=_positive_number)
+    _int_domains = domain_validator("concurrency", kind=int, check=check_positive_int)
+    _float_domains = domain_validator("requests_per_second", "sessions_per_second", "fraction", "speedup",
+                                       kind=float, check=check_positive_number)
 
     @model_validator(mode="before")
     @classmethod
