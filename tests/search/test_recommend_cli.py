@@ -120,3 +120,26 @@ def test_ray_executor_gives_the_local_results(tmp_path: Path) -> None:
     local = outputs.ledger(Search(RecommendConfig.model_validate(data)).run())
     assert without_timing_fields(on_ray) == without_timing_fields(json.loads(json.dumps(local)))
     assert sum(e["eval_seconds"] is not None for e in on_ray["candidates"]) == 6
+
+
+def test_progress_line_on_a_terminal(tmp_path: Path) -> None:
+    import pty
+
+    path = tmp_path / "recommend.yaml"
+    path.write_text(yaml.safe_dump(config(**{"optimizer.max_trials": 4, "optimizer.algorithm": "random"})))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*SERVESIM, "recommend", "-c", str(path), "--output-dir", str(tmp_path / "out")],
+                            stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=60) == 0
+    text = b"".join(chunks).decode()
+    assert "[servesim recommend] " in text and "/4 trials" in text and "best throughput_per_gpu score" in text

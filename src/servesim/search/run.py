@@ -316,17 +316,23 @@ def recommend(config: RecommendConfig, **options: Any) -> SearchResult:
 
 
 def progress_line(stream: Any = sys.stderr) -> Callable[[SearchResult], None]:
-    """A progress callback that redraws one stderr line: replays done, rejected, best so far."""
+    """A progress callback that redraws one stderr line (at most ~10 times a second): replays
+    done, candidates rejected before replay, the best score so far, wall time."""
     started = time.perf_counter()
+    last = [0.0]
 
     def draw(result: SearchResult) -> None:
+        now = time.perf_counter()
+        if now - last[0] < 0.1:
+            return
+        last[0] = now
         entries = result.entries
         replayed = sum(e["eval_seconds"] is not None for e in entries)
         rejected = sum(e["status"] in ("over_budget", "unsupported", "kv_too_small") for e in entries)
         scores = [e["score"] for e in entries if e["feasible"]]
         best = f"best {result.config.optimization.target} score {max(scores):.4g}" if scores else "no feasible yet"
         stream.write(f"\r[servesim recommend] {replayed}/{result.config.optimizer.max_trials} trials, "
-                     f"{rejected} rejected before replay, {best}, wall {time.perf_counter() - started:,.1f} s ")
+                     f"{rejected} rejected before replay, {best}, wall {now - started:,.1f} s ")
         stream.flush()
 
     return draw
