@@ -95,15 +95,56 @@ class BayesianStrategy:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # multivariate/group/constant_liar are "experimental"
             sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=self._startup, multivariate=True,
-                                                 group=True, constant_liar=True)
+                                                 group=True, constant_liar=True, n_ei_candidates=64)
         directions = ["maximize"] * len(objective.names) if objective.is_pareto else ["maximize"]
         self._study = optuna.create_study(directions=directions, sampler=sampler)
         self._objective = objective
         self._pending: dict[Candidate, list[Any]] = {}
         self._labels = {role: _shape_labels(branch, role) for role in branch.roles}
+        for params in self._spread(self._startup, random.Random(seed)):
+            self._study.enqueue_trial(params)
 
     def round_size(self, first: bool) -> int:
         return self._startup if first else BAYESIAN_ROUND
+
+    def _spread(self, n: int, rng: random.Random) -> list[dict[str, Any]]:
+        """The start-up round: n deployments spread over GPU counts and backends (round robin
+        over the (GPUs, backend) groups, a seeded draw within each), random knobs."""
+        branch = self.branch
+        groups: dict[tuple[int, str], list[tuple[Shape, ...]]] = {}
+        for backend in branch.backends:
+            for shapes in branch.deployments(backend):
+                groups.setdefault((sum(s.gpus for s in shapes), backend), []).append(shapes)
+        for members in groups.values():
+            rng.shuffle(members)
+        order = sorted(groups)
+        rng.shuffle(order)
+        plan: list[dict[str, Any]] = []
+        while len(plan) < n and any(groups.values()):
+            for key in order:
+                if groups[key] and len(plan) < n:
+                    plan.append(self._params(key[1], groups[key].pop(), rng))
+        return plan
+
+    def _params(self, backend: str, shapes: tuple[Shape, ...], rng: random.Random) -> dict[str, Any]:
+        """Optuna parameters that decode to this backend and deployment (knobs drawn at random)."""
+        params: dict[str, Any] = {"engine.backend": backend}
+        for role, shape in zip(self.branch.roles, shapes):
+            pool, base = self.branch.pools[role], f"engine.workers.{role}.parallelism"
+            if pool.kind == "independent":
+                params.update({d.name: getattr(shape, d.name.rsplit(".", 1)[1]) for d in pool.knob_dims})
+            elif pool.kind == "list":
+                params[base] = shape.label
+            else:
+                g = shape.gpus_per_worker
+                splits = sorted({_split(s) for s in self._labels[role].values() if s.gpus_per_worker == g})
+                params[f"{base}.gpus_per_worker"] = g
+                params[f"{base}.replicas"] = shape.replicas
+                if len(splits) > 1:
+                    params[f"{base}.split_of_{g}"] = str(splits.index(_split(shape)))
+        for dim in self.branch.dims:
+            params[dim.name] = dim.sample(rng)
+        return params
 
     def ask(self, n: int) -> list[Candidate]:
         out = []
@@ -133,11 +174,30 @@ class BayesianStrategy:
             pool = branch.pools[role]
             if pool.kind == "independent":
                 shapes.append(Shape(*(_suggest(trial, d) for d in pool.knob_dims)))
-            else:
+            elif pool.kind == "list":
                 labels = self._labels[role]
                 shapes.append(labels[trial.suggest_categorical(f"engine.workers.{role}.parallelism", list(labels))])
+            else:
+                shapes.append(self._ladder_shape(trial, role))
         values = {d.name: _suggest(trial, d) for d in branch.dims}
         return branch.candidate(backend, tuple(shapes), values)
+
+    def _ladder_shape(self, trial: Any, role: str) -> Shape:
+        """A default-pool shape from ordinal parameters the model can learn along: GPUs per
+        worker, the split of such a worker (MoE) and the replica count. A combination outside
+        the pool is rejected before replay (over budget, or not a split the backend runs)."""
+        shapes = list(self._labels[role].values())
+        base = f"engine.workers.{role}.parallelism"
+        g = trial.suggest_categorical(f"{base}.gpus_per_worker", sorted({s.gpus_per_worker for s in shapes}))
+        splits = sorted({_split(s) for s in shapes if s.gpus_per_worker == g})
+        split = splits[0] if len(splits) == 1 else splits[int(trial.suggest_categorical(
+            f"{base}.split_of_{g}", [str(i) for i in range(len(splits))]))]
+        replicas = trial.suggest_int(f"{base}.replicas", 1, max(s.replicas for s in shapes))
+        return Shape(replicas, *split)
+
+
+def _split(shape: Shape) -> tuple[int, int, int, int, int]:
+    return (shape.tensor, shape.pipeline, shape.attention_data, shape.moe_tensor, shape.moe_expert)
 
 
 def _shape_labels(branch: Branch, role: str) -> dict[str, Any]:

@@ -180,11 +180,14 @@ class Materializer:
 
     # -- checks ----------------------------------------------------------------------------
 
-    def prepare(self, cand: Candidate) -> Prepared:
-        """The candidate's config, or the reason it cannot run (checked without replaying)."""
+    def prepare(self, cand: Candidate, unsupported: str | None = None) -> Prepared:
+        """The candidate's config, or the reason it cannot run (checked without replaying);
+        `unsupported` is a reason found by the caller (reported after the budget check)."""
         reason = self._budget_problem(cand)
         if reason:
             return Prepared(cand, None, "over_budget", reason)
+        if unsupported:
+            return Prepared(cand, None, "unsupported", unsupported)
         for role, shape in cand.shapes:
             problem = facts.shape_problem(self.model, shape.tensor, shape.pipeline, shape.attention_data,
                                           shape.moe_tensor, shape.moe_expert)

@@ -111,9 +111,7 @@ class Search:
     def prepare(self, branch: Branch, cand: Candidate) -> Prepared:
         found = self._prepared.get(cand)
         if found is None:
-            reason = branch.unsupported(cand)
-            found = Prepared(cand, None, "unsupported", reason) if reason else self.materializer.prepare(cand)
-            self._prepared[cand] = found
+            found = self._prepared[cand] = self.materializer.prepare(cand, branch.unsupported(cand))
         return found
 
     def probes(self) -> list[Any]:
