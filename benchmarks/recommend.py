@@ -5,7 +5,11 @@ around each), then the reference's own `predict` scores each tool's recommendati
 with the case's target (pareto: the hypervolume of each tool's front above (0, 0), every front
 config scored by the reference). Prints a table; `--write-readme` puts it in benchmarks/README.md.
 
-    python3 benchmarks/recommend.py [-k NAME] [--write-readme]
+    python3 benchmarks/recommend.py [-k NAME] [--write-readme] [--rerun-reference]
+
+The reference's side takes minutes per case (its Vizier search); its wall time and quality are
+kept in benchmarks/recommend/reference-results.json, keyed by the case's config text, and reused
+until the config changes or --rerun-reference is given.
 
 Needs the reference (../shared/reference/install.sh). Until servesim's default timing uses the
 reference's database, SERVESIM_AIC_SYSTEMS_PATH is pointed at it for servesim's runs.
@@ -29,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 REFERENCE = HERE.parents[1] / "shared" / "reference"
 CASES = HERE / "recommend"
 README = HERE / "README.md"
+REFERENCE_RESULTS = CASES / "reference-results.json"
 
 
 def reference_bin() -> Path:
@@ -82,29 +87,43 @@ def quality(aisimulate: Path, out: Path, target: str, env: dict[str, str]) -> fl
     return score(aisimulate, configs[0], target, env)[target]
 
 
-def run_case(path: Path, aisimulate: Path) -> dict[str, object]:
+def reference_side(path: Path, aisimulate: Path, target: str, rerun: bool) -> dict[str, float]:
+    """The reference's wall time and quality on a case (cached by the config's text)."""
+    cache = json.loads(REFERENCE_RESULTS.read_text()) if REFERENCE_RESULTS.exists() else {}
+    entry = cache.get(path.stem)
+    if entry is not None and entry["config"] == path.read_text() and not rerun:
+        return entry
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ref"
+        wall, _ = timed([str(aisimulate), "recommend", "-c", str(path), "--output-dir", str(out), "--overwrite",
+                         "--format", "json"], path.parent, dict(os.environ))
+        entry = {"config": path.read_text(), "wall_s": wall,
+                 "quality": quality(aisimulate, out, target, dict(os.environ))}
+    cache[path.stem] = entry
+    REFERENCE_RESULTS.write_text(json.dumps(cache, indent=1) + "\n")
+    return entry
+
+
+def run_case(path: Path, aisimulate: Path, rerun: bool) -> dict[str, object]:
     cfg = yaml.safe_load(path.read_text())
     target = cfg["optimization"]["target"]
     env = dict(os.environ)
-    ref_env = dict(env)
     if "SERVESIM_AIC_SYSTEMS_PATH" not in env:
         env["SERVESIM_AIC_SYSTEMS_PATH"] = subprocess.run([str(REFERENCE / "aic-systems-path.sh")],
                                                          capture_output=True, text=True).stdout.strip()
+    ref = reference_side(path, aisimulate, target, rerun)
     with tempfile.TemporaryDirectory() as tmp:
-        ref_out, ours_out = Path(tmp) / "ref", Path(tmp) / "ours"
-        ref_wall, _ = timed([str(aisimulate), "recommend", "-c", str(path), "--output-dir", str(ref_out),
-                             "--overwrite", "--format", "json"], path.parent, ref_env)
-        ours_wall, _ = timed([sys.executable, "-m", "servesim", "recommend", "-c", str(path), "--output-dir",
-                              str(ours_out), "--overwrite", "--format", "json"], path.parent, env)
-        ledger = json.loads((ours_out / "recommendation.json").read_text())
+        out = Path(tmp) / "ours"
+        wall, _ = timed([sys.executable, "-m", "servesim", "recommend", "-c", str(path), "--output-dir", str(out),
+                         "--overwrite", "--format", "json"], path.parent, env)
+        ledger = json.loads((out / "recommendation.json").read_text())
         replayed = sum(e["eval_seconds"] is not None for e in ledger["candidates"])
+        trials = cfg["optimizer"]["max_trials"]
         return {
-            "case": path.stem, "target": target, "max_trials": cfg["optimizer"]["max_trials"],
-            "algorithm": ledger["algorithm"], "ref_s": ref_wall, "ours_s": ours_wall, "ratio": ours_wall / ref_wall,
-            "ref_quality": quality(aisimulate, ref_out, target, ref_env),
-            "ours_quality": quality(aisimulate, ours_out, target, ref_env),
-            "ref_cpm": cfg["optimizer"]["max_trials"] / ref_wall * 60, "ours_cpm": replayed / ours_wall * 60,
-            "ours_replayed": replayed,
+            "case": path.stem, "target": target, "max_trials": trials, "algorithm": ledger["algorithm"],
+            "ref_s": ref["wall_s"], "ours_s": wall, "ratio": wall / ref["wall_s"],
+            "ref_quality": ref["quality"], "ours_quality": quality(aisimulate, out, target, dict(os.environ)),
+            "ref_cpm": trials / ref["wall_s"] * 60, "ours_cpm": replayed / wall * 60, "ours_replayed": replayed,
         }
 
 
@@ -122,12 +141,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", default="", help="only cases whose name contains this")
     parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--rerun-reference", action="store_true", help="do not reuse cached reference results")
     args = parser.parse_args()
     aisimulate = reference_bin()
     rows = []
     for path in sorted(CASES.glob("*.yaml")):
         if args.k in path.stem:
-            rows.append(run_case(path, aisimulate))
+            rows.append(run_case(path, aisimulate, args.rerun_reference))
             print(json.dumps(rows[-1]), file=sys.stderr)
     text = table(rows)
     print(text)

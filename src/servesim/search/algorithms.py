@@ -101,8 +101,13 @@ class BayesianStrategy:
         self._objective = objective
         self._pending: dict[Candidate, list[Any]] = {}
         self._labels = {role: _shape_labels(branch, role) for role in branch.roles}
-        for params in self._spread(self._startup, random.Random(seed)):
+        self._rng = random.Random(seed)
+        for params in self._spread(self._startup, self._rng):
             self._study.enqueue_trial(params)
+        self._polish_from = budget - budget // 4
+        self._asked = 0
+        self._seen: set[Candidate] = set()
+        self._best: tuple[float, dict[str, Any]] | None = None
 
     def round_size(self, first: bool) -> int:
         return self._startup if first else BAYESIAN_ROUND
@@ -151,13 +156,39 @@ class BayesianStrategy:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for _ in range(n):
+                if self._asked >= self._polish_from:
+                    self._enqueue_neighbour()
                 trial = self._study.ask()
                 cand = self._decode(trial)
                 self._pending.setdefault(cand, []).append(trial)
+                self._seen.add(cand)
+                self._asked += 1
                 out.append(cand)
         return out
 
+    def _enqueue_neighbour(self) -> None:
+        """The last quarter of the budget polishes the best candidate so far: an untried
+        neighbour (one parameter changed, or the same GPUs split differently) is enqueued."""
+        if self._best is None:
+            return
+        optuna = self._optuna
+        distributions = {name: d for trial in self._study.trials for name, d in trial.distributions.items()}
+        moves = _neighbours(self._best[1], distributions)
+        self._rng.shuffle(moves)
+        for params in moves:
+            try:
+                cand = self._decode(optuna.trial.FixedTrial(params))
+            except (ValueError, KeyError, IndexError):
+                continue
+            if cand not in self._seen:
+                self._study.enqueue_trial(params)
+                return
+
     def tell(self, cand: Candidate, values: dict[str, float] | None) -> None:
+        trials = self._pending.get(cand, [])
+        if values is not None and trials and not self._objective.is_pareto:
+            if self._best is None or values["score"] > self._best[0]:
+                self._best = (values["score"], dict(trials[0].params))
         for trial in self._pending.pop(cand, []):
             if values is None:
                 self._study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
@@ -194,6 +225,28 @@ class BayesianStrategy:
             f"{base}.split_of_{g}", [str(i) for i in range(len(splits))]))]
         replicas = trial.suggest_int(f"{base}.replicas", 1, max(s.replicas for s in shapes))
         return Shape(replicas, *split)
+
+
+def _neighbours(params: dict[str, Any], distributions: dict[str, Any]) -> list[dict[str, Any]]:
+    """Parameter sets one step from `params`: another value of one categorical, an integer one
+    up or down, or (for a default-pool shape) twice or half the GPUs per worker at the same GPUs."""
+    out = []
+    for name, value in params.items():
+        dist = distributions.get(name)
+        choices = getattr(dist, "choices", None)
+        if choices is not None:
+            out += [{**params, name: c} for c in choices if c != value]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out += [{**params, name: value + step} for step in (-1, 1)]
+    for name, g in params.items():
+        if name.endswith(".gpus_per_worker"):
+            replicas = name.replace(".gpus_per_worker", ".replicas")
+            r = params.get(replicas, 1)
+            if r % 2 == 0:
+                out.append({**params, name: g * 2, replicas: r // 2})
+            if g % 2 == 0:
+                out.append({**params, name: g // 2, replicas: r * 2})
+    return out
 
 
 def _split(shape: Shape) -> tuple[int, int, int, int, int]:
