@@ -65,6 +65,7 @@ def test_no_feasible_candidate_exits_1(tmp_path: Path) -> None:
     assert any("divisible" in e["reason"] for e in ledger["candidates"])
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_ledger_of_finished_candidates(tmp_path: Path) -> None:
     data = config(**{"optimizer.algorithm": "random", "optimizer.max_trials": 200, "optimizer.parallelism": 1,
                      "traffic.stop.requests": 200, "traffic.load.concurrency": 4,
@@ -107,6 +108,7 @@ RAY_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_ray_executor_gives_the_local_results(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     script = tmp_path / "ray_search.py"

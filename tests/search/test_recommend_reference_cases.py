@@ -38,6 +38,7 @@ def _close(a: float, b: float, key: str) -> bool:
     return a == b
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", NAMES)
 def test_servesim_recommendations_replay_to_the_reference_numbers(case: str) -> None:
     for path in sorted((CASES / case / "servesim").glob("*.yaml")):
