@@ -28,7 +28,7 @@ from servesim.search.candidate import Materializer, Prepared
 from servesim.search.executors import LocalExecutor, Outcome, RayExecutor
 from servesim.search.schema import RecommendConfig
 from servesim.search.score import Objective, metrics, pareto_front, rank_key
-from servesim.search.space import Branch, Candidate, Shape, build_branches, ladder_shapes
+from servesim.search.space import Branch, Candidate, build_branches, ladder_shapes
 
 GRID_CHECK_LIMIT = 4000
 """Largest grid `auto` checks candidate by candidate to decide whether it fits max_trials."""
@@ -80,7 +80,7 @@ class Search:
         self.objective = Objective(cfg.optimization.target, min_goodput_rps=cfg.optimization.min_goodput_rps,
                                    max_gpus=constraints.max_candidate_gpus)
         moe = facts.is_moe(self.materializer.model)
-        self.branches = build_branches(cfg, moe, self._shape_ok)
+        self.branches = build_branches(cfg, moe, self.materializer.shape_can_serve)
         self._check_pools(moe)
         self.executor_kind, self.ray_address = executor, ray_address
         self.progress, self.on_round = progress, on_round
@@ -91,11 +91,6 @@ class Search:
 
     # -- static checks --------------------------------------------------------------------
 
-    def _shape_ok(self, mode: str, backend: str, role: str, shape: Shape) -> bool:
-        """Pre-filter of default pools: the split divides the model and, with the most generous
-        settings of the role's domains, leaves a KV pool that holds one context-length sequence."""
-        return self.materializer.shape_can_serve(backend, role, shape)
-
     def _check_pools(self, moe: bool) -> None:
         """A ConfigError when no branch has any deployment (every shape was filtered out)."""
         if any(b.deployments(backend) for b in self.branches for backend in b.backends):
@@ -103,8 +98,7 @@ class Search:
         branch = self.branches[0]
         backend = branch.backends[0]
         shapes = tuple(ladder_shapes(moe, backend, 1)[0] for _ in branch.roles)
-        values = {d.name: (d.values[0] if d.values else d.low) for d in branch.dims}
-        why = self.materializer.prepare(branch.candidate(backend, shapes, values)).reason
+        why = self.materializer.prepare(branch.candidate(backend, shapes, branch.first_values())).reason
         raise ConfigError(f"no parallel shape within {branch.max_gpus} GPUs can serve {self.materializer.model} "
                           f"(e.g. one GPU per worker: {why})")
 
@@ -128,8 +122,8 @@ class Search:
                 deployments = branch.deployments(backend)
                 if not deployments:
                     continue
-                values = {d.name: (d.values[0] if d.values else d.low) for d in branch.dims}
-                mapping = self.materializer.config(branch.candidate(backend, deployments[0], values), load_value=1)
+                cand = branch.candidate(backend, deployments[0], branch.first_values())
+                mapping = self.materializer.config(cand, load_value=1)
                 try:
                     parsed.append(parse_config(mapping))
                 except ConfigError as exc:

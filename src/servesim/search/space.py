@@ -202,6 +202,10 @@ class Branch:
     def finite(self) -> bool:
         return all(d.finite for d in self.dims)
 
+    def first_values(self) -> dict[str, Any]:
+        """The first value of every knob (a representative candidate)."""
+        return {d.name: (d.values[0] if d.values else d.low) for d in self.dims}
+
     def grid_size(self) -> int:
         knobs = math.prod(len(d.values) for d in self.dims) if self.finite else 0
         return sum(len(self.deployments(b)) for b in self.backends) * knobs
@@ -223,8 +227,8 @@ class Branch:
         return self.candidate(backend, shapes, {d.name: d.sample(rng) for d in self.dims})
 
 
-ShapeFilter = Callable[[str, str, str, Shape], bool]
-"""(mode, backend, role, shape) -> whether the shape can serve at all (static pre-filter)."""
+ShapeFilter = Callable[[str, str, Shape], bool]
+"""(backend, role, shape) -> whether the shape can serve at all (the default pools' pre-filter)."""
 
 
 def build_branches(cfg: RecommendConfig, moe: bool, shape_ok: ShapeFilter) -> list[Branch]:
@@ -235,7 +239,7 @@ def build_branches(cfg: RecommendConfig, moe: bool, shape_ok: ShapeFilter) -> li
     for mode in dict.fromkeys(cfg.engine.modes):
         roles = ROLES_OF[mode]
         share = high if mode == "aggregated" else high - 1
-        pools = {role: _role_pool(mode, role, _worker(cfg, role), cfg.engine.backends, moe, share, shape_ok)
+        pools = {role: _role_pool(role, _worker(cfg, role), cfg.engine.backends, moe, share, shape_ok)
                  for role in roles}
         dims, fixed = _knob_dims(cfg, roles)
         branches.append(Branch(mode, list(dict.fromkeys(cfg.engine.backends)), pools, dims, fixed, low, high))
@@ -248,13 +252,13 @@ def _worker(cfg: RecommendConfig, role: str) -> WorkerDomains:
     return worker
 
 
-def _role_pool(mode: str, role: str, worker: WorkerDomains, backends: list[str], moe: bool, budget: int,
+def _role_pool(role: str, worker: WorkerDomains, backends: list[str], moe: bool, budget: int,
                shape_ok: ShapeFilter) -> RolePool:
     par = worker.parallelism
     if isinstance(par.preset, list):
         shapes = [Shape(**entry) for entry in par.preset]
         return RolePool(role, "list", {b: shapes for b in backends})
-    default = {b: [s for s in ladder_shapes(moe, b, budget) if shape_ok(mode, b, role, s)] for b in backends}
+    default = {b: [s for s in ladder_shapes(moe, b, budget) if shape_ok(b, role, s)] for b in backends}
     if par.preset == "default":
         return RolePool(role, "default", default)
     dims = []
