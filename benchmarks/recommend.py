@@ -131,8 +131,11 @@ def table(rows: list[dict[str, object]]) -> str:
     head = ("| case | target | trials | servesim (s) | reference (s) | ratio | quality servesim | "
             "quality reference | candidates/min servesim | candidates/min reference |\n"
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    def q(value: object) -> str:
+        return "no recommendation" if value != value else f"{value:,.1f}"
+
     lines = [f"| {r['case']} | {r['target']} | {r['max_trials']} ({r['algorithm']}) | {r['ours_s']:.1f} | "
-             f"{r['ref_s']:.1f} | {r['ratio']:.2f} | {r['ours_quality']:,.1f} | {r['ref_quality']:,.1f} | "
+             f"{r['ref_s']:.1f} | {r['ratio']:.2f} | {q(r['ours_quality'])} | {q(r['ref_quality'])} | "
              f"{r['ours_cpm']:.0f} | {r['ref_cpm']:.0f} |" for r in rows]
     return head + "\n".join(lines) + "\n"
 
