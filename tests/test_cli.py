@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
+from conftest import CASES, canonical, without_host_fields
 
 from servesim.cli import main
 
-CASES = Path(__file__).parent / "cases"
 CASE01 = CASES / "replay/01-fixed-synthetic-concurrency/config.yaml"
-HOST_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -50,9 +48,7 @@ def test_reruns_are_byte_identical_apart_from_wall_time(tmp_path, capsys):
         assert _run(capsys, "predict", "-c", str(case), "--output-dir", str(tmp_path / name),
                     "--capture-per-request")[0] == 0
         report = json.loads((tmp_path / name / "prediction.json").read_text())
-        for key in HOST_FIELDS:
-            report.pop(key)
-        outputs.append((json.dumps(report), (tmp_path / name / "requests.jsonl").read_text()))
+        outputs.append((canonical(report), (tmp_path / name / "requests.jsonl").read_text()))
     assert outputs[0] == outputs[1]
 
 
@@ -131,3 +127,44 @@ def test_progress_line_shows_simulated_time_only_on_a_shared_clock(capsys):
     first, second = capsys.readouterr().err.strip("\n").split("\r")[1:]
     assert "0/10 requests" in first and "simulated 12.5 s" in first
     assert "0/10 requests" in second and "simulated" not in second
+
+
+KV_ROUTER = CASES / "dynamo/kv-2w-prefix16-r20/config.yaml"
+PLANNER = CASES / "dynamo/planner-load-kv-burst/config.yaml"
+
+
+@pytest.mark.parametrize("config, section", [(KV_ROUTER, "router"), (PLANNER, "planner")])
+def test_engine_stack_refuses_the_dynamo_sections(tmp_path, capsys, config, section):
+    code, out, err = _run(capsys, "predict", "--stack", "engine", "-c", str(config), "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and out == ""
+    assert f"{section}: config adapter 'engine.{section}' is unavailable" in err and "--stack dynamo" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_stacks_that_accept_a_config_run_it_unchanged(tmp_path, capsys):
+    runs = {}
+    for stack in (None, "engine", "dynamo"):
+        flag = ["--stack", stack] if stack else []
+        code, out, _ = _run(capsys, "predict", *flag, "-c", str(CASE01), "--format", "json",
+                            "--output-dir", str(tmp_path / str(stack)))
+        assert code == 0
+        runs[stack] = without_host_fields(json.loads(out))
+    assert runs[None] == runs["engine"] == runs["dynamo"]
+    code, out, _ = _run(capsys, "predict", "--stack", "dynamo", "-c", str(KV_ROUTER), "--format", "json",
+                        "--output-dir", str(tmp_path / "kv"))
+    assert code == 0 and json.loads(out)["completed_requests"] == 400
+
+
+def test_unknown_stack_exits_2(tmp_path, capsys):
+    code, _, err = _run(capsys, "predict", "--stack", "vllm", "-c", str(CASE01), "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and "stack 'vllm' is unavailable; installed stacks: dynamo, engine" in err
+
+
+def test_unknown_backend_version_exits_2_naming_the_available_ones(tmp_path, capsys, reference_systems, monkeypatch):
+    monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
+    config = CASES / "replay/03-default-timing-aic/config.yaml"
+    code, out, err = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "o"),
+                          "--set", "engine.backend_version='9.9.9'")
+    assert code == 2 and out == ""
+    assert err.startswith(f"servesim: error: {config}: engine.backend_version '9.9.9': ")
+    assert "available: 0.1.dev19262, 0.14.0, 0.18.0, 0.19.0, 0.22.0, 0.24.0 (or 'current')" in err

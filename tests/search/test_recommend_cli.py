@@ -145,3 +145,11 @@ def test_progress_line_on_a_terminal(tmp_path: Path) -> None:
     assert proc.wait(timeout=60) == 0
     text = b"".join(chunks).decode()
     assert "[servesim recommend] " in text and "/4 trials" in text and "best throughput_per_gpu score" in text
+
+
+def test_stack_engine_refuses_router_and_planner(tmp_path: Path) -> None:
+    data = config(**{"router": {"policy": "round_robin"}, "optimizer.max_trials": 1})
+    refused = _run(tmp_path, data, "--stack", "engine")
+    assert refused.returncode == 2 and "--stack dynamo" in refused.stderr
+    assert _run(tmp_path, config(**{"optimizer.max_trials": 1}), "--stack", "nope").returncode == 2
+    assert _run(tmp_path, data, "--stack", "dynamo").returncode == 0

@@ -10,8 +10,17 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-COMPLETED, REJECTED, FAILED, CANCELED = "completed", "rejected", "failed", "canceled"
+
+class Status(StrEnum):
+    """How a request ended."""
+
+    COMPLETED = "completed"
+    REJECTED = "rejected"
+    """Refused by a rank (context limit, or it can never fit the KV pool)."""
+    FAILED = "failed"
+    """Disaggregated: its prompt can never fit the decode pool."""
 
 
 @dataclass(slots=True)
@@ -42,7 +51,7 @@ class RequestRecord:
     requested_output: int
     routes: list[Route] = field(default_factory=list)
     admissions: list[Admission] = field(default_factory=list)
-    status: str | None = None
+    status: Status | None = None
     terminal_ms: float | None = None
     output_length: int = 0
     token_spans: list[int] = field(default_factory=list)
@@ -55,11 +64,16 @@ class RequestRecord:
     source_released_ms: float | None = None
     """Disaggregated handoff: prompt held on the prefill worker, decode KV reserved, request
     activated on the decode worker, prefill KV released."""
+    request_id: str | None = None
+    play_id: str | None = None
+    node: int = -1
+    """Agentic workloads: the trace's request id, the play (trajectory) it belongs to and its
+    node index in the graph (which numbers its UUID)."""
 
     @property
     def counted(self) -> bool:
         """Completed after at least one admission: the requests every metric is over."""
-        return self.status == COMPLETED and bool(self.admissions)
+        return self.status == Status.COMPLETED and bool(self.admissions)
 
     def token_times(self) -> list[float]:
         """Timestamps of every emitted token, in order."""
@@ -80,10 +94,15 @@ class Collector:
         self.records: list[RequestRecord] = []
         self.num_terminal = 0
 
-    def on_arrival(self, session_id: str, turn_index: int, arrival_ms: float,
-                   input_length: int, requested_output: int) -> RequestRecord:
+    def on_arrival(self, session_id: str, turn_index: int, arrival_ms: float, input_length: int,
+                   requested_output: int, request_id: str | None = None,
+                   play_id: str | None = None, node: int = -1) -> RequestRecord:
         record = RequestRecord(len(self.records), session_id, turn_index, arrival_ms,
                                input_length, requested_output)
+        if request_id is not None:
+            record.request_id = request_id
+            record.play_id = play_id
+            record.node = node
         self.records.append(record)
         return record
 
@@ -95,7 +114,7 @@ class Collector:
     def on_admit(record: RequestRecord, at_ms: float, reused_tokens: int, pool: str) -> None:
         record.admissions.append(Admission(at_ms, reused_tokens, pool))
 
-    def on_terminal(self, record: RequestRecord, at_ms: float, status: str, output_length: int,
+    def on_terminal(self, record: RequestRecord, at_ms: float, status: Status, output_length: int,
                     token_spans: list[int], pass_ends: array | None, reason: str | None = None) -> None:
         self.num_terminal += 1
         record.reason = reason

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servesim.engine.request import EngineRequest
-from servesim.engine.rank import Rank, RankPass
+from servesim.engine.interface import HandoffRank
+from servesim.engine.rank import RankPass
 
 
 @dataclass(slots=True)
@@ -34,7 +35,7 @@ class WorkerPass:
 class Worker:
     """One logical worker with `len(ranks)` scheduler ranks."""
 
-    def __init__(self, worker_id: int, ranks: list[Rank], first_scheduler_id: int, pool_index: int = 0) -> None:
+    def __init__(self, worker_id: int, ranks: list[HandoffRank], first_scheduler_id: int, pool_index: int = 0) -> None:
         self.worker_id = worker_id
         self.order = (pool_index, worker_id)
         """Pass-start order among workers at one instant."""

@@ -73,8 +73,8 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
     """The per-request record of a request that reached a terminal state."""
     times = record.token_times()
     n = len(times)
-    first = times[0] if n else None
-    last = times[-1] if n else None
+    first = times[0] if n else 0.0
+    last = times[-1] if n else 0.0
     pools: dict[str, int] = {}
     for adm in record.admissions:
         pools[adm.pool] = pools.get(adm.pool, 0) + 1
@@ -91,10 +91,10 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
         "dispatched_at_ms": None,
         "e2e_latency_ms": last - record.arrival_ms if n else None,
         "first_admit_ms": record.admissions[0].at_ms if record.admissions else None,
-        "first_token_ms": first,
+        "first_token_ms": first if n else None,
         "input_length": record.input_length,
         "itl_ms": (last - first) / (n - 1) if n > 1 else None,
-        "last_token_ms": last,
+        "last_token_ms": last if n else None,
         "output_length": record.output_length,
         "pressure_record_ordinals": [],
         "readmission_count": sum(max(0, c - 1) for c in pools.values()),
@@ -102,26 +102,35 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
         "reused_input_tokens": max((a.reused_tokens for a in prompt_side), default=0),
         "routing_history": _routing_history(record),
         "session_id": record.session_id,
-        "terminal_status": record.status,
+        "terminal_status": record.status.value if record.status is not None else None,
         "terminal_time_ms": record.terminal_ms,
         "ttft_ms": max(first - record.arrival_ms, 0.0) if n else None,
         "ttst_ms": times[1] - first if n > 1 else None,
         "turn_index": record.turn_index,
         "uuid": request_uuid,
     })
+    if record.request_id is not None:
+        out["request_id"] = record.request_id
+        out["play_id"] = record.play_id
+        out["dispatched_at_ms"] = record.arrival_ms
     if record.reason is not None:
         out["rejection_reason"] = record.reason
     return out
 
 
 def request_records(records: Sequence[RequestRecord], seed: int = 0) -> list[dict[str, Any]]:
-    """Records of every terminal request, ordered by arrival time then arrival order.
+    """Records of every terminal request, ordered by arrival time then arrival order (agentic
+    requests: by request id first).
 
     UUIDs are version-4 UUIDs drawn from a generator owned by this call, so a rerun of the same
-    config gives the same identifiers.
+    config gives the same identifiers; an agentic request's UUID is its node number (1-based),
+    as in the reference.
     """
     rng = random.Random(seed)
     ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in records]
     terminal = [r for r in records if r.status is not None]
+    if any(r.request_id is not None for r in terminal):
+        terminal.sort(key=lambda r: (r.request_id or "", r.arrival_ms, r.node))
+        return [request_record(r, str(uuid.UUID(int=r.node + 1))) for r in terminal]
     terminal.sort(key=lambda r: (r.arrival_ms, r.rid))
     return [request_record(r, ids[r.rid]) for r in terminal]

@@ -27,7 +27,9 @@ def add_parser(sub: Any) -> None:
                    help=f"where recommendations/ and the ledger go (default: ./{DEFAULT_OUTPUT_DIR})")
     p.add_argument("--overwrite", action="store_true", help="replace servesim outputs already in --output-dir")
     p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
-    p.add_argument("--stack", default="engine", help="execution stack (only 'engine')")
+    p.add_argument("--stack", default=None, metavar="{engine,dynamo}",
+                   help="execution stack, as in the reference: 'engine' (no router/planner sections) or "
+                        "'dynamo'; default: every section is accepted")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="replay candidates in local worker processes (default) or as Ray tasks")
     p.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local instance)")
@@ -56,6 +58,20 @@ def load_recommend_config(path: str, overrides: list[str]) -> Any:
         raise ConfigError("\n".join(describe_validation_error(exc))) from None
 
 
+def _check_stack(cfg: Any, stack: str | None) -> None:
+    """`--stack`: known, and on the engine stack no router or planner section (as the reference)."""
+    from servesim.config.load import STACKS
+
+    if stack is not None and stack not in STACKS:
+        raise ConfigError(f"stack {stack!r} is unavailable; installed stacks: {', '.join(STACKS)}")
+    if stack == "engine":
+        found = [name for name in ("router", "planner") if getattr(cfg, name) is not None]
+        if found:
+            raise ConfigError("\n".join(f"{name}: config adapter 'engine.{name}' is unavailable; installed "
+                                         "adapters: <none> (the router and planner sections need --stack dynamo)"
+                                         for name in found))
+
+
 def main(args: argparse.Namespace) -> int:
     from servesim.cli import _prepare_output_dir
     from servesim.search import outputs
@@ -63,9 +79,8 @@ def main(args: argparse.Namespace) -> int:
 
     out_dir = Path(args.output_dir)
     try:
-        if args.stack != "engine":
-            raise ConfigError(f"--stack {args.stack!r}: servesim has only the 'engine' stack")
         cfg = load_recommend_config(args.config, args.overrides)
+        _check_stack(cfg, args.stack)
         _prepare_output_dir(out_dir, args.overwrite)
         search = Search(cfg, base_dir=Path(args.config).resolve().parent, executor=args.executor,
                         ray_address=args.ray_address, progress=progress_line() if sys.stderr.isatty() else None,

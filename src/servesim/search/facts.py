@@ -21,7 +21,7 @@ log = logging.getLogger("servesim")
 @functools.lru_cache(maxsize=None)
 def context_length(model: str) -> int:
     """The model's maximum context length (its HF config), what `context_length: max` means."""
-    from servesim.build import model_context_length
+    from servesim.perf.models import model_context_length
 
     return model_context_length(model)
 
@@ -33,10 +33,12 @@ def latest_backend_version(hardware: str, backend: str, systems_path: str | None
     The reference writes this version into every recommended config when the recommend config
     names none.
     """
-    from servesim.engine.hardware import systems_dir
+    from servesim.perf.hardware import ready_systems_dir, systems_dir
 
-    systems, _ = systems_dir(systems_path)
-    if systems is None:
+    systems, how = systems_dir(systems_path)
+    try:
+        ready_systems_dir(systems, how, hardware)
+    except RunError:
         return None
     from aiconfigurator_core.sdk.perf_database import get_latest_database_version
 
@@ -47,23 +49,23 @@ def latest_backend_version(hardware: str, backend: str, systems_path: str | None
 @functools.lru_cache(maxsize=None)
 def is_moe(model: str) -> bool:
     """Whether the model has mixture-of-experts layers (False when its config is unknown)."""
-    from servesim.engine.models import ModelNotFound, resolve_model
+    from servesim.perf.models import resolve_model
 
     try:
         return resolve_model(model).is_moe
-    except ModelNotFound:
+    except RunError:
         return False
 
 
 @functools.lru_cache(maxsize=4096)
 def shape_problem(model: str, tp: int, pp: int, dp: int, moe_tp: int, moe_ep: int) -> str | None:
     """Why a worker split cannot hold the model (heads not divisible, MoE width ...), or None."""
-    from servesim.engine.capacity import Parallel, check_parallelism
-    from servesim.engine.models import ModelNotFound, resolve_model
+    from servesim.perf.capacity import Parallel, check_parallelism
+    from servesim.perf.models import resolve_model
 
     try:
         spec = resolve_model(model)
-    except ModelNotFound:
+    except RunError:
         return None
     try:
         check_parallelism(spec, Parallel(tp=tp, pp=pp, attention_dp=dp, moe_tp=moe_tp, moe_ep=moe_ep))
@@ -89,7 +91,7 @@ _KV_MEMO: dict[Any, int | RunError] = {}
 def _kv_tokens(key: Any, config: SimConfig, role: str) -> int:
     found = _KV_MEMO.get(key)
     if found is None:
-        from servesim.perf import num_blocks
+        from servesim.build.perf import num_blocks
 
         engine = config.engine
         worker = engine.roles[role]  # type: ignore[index]
@@ -105,7 +107,7 @@ def _kv_tokens(key: Any, config: SimConfig, role: str) -> int:
 
 def kv_bytes_per_token(config: SimConfig, role: str) -> int:
     """Per-rank KV bytes per token of `role` (what `kv_transfer.bytes_per_token: auto` derives)."""
-    from servesim.build import _kv_bytes_per_token
+    from servesim.build.lower import _kv_bytes_per_token
 
     engine = config.engine
     return _kv_bytes_per_token(engine, engine.roles[role])  # type: ignore[index]
@@ -116,7 +118,7 @@ def warm_up(configs: list[SimConfig]) -> None:
     processes forked afterwards start with the timing database loaded (and share its memory)."""
     import importlib
 
-    from servesim.perf import timing_model
+    from servesim.build.perf import timing_model
 
     importlib.import_module("servesim.api")
 

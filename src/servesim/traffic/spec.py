@@ -1,0 +1,136 @@
+"""The traffic of a run, resolved (`servesim.build` fills it from the config): where requests
+come from, when they arrive, and the driver that releases them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servesim.errors import RunError
+from servesim.traffic.agentic import AgenticGraph
+from servesim.traffic.agentic_driver import AgenticDriver
+from servesim.traffic.driver import Driver, RequestDriver
+from servesim.traffic.synthetic import constant_rate_schedule, poisson_schedule, synthetic_workload
+from servesim.traffic.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticSpec:
+    """`count` sessions of `turns` turns (1: single requests) with constant lengths."""
+
+    count: int
+    input_tokens: int
+    """Prompt tokens (new tokens per turn for sessions)."""
+    output_tokens: int
+    turns: int = 1
+    shared_prefix_ratio: float = 0.0
+    prefix_groups: int = 0
+    inter_turn_delay_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSpec:
+    """Trace files (several only for `dynamo` shards) and how to read them."""
+
+    paths: tuple[str, ...]
+    format: str
+    block_size: int | None
+    """Tokens per trace hash id (None only for `dynamo`: the trace's embedded one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """When requests arrive: "concurrency" (closed loop), "poisson", "constant_rate" or
+    "trace_timestamps" (the sessions' own first-arrival times, divided by `speedup`)."""
+
+    kind: str
+    concurrency: int = 0
+    rate: float = 0.0
+    """Requests (or sessions) per second of the open-loop loads."""
+    seed: int = 0
+    speedup: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficSpec:
+    """The requests of a run and their arrivals."""
+
+    source: SyntheticSpec | TraceSpec
+    load: LoadSpec
+    graph_refusal: str | None = None
+    """Why a dependency graph (an agent-aware Dynamo trace) cannot be replayed in this run, as
+    the reference says it at run time; None when it can."""
+
+    def workload(self, block_size: int) -> Workload | AgenticGraph:
+        """The source's sessions, or the dependency graph of an agentic trace (synthetic prompts
+        are made of blocks of `block_size`)."""
+        source = self.source
+        if isinstance(source, SyntheticSpec):
+            return synthetic_workload(source.count, source.input_tokens, source.output_tokens, block_size,
+                                      turns=source.turns, shared_prefix_ratio=source.shared_prefix_ratio,
+                                      prefix_groups=source.prefix_groups,
+                                      inter_turn_delay_ms=source.inter_turn_delay_ms)
+        speedup = self.load.speedup if self.load.kind == "trace_timestamps" else 1.0
+        return read_trace(source.format, list(source.paths), source.block_size, speedup)
+
+    def driver(self, workload: Workload | AgenticGraph) -> RequestDriver:
+        """The driver releasing `workload`'s requests under this load."""
+        if isinstance(workload, AgenticGraph):
+            if self.graph_refusal is not None:
+                raise RunError(self.graph_refusal)
+            return AgenticDriver(workload)
+        load = self.load
+        n = len(workload.sessions)
+        if load.kind == "concurrency":
+            return Driver(workload, concurrency=load.concurrency)
+        if load.kind == "poisson":
+            return Driver(workload, first_arrivals=poisson_schedule(n, load.rate, load.seed))
+        if load.kind == "constant_rate":
+            return Driver(workload, first_arrivals=constant_rate_schedule(n, load.rate))
+        return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup), delay_scale=load.speedup)
+
+
+def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
+    """First arrivals counted from the workload's origin (by default the earliest present
+    timestamp), divided by the speedup."""
+    present = [s.first_arrival_ms for s in workload.sessions if s.first_arrival_ms is not None]
+    origin = workload.origin_ms if workload.origin_ms is not None else min(present) if present else 0.0
+    return [0.0 if s.first_arrival_ms is None else (s.first_arrival_ms - origin) / speedup
+            for s in workload.sessions]
+
+
+def read_trace(fmt: str, paths: list[str], block_size: int | None, speedup: float) -> Workload | AgenticGraph:
+    """Read the trace files of a `trace` source (docs/traffic.md): sessions, or a dependency graph
+    for `agentic_mooncake` and agent-aware `dynamo` traces.
+
+    `block_size` is the trace block size (None only for `dynamo`: the embedded one); `speedup`
+    divides the times of agentic graphs (session workloads are sped up by the driver).
+    """
+    if fmt == "dynamo":
+        return _read_dynamo(paths, block_size, speedup)
+    if block_size is None:
+        raise RunError(f"trace format {fmt!r} needs a block size")
+    if fmt in ("mooncake", "mooncake-delta"):
+        from servesim.traffic.mooncake import read_mooncake
+
+        return read_mooncake(paths[0], block_size, accumulate=fmt == "mooncake-delta")
+    if fmt == "agentic_mooncake":
+        from servesim.traffic.agentic_mooncake import read_agentic_mooncake
+
+        return read_agentic_mooncake(paths[0], block_size, speedup=speedup)
+    if fmt == "applied_compute_agentic":
+        from servesim.traffic.applied_compute import read_applied_compute
+
+        return read_applied_compute(paths[0], block_size)
+    raise RunError(f"trace format {fmt!r} is not supported")
+
+
+def _read_dynamo(paths: list[str], block_size: int | None, speedup: float) -> Workload | AgenticGraph:
+    """Standard Dynamo traces are sessions; agent-aware ones (agent_context everywhere) graphs."""
+    from servesim.traffic.dynamo import read_dynamo, standard_workload
+
+    requests, tools, embedded = read_dynamo(paths, block_size)
+    if requests[0].agent_context is not None:
+        from servesim.traffic.dynamo_agentic import agentic_graph
+
+        return agentic_graph(requests, tools, embedded, speedup)
+    return standard_workload(requests, embedded)
