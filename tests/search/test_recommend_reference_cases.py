@@ -74,7 +74,7 @@ def test_servesim_recommend_still_writes_the_stored_configs(case: str, tmp_path:
     stored = sorted((CASES / case / "servesim").glob("*.yaml"))
     written = sorted((tmp_path / "recommendations").glob("*.yaml"))
     assert [p.name for p in written] == [p.name for p in stored]
-    for new, old in zip(written, stored):
+    for new, old in zip(written, stored, strict=True):
         assert yaml.safe_load(new.read_text()) == yaml.safe_load(old.read_text()), old.name
 
 

@@ -134,7 +134,7 @@ class BayesianStrategy:
     def _params(self, backend: str, shapes: tuple[Shape, ...], rng: random.Random) -> dict[str, Any]:
         """Optuna parameters that decode to this backend and deployment (knobs drawn at random)."""
         params: dict[str, Any] = {"engine.backend": backend}
-        for role, shape in zip(self.branch.roles, shapes):
+        for role, shape in zip(self.branch.roles, shapes, strict=True):
             pool, base = self.branch.pools[role], f"engine.workers.{role}.parallelism"
             if pool.kind == "independent":
                 params.update({d.name: getattr(shape, d.name.rsplit(".", 1)[1]) for d in pool.knob_dims})

@@ -58,10 +58,10 @@ def domain_parser(kind: type, check: Any) -> Any:
     def validate(value: Any) -> Any:
         if isinstance(value, dict):
             if set(value) == {"choices"}:
-                domain = Choices.model_validate(value)
-                for item in domain.choices:
+                choices = Choices.model_validate(value)
+                for item in choices.choices:
                     check(item)
-                return domain
+                return choices
             if set(value) == {"range"}:
                 domain = Range.model_validate(value)
                 spec = domain.range

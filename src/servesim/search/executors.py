@@ -91,7 +91,7 @@ class LocalExecutor:
             deadline = min(w.deadline(self.timeout_s) for w in busy.values())
             ready = wait(list(busy), timeout=max(0.0, deadline - time.monotonic()))
             for conn in ready:
-                worker = busy.pop(conn)  # type: ignore[arg-type]
+                worker = busy.pop(conn)  # type: ignore[call-overload]
                 key, outcome = worker.finish()
                 if not worker.alive:
                     self._replace(worker)
@@ -101,6 +101,7 @@ class LocalExecutor:
                 if worker.deadline(self.timeout_s) <= now:
                     del busy[conn]
                     key = worker.job
+                    assert key is not None
                     worker.kill()
                     self._replace(worker)
                     yield key, Outcome("timed_out", reason=f"replay ran longer than {self.timeout_s:g} s "

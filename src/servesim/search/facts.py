@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, cast
 
 from servesim.config import SimConfig
+from servesim.config.schema import Role
 from servesim.errors import RunError
 
 log = logging.getLogger("servesim")
@@ -77,26 +78,26 @@ def shape_problem(model: str, tp: int, pp: int, dp: int, moe_tp: int, moe_ep: in
 def kv_tokens_per_rank(config: SimConfig, role: str) -> int:
     """Usable KV tokens of one scheduler rank of `role` (blocks x block size); raises RunError
     ("no KV budget ...") when weights and activations leave no room."""
-    engine = config.engine
-    worker = engine.roles[role]  # type: ignore[index]
+    engine, name = config.engine, cast(Role, role)
+    worker = engine.roles[name]
     key = (engine.model, engine.hardware, engine.backend, engine.backend_version, engine.aic_systems_path,
-           worker.parallelism, worker.scheduler.max_batched_tokens, worker.scheduler.max_sequences_for(role),
-           worker.kv_cache, role)
-    return _kv_tokens(key, config, role)
+           worker.parallelism, worker.scheduler.max_batched_tokens, worker.scheduler.max_sequences_for(name),
+           worker.kv_cache, name)
+    return _kv_tokens(key, config, name)
 
 
 _KV_MEMO: dict[Any, int | RunError] = {}
 
 
-def _kv_tokens(key: Any, config: SimConfig, role: str) -> int:
+def _kv_tokens(key: Any, config: SimConfig, role: Role) -> int:
     found = _KV_MEMO.get(key)
     if found is None:
         from servesim.build.perf import num_blocks
 
         engine = config.engine
-        worker = engine.roles[role]  # type: ignore[index]
+        worker = engine.roles[role]
         try:
-            found = num_blocks(engine, worker, role) * engine.block_size(role)  # type: ignore[arg-type]
+            found = num_blocks(engine, worker, role) * engine.block_size(role)
         except RunError as exc:
             found = exc
         _KV_MEMO[key] = found
@@ -110,7 +111,7 @@ def kv_bytes_per_token(config: SimConfig, role: str) -> int:
     from servesim.build.lower import _kv_bytes_per_token
 
     engine = config.engine
-    return _kv_bytes_per_token(engine, engine.roles[role])  # type: ignore[index]
+    return _kv_bytes_per_token(engine, engine.roles[cast(Role, role)])
 
 
 def warm_up(configs: list[SimConfig]) -> None:

@@ -120,8 +120,8 @@ def stdout_table(result: SearchResult, out_dir: Path) -> str:
         cols.insert(-1, "$/M tok")
     rows = [_row(e, out_dir, cfg.optimization.gpu_hour_price is not None) for e in ranked[:TABLE_ROWS]]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
     if len(ranked) > TABLE_ROWS:
         lines.append(f"... {len(ranked) - TABLE_ROWS} more in {out_dir / 'recommendation.csv'}")
     lines.append(f"Ledger of every candidate: {out_dir / 'recommendation.json'}")

@@ -196,7 +196,7 @@ class Branch:
 
     def candidate(self, backend: str, shapes: tuple[Shape, ...], values: dict[str, Any]) -> Candidate:
         knobs = {**self.fixed, **values}
-        return Candidate(self.mode, backend, tuple(zip(self.roles, shapes)), tuple(sorted(knobs.items())))
+        return Candidate(self.mode, backend, tuple(zip(self.roles, shapes, strict=True)), tuple(sorted(knobs.items())))
 
     @property
     def finite(self) -> bool:
@@ -215,7 +215,7 @@ class Branch:
         for backend in self.backends:
             for shapes in self.deployments(backend):
                 for values in itertools.product(*(d.values for d in self.dims)):
-                    yield self.candidate(backend, shapes, {d.name: v for d, v in zip(self.dims, values)})
+                    yield self.candidate(backend, shapes, {d.name: v for d, v in zip(self.dims, values, strict=True)})
 
     def sample(self, rng: random.Random) -> Candidate | None:
         """A uniform draw: backend, then a deployment legal for it, then each knob."""
