@@ -112,7 +112,7 @@ RAY_SCRIPT = textwrap.dedent("""
 def test_ray_executor_gives_the_local_results(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     script = tmp_path / "ray_search.py"
-    script.write_text(RAY_SCRIPT.format(helpers=str(Path(__file__).parent)))
+    script.write_text(RAY_SCRIPT.format(helpers=str(Path(__file__).parents[1])))
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
