@@ -23,26 +23,30 @@ _KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json", "unreleas
 _RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
 
 
+def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs: str) -> None:
+    """The options `predict` and `recommend` share, as in the reference's CLI."""
+    command.add_argument("-c", "--config", required=True, help=f"YAML config (the reference's {schema} schema)")
+    command.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
+                         help="override a config value before validation (repeatable)")
+    command.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
+                         help=f"where {outputs} go (default: ./{DEFAULT_OUTPUT_DIR})")
+    command.add_argument("--overwrite", action="store_true", help="replace servesim outputs already in --output-dir")
+    command.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
+    command.add_argument("--stack", default=None, metavar="{engine,dynamo}",
+                         help="execution stack, as in the reference: 'engine' (no router/planner "
+                              "sections) or 'dynamo'; default: every section is accepted")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving.")
     sub = parser.add_subparsers(dest="command", required=True)
     predict = sub.add_parser("predict", help="replay a workload against a deployment and report latencies")
-    predict.add_argument("-c", "--config", required=True, help="YAML config (the reference's predict schema)")
-    predict.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
-                         help="override a config value before validation (repeatable)")
-    predict.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
-                         help=f"where prediction.json (and requests.jsonl) go (default: ./{DEFAULT_OUTPUT_DIR})")
-    predict.add_argument("--overwrite", action="store_true",
-                         help="replace servesim outputs already in --output-dir")
-    predict.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
+    add_common_arguments(predict, "predict", "prediction.json (and requests.jsonl)")
     predict.add_argument("--capture-per-request", action="store_true",
                          help="add per-request records to the report and write requests.jsonl")
     predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(default), or fails the run as in the reference")
-    predict.add_argument("--stack", default=None, metavar="{engine,dynamo}",
-                         help="execution stack, as in the reference: 'engine' (no router/planner "
-                              "sections) or 'dynamo'; default: every section is accepted")
     data = sub.add_parser("data", help="the reference's AIConfigurator database in servesim's cache")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     fetch = data_sub.add_parser("fetch", help="fetch (or unpack) it ahead of time; prints where it is")

@@ -14,22 +14,12 @@ from typing import Any
 
 from servesim.errors import ConfigError
 
-DEFAULT_OUTPUT_DIR = "servesim-output"
-
-
 def add_parser(sub: Any) -> None:
     """Register the `recommend` subcommand."""
+    from servesim.cli import add_common_arguments
+
     p = sub.add_parser("recommend", help="search deployments for the best one under a GPU budget and an SLA")
-    p.add_argument("-c", "--config", required=True, help="YAML config (the reference's recommend schema)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
-                   help="override a config value before validation (repeatable)")
-    p.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
-                   help=f"where recommendations/ and the ledger go (default: ./{DEFAULT_OUTPUT_DIR})")
-    p.add_argument("--overwrite", action="store_true", help="replace servesim outputs already in --output-dir")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
-    p.add_argument("--stack", default=None, metavar="{engine,dynamo}",
-                   help="execution stack, as in the reference: 'engine' (no router/planner sections) or "
-                        "'dynamo'; default: every section is accepted")
+    add_common_arguments(p, "recommend", "recommendations/ and the ledger")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="replay candidates in local worker processes (default) or as Ray tasks")
     p.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local instance)")
