@@ -16,6 +16,8 @@ from servesim import simulate
 from servesim.config import load_config
 from servesim.perf import aicdata
 
+from chromium import Browser, open_browser
+
 CASES = Path(__file__).parent / "cases"
 """The reference's recorded runs (see cases/README.md)."""
 HOST_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
@@ -42,6 +44,12 @@ def reference_systems() -> Path:
     """servesim's copy of the reference's AIC database with the h100_sxm and h200_sxm data —
     fetched into servesim's cache on first use, as a run would (`servesim.perf.aicdata`)."""
     return aicdata.ensure(["h100_sxm", "h200_sxm"])
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Browser:
+    """A real headless Chromium for the HTML report tests (see chromium.py)."""
+    return open_browser(tmp_path_factory.mktemp("chromium"))
 
 
 def without_host_fields(report: Mapping[str, Any]) -> dict[str, Any]:

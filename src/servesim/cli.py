@@ -18,8 +18,8 @@ from typing import Any
 from servesim.errors import ConfigError, RunError
 
 DEFAULT_OUTPUT_DIR = "servesim-output"
-_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "workers.json", "unreleased.json",
-                  "recommendation.json", "recommendation.csv", "pareto.csv")
+_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "requests.parquet", "workers.json", "unreleased.json",
+                  "report.html", "recommendation.json", "recommendation.csv", "pareto.csv")
 _RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
 
 
@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     add_common_arguments(predict, "predict", "prediction.json (and requests.jsonl)")
     predict.add_argument("--capture-per-request", action="store_true",
                          help="add per-request records to the report and write requests.jsonl")
+    predict.add_argument("--per-request-format", choices=("jsonl", "parquet"), default="jsonl",
+                         help="file format of the per-request records: requests.jsonl (default) or "
+                              "requests.parquet (needs pyarrow: servesim[parquet])")
+    predict.add_argument("--report", action="store_true",
+                         help="also write report.html: a self-contained page of charts (needs plotly: "
+                              "servesim[report])")
     predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(default), or fails the run as in the reference")
@@ -54,6 +60,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="only this GPU's data (repeatable; default: every GPU)")
     fetch.add_argument("--from", dest="source", metavar="WHEEL_OR_URL",
                        help="a downloaded aisimulate-0.1.0.dev2 wheel, or a mirror's URL of it")
+    compare = sub.add_parser("compare", help="compare runs (servesim outputs or measured benchmarks) in one HTML page")
+    compare.add_argument("runs", nargs="+", metavar="RUN",
+                         help="a servesim --output-dir, or a measured run: per-request JSONL with send/first-token/"
+                              "end times, an AIPerf profile_export.jsonl, or a vLLM benchmark result JSON")
+    compare.add_argument("-o", "--output", default="compare.html", help="the HTML file to write (default: compare.html)")
+    compare.add_argument("--label", action="append", default=[], help="name of each run, in order (repeatable)")
+    for target in ("ttft", "itl", "e2e"):
+        compare.add_argument(f"--sla-{target}-ms", type=float, default=None,
+                             help=f"mark this {target.upper()} target on the distributions")
     from servesim.search.cli import add_parser
 
     add_parser(sub)
@@ -66,6 +81,21 @@ def _config_error(config: str, exc: ConfigError) -> int:
         message = f"{config}: {message}"
     print(f"servesim: error: {message}", file=sys.stderr)
     return exc.exit_code
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from servesim.report.html.compare import write_compare
+    from servesim.report.summary import Sla
+
+    sla = Sla(args.sla_ttft_ms, args.sla_itl_ms, args.sla_e2e_ms)
+    try:
+        write_compare(args.runs, Path(args.output), args.label,
+                      sla if any(v is not None for v in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms)) else None)
+    except (ConfigError, ImportError, OSError) as exc:
+        print(f"servesim compare: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"Saved comparison to: {args.output}")
+    return 0
 
 
 def _prepare_output_dir(path: Path, overwrite: bool) -> None:
@@ -85,6 +115,16 @@ def _prepare_output_dir(path: Path, overwrite: bool) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
+def _check_extras(args: argparse.Namespace) -> None:
+    """Fail before the run, not after it, when an output needs a package that is missing."""
+    import importlib.util
+
+    for wanted, module, extra in ((args.report, "plotly", "report"),
+                                  (args.per_request_format == "parquet", "pyarrow", "parquet")):
+        if wanted and importlib.util.find_spec(module) is None:
+            raise ConfigError(f"this output needs {module}: pip install 'servesim[{extra}]'")
+
+
 def _predict(args: argparse.Namespace) -> int:
     from servesim.api import simulate
     from servesim.config import load_config
@@ -97,13 +137,14 @@ def _predict(args: argparse.Namespace) -> int:
         return 2
     try:
         config = load_config(args.config, args.overrides, stack=args.stack)
+        _check_extras(args)
         out_dir = Path(args.output_dir)
         _prepare_output_dir(out_dir, args.overwrite)
     except ConfigError as exc:
         return _config_error(args.config, exc)
     try:
         report = simulate(config, capture_per_request=args.capture_per_request,
-                          progress=sys.stderr.isatty(), unservable=args.unservable)
+                          progress=sys.stderr.isatty(), unservable=args.unservable, timeseries=args.report)
     except ConfigError as exc:  # found while building (an unknown backend_version)
         return _config_error(args.config, exc)
     except RunError as exc:
@@ -119,7 +160,14 @@ def _predict(args: argparse.Namespace) -> int:
             print("servesim predict failed: RunError: no request reached a terminal state, "
                   "so there are no per-request records", file=sys.stderr)
             return 1
-        (out_dir / "requests.jsonl").write_text(records_jsonl(report.per_request))
+        if args.per_request_format == "parquet":
+            from servesim.report.tables import write_parquet
+
+            write_parquet(report.per_request, out_dir / "requests.parquet")
+        else:
+            (out_dir / "requests.jsonl").write_text(records_jsonl(report.per_request))
+    if args.report:
+        report.write_html(out_dir / "report.html", title=f"servesim prediction: {Path(args.config).name}")
     if args.format == "json":
         sys.stdout.write(report_line(data) + "\n")
     else:
@@ -165,7 +213,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from servesim.search.cli import main as recommend
 
             return recommend(args)
-        return _data_fetch(args) if args.command == "data" else _predict(args)
+        if args.command == "data":
+            return _data_fetch(args)
+        if args.command == "compare":
+            return _compare(args)
+        return _predict(args)
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
         return 130

@@ -62,6 +62,15 @@ class NoHooks:
         pass
 
 
+class PassObserver(Protocol):
+    """What a reader of engine state hears beside the hooks: each finished pass, with its time
+    (`servesim.cluster.sampling.StateSampling` feeds the report's time series)."""
+
+    def on_pass_end(self, label: str, worker: Worker, outcome: WorkerPass, now: float) -> None:
+        """A worker of the pool records call `label` finished `outcome` at `now`; its ranks
+        already hold the pass's result."""
+
+
 @dataclass(slots=True)
 class ServingPool:
     """One pool as the cluster drives it."""
@@ -107,6 +116,8 @@ class Cluster:
         """By pool index (a worker's `order[0]`)."""
         self.scaler: Scaler | None = None
         self.hooks: ClusterHooks = NoHooks()
+        self.observers: list[PassObserver] = []
+        """Who hears every finished pass (none unless a report wants time series)."""
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -192,6 +203,8 @@ class Cluster:
                 self.collector.on_admit(self._open[request.rid][1], outcome.start_ms, reused, pool.label)
         self._flush_kv_events(pool, worker, now)
         self.hooks.on_pass(pool.name, worker, outcome)
+        for observer in self.observers:
+            observer.on_pass_end(pool.label, worker, outcome, now)
         router = pool.router
         for end, finished in outcome.early_finishes:
             for request in finished:
