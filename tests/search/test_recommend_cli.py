@@ -153,3 +153,13 @@ def test_stack_engine_refuses_router_and_planner(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "--stack dynamo" in refused.stderr
     assert _run(tmp_path, config(**{"optimizer.max_trials": 1}), "--stack", "nope").returncode == 2
     assert _run(tmp_path, data, "--stack", "dynamo").returncode == 0
+
+
+def test_report_draws_the_ledger(tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    done = _run(tmp_path, config(**{"optimizer.max_trials": 4, "optimizer.algorithm": "random",
+                                    "engine.workers.aggregated.parallelism": {
+                                        "preset": False, "tensor": {"choices": [1, 3]}}}), "--report")
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "recommendations/0001.yaml" in page and "divisible" in page

@@ -23,6 +23,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="replay candidates in local worker processes (default) or as Ray tasks")
     p.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local instance)")
+    p.add_argument("--report", action="store_true",
+                   help="also write report.html: every candidate on the Pareto chart, the top ten (needs plotly)")
 
 
 def load_recommend_config(path: str, overrides: list[str]) -> Any:
@@ -92,6 +94,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"servesim: note: {note}", file=sys.stderr)
     outputs.write_recommendations(out_dir, result)
     outputs.write_ledger(out_dir, result)
+    if args.report:
+        from servesim.report.html.search import write_search_report
+
+        write_search_report(out_dir / "recommendation.json", out_dir / "report.html")
     if result.interrupted:
         print(f"servesim: interrupted; ledger of the finished candidates in {out_dir / 'recommendation.json'}",
               file=sys.stderr)
