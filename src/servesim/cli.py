@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servesim.errors import ConfigError, RunError
-from servesim.outputs import OutputSet, os_reason, prepare_folder
+from servesim.outputs import OutputSet, clear_outputs, os_reason, prepare_folder
 
 if TYPE_CHECKING:
     from servesim.api import Report
@@ -25,21 +25,28 @@ if TYPE_CHECKING:
 DEFAULT_OUTPUT_DIR = "servesim-output"
 
 
+def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs: str) -> None:
+    """The options `predict` and `recommend` share, as in the reference's CLI."""
+    command.add_argument("-c", "--config", required=True, help=f"YAML config (the reference's {schema} schema)")
+    command.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
+                         help="override a config value before validation (repeatable)")
+    command.add_argument("--allow-duplicate-keys", action="store_true",
+                         help="accept YAML mappings that repeat a key, the last value winning (as the "
+                              "reference does); by default a repeated key is an error")
+    command.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
+                         help=f"where {outputs} go (default: ./{DEFAULT_OUTPUT_DIR})")
+    command.add_argument("--overwrite", action="store_true", help="replace servesim outputs already in --output-dir")
+    command.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
+    command.add_argument("--stack", default=None, metavar="{engine,dynamo}",
+                         help="execution stack, as in the reference: 'engine' (no router/planner "
+                              "sections) or 'dynamo'; default: every section is accepted")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving.")
     sub = parser.add_subparsers(dest="command", required=True)
     predict = sub.add_parser("predict", help="replay a workload against a deployment and report latencies")
-    predict.add_argument("-c", "--config", required=True, help="YAML config (the reference's predict schema)")
-    predict.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
-                         help="override a config value before validation (repeatable)")
-    predict.add_argument("--allow-duplicate-keys", action="store_true",
-                         help="accept YAML mappings that repeat a key, the last value winning (as the "
-                              "reference does); by default a repeated key is an error")
-    predict.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
-                         help=f"where prediction.json (and requests.jsonl) go (default: ./{DEFAULT_OUTPUT_DIR})")
-    predict.add_argument("--overwrite", action="store_true",
-                         help="replace servesim outputs already in --output-dir")
-    predict.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
+    add_common_arguments(predict, "predict", "prediction.json (and requests.jsonl)")
     predict.add_argument("--capture-per-request", action="store_true",
                          help="add per-request records to prediction.json and write requests.jsonl "
                               "and workers.json")
@@ -56,9 +63,6 @@ def _parser() -> argparse.ArgumentParser:
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(default), or stops the run with an error; under 'fail' a run where "
                               "no request completed is an error too")
-    predict.add_argument("--stack", default=None, metavar="{engine,dynamo}",
-                         help="execution stack, as in the reference: 'engine' (no router/planner "
-                              "sections) or 'dynamo'; default: every section is accepted")
     data = sub.add_parser("data", help="the reference's AIConfigurator database in servesim's cache")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     fetch = data_sub.add_parser("fetch", help="fetch (or unpack) it ahead of time; prints where it is")
@@ -75,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     for target in ("ttft", "itl", "e2e"):
         compare.add_argument(f"--sla-{target}-ms", type=float, default=None,
                              help=f"mark this {target.upper()} target on the distributions")
+    from servesim.search.cli import add_parser
+
+    add_parser(sub)
     return parser
 
 
@@ -102,9 +109,12 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _prepare_output_dir(path: Path, overwrite: bool) -> None:
-    """Create the output directory (or check the one there) before the run; nothing is removed
-    until the new results are complete (see `servesim.outputs`)."""
+    """Create the output directory (or check the one there) and, with `overwrite`, clear
+    servesim's outputs from it at once (`recommend`, whose ledger grows during the search;
+    `predict` replaces its results only once the new ones are complete, `servesim.outputs`)."""
     prepare_folder(path, overwrite)
+    if overwrite:
+        clear_outputs(path)
 
 
 def _check_extras(args: argparse.Namespace) -> None:
@@ -131,7 +141,7 @@ def _predict(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.overrides, stack=args.stack,
                              allow_duplicate_keys=args.allow_duplicate_keys)
         _check_extras(args)
-        _prepare_output_dir(out_dir, args.overwrite)
+        prepare_folder(out_dir, args.overwrite)
     except ConfigError as exc:
         return _config_error(args.config, exc)
     try:
@@ -254,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:
+        if args.command == "recommend":
+            from servesim.search.cli import main as recommend
+
+            return recommend(args)
         if args.command == "data":
             return _data_fetch(args)
         if args.command == "compare":

@@ -22,7 +22,7 @@ from pathlib import Path
 from servesim.errors import ConfigError, RunError
 
 KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "requests.parquet", "workers.json", "unreleased.json",
-                 "report.html")
+                 "report.html", "recommendation.json", "recommendation.csv", "pareto.csv")
 """Files servesim owns in an output folder (replaced or removed by ``--overwrite``)."""
 _RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
 _TEMP_PREFIX = ".servesim-"
@@ -57,6 +57,25 @@ def prepare_folder(path: Path, overwrite: bool) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise ConfigError(f"{where}: {os_reason(exc)}") from None
+
+
+def clear_outputs(path: Path) -> None:
+    """Remove servesim's own files (its outputs, numbered recommendations) from the folder."""
+    try:
+        for name in owned_files(path):
+            (path / name).unlink(missing_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--output-dir {path}: {os_reason(exc)}") from None
+
+
+def owned_files(folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS) -> list[str]:
+    """servesim's files in the folder: its outputs and numbered recommendations."""
+    names = [name for name in owned if (folder / name).is_file()]
+    recommendations = folder / "recommendations"
+    if recommendations.is_dir():
+        names += [f"recommendations/{item.name}" for item in sorted(recommendations.iterdir())
+                  if _RECOMMENDATION.match(item.name)]
+    return names
 
 
 class OutputSet:
@@ -99,7 +118,7 @@ class OutputSet:
 
         Either all of it happens or none of it: a failure restores the previous files.
         """
-        stale = [name for name in self._stale() if name not in self._staged]
+        stale = [name for name in owned_files(self.folder, self.owned) if name not in self._staged]
         with _signals_held():
             backups = self._move_aside(list(self._staged) + stale)
             placed: list[Path] = []
@@ -120,15 +139,6 @@ class OutputSet:
         for temp in self._staged.values():
             _remove(temp)
         self._staged.clear()
-
-    def _stale(self) -> list[str]:
-        """servesim's files already in the folder (its outputs and numbered recommendations)."""
-        names = [name for name in self.owned if (self.folder / name).is_file()]
-        recommendations = self.folder / "recommendations"
-        if recommendations.is_dir():
-            names += [f"recommendations/{item.name}" for item in sorted(recommendations.iterdir())
-                      if _RECOMMENDATION.match(item.name)]
-        return names
 
     def _move_aside(self, names: list[str]) -> dict[Path, Path]:
         """Rename the existing files among `names` to hidden backups: {target: backup}."""

@@ -28,7 +28,7 @@ from servesim.config.schema import (
 from servesim.config.strict_yaml import YamlRefused, load_yaml
 from servesim.errors import ConfigError
 
-__all__ = ["STACKS", "apply_overrides", "describe_validation_error", "load_config", "parse_config"]
+__all__ = ["STACKS", "apply_overrides", "describe_validation_error", "load_config", "parse_config", "read_mapping"]
 
 MAX_CONFIG_CHARS = 16 << 20
 """Largest configuration file read (a config is a few kilobytes)."""
@@ -57,7 +57,7 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *,
     source = os.fspath(path)
     if not isinstance(source, str):
         raise ConfigError(f"the configuration path must be text (got {type(source).__name__})")
-    data = _read_mapping(source, allow_duplicate_keys)
+    data = read_mapping(source, allow_duplicate_keys)
     try:
         data = apply_overrides(data, overrides, allow_duplicate_keys=allow_duplicate_keys)
         return parse_config(data, base_dir=Path(os.path.abspath(source)).parent, stack=stack)
@@ -92,8 +92,9 @@ def parse_config(data: Mapping[str, Any], base_dir: Path | None = None, *, stack
 # --------------------------------------------------------------------------------------------
 
 
-def _read_mapping(source: str, allow_duplicate_keys: bool) -> dict[str, Any]:
-    """Parse the file as one YAML document that is a mapping."""
+def read_mapping(source: str, allow_duplicate_keys: bool = False) -> dict[str, Any]:
+    """Parse the file as one YAML document that is a mapping (strictly: `strict_yaml`); errors
+    start with the file's name."""
     try:
         with open(source, encoding="utf-8") as handle:
             text = handle.read(MAX_CONFIG_CHARS + 1)
@@ -116,21 +117,21 @@ def _read_mapping(source: str, allow_duplicate_keys: bool) -> dict[str, Any]:
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str], *,
-                    allow_duplicate_keys: bool = False) -> dict[str, Any]:
+                    refused: Sequence[str] = NOT_IN_SCHEMA, allow_duplicate_keys: bool = False) -> dict[str, Any]:
     """Return a copy of `data` with each ``PATH=YAML_VALUE`` override applied in order.
 
     PATH is dot-separated mapping keys; missing intermediate mappings are created; the value
     is parsed as YAML. Rejected: no '=', an empty or purely numeric key, a path that crosses
-    a non-mapping value, and a first key that is not in the schema (optimization/optimizer).
+    a non-mapping value, and a first key in `refused` (for predict: optimization/optimizer).
     """
     result = copy.deepcopy(dict(data))
     for override in overrides:
-        keys, value = _parse_override(override, allow_duplicate_keys)
+        keys, value = _parse_override(override, refused, allow_duplicate_keys)
         _set_path(result, keys, value, override)
     return result
 
 
-def _parse_override(override: str, allow_duplicate_keys: bool) -> tuple[list[str], Any]:
+def _parse_override(override: str, refused: Sequence[str], allow_duplicate_keys: bool) -> tuple[list[str], Any]:
     """Split ``PATH=VALUE`` into its keys and parsed YAML value."""
     path, sep, text = override.partition("=")
     if not sep:
@@ -140,7 +141,7 @@ def _parse_override(override: str, allow_duplicate_keys: bool) -> tuple[list[str
         raise ConfigError(f"invalid --set path {path!r}: empty key (paths are dot-separated mapping keys)")
     if any(key.isdigit() for key in keys):
         raise ConfigError(f"invalid --set path {path!r}: sequence indexes are unsupported")
-    if keys[0] in NOT_IN_SCHEMA:
+    if keys[0] in refused:
         raise ConfigError(f"--set path {path!r}: '{keys[0]}' is not in the schema of predict")
     try:
         value = load_yaml(text, allow_duplicate_keys=allow_duplicate_keys)
