@@ -108,6 +108,7 @@ class OutputSet:
             handle, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=target.parent)
             os.close(handle)
             self._staged[name] = Path(temp)
+            os.chmod(temp, _FILE_MODE)  # mkstemp's 0600 would hide the results from other users
             write(Path(temp))
             _fsync(Path(temp))
         except OSError as exc:
@@ -154,6 +155,16 @@ class OutputSet:
             _restore([], backups)
             raise OutputError(f"cannot replace {target}: {os_reason(exc)}") from None
         return backups
+
+
+def _file_mode() -> int:
+    """The mode a plainly created file gets here (0666 less the umask)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _file_mode()
 
 
 def _fsync(path: Path) -> None:

@@ -110,3 +110,14 @@ def test_a_full_disk_while_staging_names_the_file(folder, monkeypatch):
         with OutputSet(folder) as out:
             out.stage("prediction.json", "new prediction")
     assert _snapshot(folder) == before
+
+
+def test_committed_files_get_the_usual_permissions(folder):
+    """Not the 0600 of a temporary file: results are as readable as any file made there."""
+    plain = folder / "plain.txt"
+    plain.write_text("x")
+    with OutputSet(folder) as out:
+        out.stage("prediction.json", "new prediction")
+        out.commit()
+    assert (folder / "prediction.json").stat().st_mode == plain.stat().st_mode
+
