@@ -112,11 +112,17 @@ def test_deeply_nested_trace_line_names_file_and_line(tmp_path):
 
 
 def test_trace_row_without_timestamp_under_trace_timestamps(tmp_path):
+    """A session starting without a timestamp arrives at the trace's start, as in the reference
+    (its documented behaviour) — but not silently: a warning names the file and line."""
     later = {k: v for k, v in ROW.items() if k != "timestamp"}
-    config, trace = _trace_config(tmp_path, [json.dumps(ROW), json.dumps(later)])
-    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o")])
-    run.assert_clean(1)
-    assert f"{trace}:2:" in run.stderr and "timestamp" in run.message(tmp_path)
+    config, trace = _trace_config(tmp_path, [json.dumps({**ROW, "timestamp": 500}), json.dumps(later)])
+    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--format", "json",
+                        "--capture-per-request"])  # a subprocess: the warning goes through logging to stderr
+    run.assert_clean(0)
+    assert f"{trace}:2:" in run.stderr and "1 session(s) start without a timestamp" in run.message(tmp_path)
+    arrivals = {r["session_id"]: r["arrival_time_ms"] for r in json.loads(
+        (tmp_path / "o" / "prediction.json").read_text())["per_request"]}
+    assert arrivals == {"request_1": 0.0, "request_2": 0.0}
 
 
 def test_rows_without_timestamps_are_fine_under_concurrency(tmp_path):

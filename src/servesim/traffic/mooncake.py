@@ -9,6 +9,7 @@ prefixes exactly as far as their hash-id lists do.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from array import array
 from collections.abc import Mapping
@@ -20,6 +21,8 @@ from servesim.errors import TraceError
 from servesim.limits import MAX_MS, MAX_TOKENS
 from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
+
+log = logging.getLogger("servesim")
 
 
 def _pick(row: Mapping[str, Any], *names: str) -> Any:
@@ -59,23 +62,34 @@ def _hash_ids(value: Any) -> list[int]:
 
 
 class _Span:
-    """The first timestamps of a `trace_timestamps` trace: all present, within MAX_MS."""
+    """The first timestamps of a `trace_timestamps` trace: within MAX_MS of each other; the
+    sessions starting without one are counted (they arrive at the trace's start)."""
 
-    __slots__ = ("low", "high")
+    __slots__ = ("low", "high", "missing", "first_missing")
 
     def __init__(self) -> None:
         self.low = math.inf
         self.high = -math.inf
+        self.missing = 0
+        self.first_missing = 0
 
-    def add(self, timestamp: float | None, session: str) -> None:
+    def add(self, timestamp: float | None, line: int) -> None:
         if timestamp is None:
-            raise ValueError(f"timestamp is required: the load is 'trace_timestamps' and this row starts "
-                             f"session {session!r}")
+            self.missing += 1
+            self.first_missing = self.first_missing or line
+            return
         self.low, self.high = min(self.low, timestamp), max(self.high, timestamp)
         if self.high - self.low > MAX_MS:
             raise ValueError(f"timestamp {timestamp:g} makes the trace span {self.high - self.low:g} ms, beyond "
                              f"{MAX_MS:g} ms (31.7 years), where simulated times lose millisecond precision "
                              f"(timestamps are milliseconds)")
+
+    def warn(self, path: str) -> None:
+        """Say (once) that sessions start without a timestamp: easy to miss, and it moves them."""
+        if self.missing:
+            log.warning("servesim: warning: %s:%d: %d session(s) start without a timestamp; under a "
+                        "'trace_timestamps' load they arrive at the trace's start (as in the reference)",
+                        path, self.first_missing, self.missing)
 
 
 class _SessionState:
@@ -142,8 +156,8 @@ def _add_turn(state: _SessionState, turn: Turn, timestamp: float | None, delay: 
 def read_mooncake(path: str, block_size: int, *, accumulate: bool = False, timestamped: bool = False) -> Workload:
     """Read a `mooncake` (or, with `accumulate`, `mooncake-delta`) trace file.
 
-    `timestamped` (a `trace_timestamps` load): every session's first row needs a timestamp, and
-    first timestamps may span at most MAX_MS.
+    `timestamped` (a `trace_timestamps` load): first timestamps may span at most MAX_MS, and
+    sessions whose first row has none are reported on stderr.
     """
     states: dict[str, _SessionState] = {}
     sessions: list[Session] = []
@@ -157,7 +171,7 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False, times
                 if delay:
                     raise ValueError("the first turn of a session cannot have a non-zero delay")
                 if timestamped:
-                    span.add(timestamp, key)
+                    span.add(timestamp, line)
                 session = Session(key, [turn], timestamp)
                 sessions.append(session)
                 states[key] = _SessionState(session, timestamp)
@@ -167,6 +181,7 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False, times
             raise TraceError(path, line, str(exc)) from None
     if not sessions:
         raise TraceError(path, None, "the trace has no requests")
+    span.warn(path)
     _mark_unique_tokens(sessions)
     return Workload(sessions, accumulate=accumulate)
 

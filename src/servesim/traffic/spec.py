@@ -110,7 +110,8 @@ def read_trace(fmt: str, paths: list[str], block_size: int | None, speedup: floa
 
     `block_size` is the trace block size (None only for `dynamo`: the embedded one); `speedup`
     divides the times of agentic graphs (session workloads are sped up by the driver).
-    `timestamped` (a `trace_timestamps` load): a mooncake session's first row needs a timestamp.
+    `timestamped` (a `trace_timestamps` load): mooncake first timestamps are checked (see
+    `read_mooncake`).
     """
     if fmt == "dynamo":
         return _read_dynamo(paths, block_size, speedup)
