@@ -88,6 +88,8 @@ class Report:
     """Per-request latency arrays (with `timeseries=True`), what `write_html` draws."""
     sla: Sla | None = None
     """The run's SLA targets (`evaluation.sla`), drawn on the report's distributions."""
+    first_rejection: str | None = None
+    """Why the first rejected (or failed) request did not complete (None: none was rejected)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""
@@ -213,7 +215,9 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: flo
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
-    report = Report(summary, per_request, extensions, sla=run.sla)
+    rejected = (r for r in collector.records if r.reason is not None)
+    report = Report(summary, per_request, extensions, sla=run.sla,
+                    first_rejection=next((r.reason for r in rejected), None))
     if sampling is not None:
         report.timeseries = sampling.finish(cluster, end_ms)
         report.latency = from_records(collector.records, timelines)

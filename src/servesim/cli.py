@@ -61,8 +61,9 @@ def _parser() -> argparse.ArgumentParser:
                               "servesim[report])")
     predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
                          help="a request that can never fit the KV pool is rejected with a reason "
-                              "(default), or stops the run with an error; under 'fail' a run where "
-                              "no request completed is an error too")
+                              "(default), or — as in the reference — stops the run where the reference "
+                              "stops or stalls; under 'fail' a run where no request completed is an "
+                              "error too")
     data = sub.add_parser("data", help="the reference's AIConfigurator database in servesim's cache")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     fetch = data_sub.add_parser("fetch", help="fetch (or unpack) it ahead of time; prints where it is")
@@ -165,7 +166,8 @@ def _check_outcome(report: Report, args: argparse.Namespace) -> None:
     if not summary["completed_requests"]:
         counts = ", ".join(f"{summary[key]} {key.removesuffix('_requests')}"
                            for key in ("rejected_requests", "incomplete_requests") if key in summary)
-        detail = f" ({counts})" if counts else ""
+        first = f"; the first rejected because {report.first_rejection}" if report.first_rejection else ""
+        detail = f" ({counts}{first})" if counts else ""
         if args.unservable == "fail":
             raise RunError(f"no request completed{detail}")
         print(f"servesim: warning: no request completed{detail}", file=sys.stderr)

@@ -291,10 +291,10 @@ def _check_accounting(out_dir: Path, requests: int | None) -> None:
     report = json.loads((out_dir / "prediction.json").read_text())
     records = report["per_request"]
     statuses = [r["terminal_status"] for r in records]
-    assert report["rejected_requests"] == statuses.count("rejected")
+    assert report["rejected_requests"] == statuses.count("rejected") + statuses.count("failed")
     assert report["completed_requests"] == sum(1 for r in records if r["terminal_status"] == "completed"
                                                and r["admission_count"] > 0)
-    assert all(r.get("rejection_reason") for r in records if r["terminal_status"] == "rejected")
+    assert all(r.get("rejection_reason") for r in records if r["terminal_status"] in ("rejected", "failed"))
     if requests is not None:
         assert len(records) + report["incomplete_requests"] == requests, (len(records), report["incomplete_requests"])
     arrived = report["num_requests"]

@@ -37,12 +37,34 @@ def test_a_prompt_that_never_fits_the_pool_is_rejected_with_a_reason(tmp_path, b
 
 @pytest.mark.parametrize("backend", ["vllm", "trtllm", "sglang"])
 def test_unservable_fail_stops_the_run(tmp_path, backend):
+    """Every prompt over the pool: under --unservable fail the run fails, naming the pool (vLLM and
+    TensorRT-LLM: nothing completed, and why the first was rejected; SGLang: at the first
+    request, where the reference stalls) — never the internal invariant message."""
     run = _predict(tmp_path, {"engine.backend": backend, "traffic.source.input_tokens": POOL_TOKENS + 300},
                    "--unservable", "fail")
     run.assert_clean(1)
     message = run.message(tmp_path)
     assert "invariant" not in message and ("KV" in message or "pool" in message), message
-    assert run.stdout == ""
+    assert run.stdout == "" and not (tmp_path / "o" / "prediction.json").exists()
+
+
+def test_unservable_fail_keeps_the_reference_rejections(tmp_path):
+    """A vLLM prompt over the pool is rejected by the reference too: under --unservable fail it
+    stays a rejection (with its reason) as long as something completed."""
+    trace = tmp_path / "trace.jsonl"
+    rows = [{"input_length": n, "output_length": 4, "hash_ids": list(range(i * 500, i * 500 + -(-n // 16)))}
+            for i, n in enumerate((100, POOL_TOKENS + 300, 200))]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = _predict(tmp_path, {"engine.context_length": 8192,
+                              "traffic": {"source": {"type": "trace", "paths": [str(trace)], "block_size": 16},
+                                          "load": {"type": "concurrency", "concurrency": 1}}},
+                   "--unservable", "fail")
+    run.assert_clean(0)
+    report = _report(tmp_path)
+    assert report["completed_requests"] == 2 and report["rejected_requests"] == 1
+    assert [r["rejection_reason"] for r in report["per_request"] if r["terminal_status"] == "rejected"] == [
+        f"its prompt of {POOL_TOKENS + 300} tokens needs {-(-(POOL_TOKENS + 300) // 16)} KV blocks, more than "
+        f"the 200 of a rank's pool"]
 
 
 def test_context_length_rejections_carry_a_reason(tmp_path):

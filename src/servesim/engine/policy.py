@@ -42,9 +42,11 @@ class VllmPolicy:
         bs = config.block_size
         blocks = -(-request.length // bs)
         if not request.preempted:
-            return blocks > config.num_blocks and reject_or_fail(config, request, (
-                f"its prompt of {request.prompt_len} tokens needs {blocks} KV blocks, more than the "
-                f"{config.num_blocks} of a rank's pool"))
+            if blocks <= config.num_blocks:
+                return False
+            request.reject_reason = (f"its prompt of {request.prompt_len} tokens needs {blocks} KV blocks, "
+                                     f"more than the {config.num_blocks} of a rank's pool")
+            return True
         tokens = request.length
         if config.speculative is not None:
             tokens += min(config.speculative.nextn + 1, request.tokens_left(limit))
@@ -82,13 +84,4 @@ class VllmPolicy:
         if not running:
             return None
         return next(iter(running)) if self.config.preempt_first else next(reversed(running))
-
-
-def reject_or_fail(config: RankConfig, request: EngineRequest, reason: str) -> bool:
-    """A request that can never fit the KV pool: rejected with `reason` (True), or — with
-    ``--unservable fail`` — the run stops with it."""
-    if not config.reject_unservable:
-        raise RunError(f"a request can never be served: {reason}")
-    request.reject_reason = reason
-    return True
 

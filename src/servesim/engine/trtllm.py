@@ -13,7 +13,7 @@ Same passes, budget, chunking, KV pool and timing as `engine.vllm`, except:
 from __future__ import annotations
 
 from servesim.engine.kv import Block, BlockPool
-from servesim.engine.policy import VllmPolicy, reject_or_fail
+from servesim.engine.policy import VllmPolicy
 from servesim.engine.request import EngineRequest
 
 
@@ -33,9 +33,12 @@ class TrtllmPolicy(VllmPolicy):
 
     def must_reject(self, request: EngineRequest) -> bool:
         blocks = self._footprint(request)
-        return blocks > self.config.num_blocks and reject_or_fail(self.config, request, (
-            f"its prompt of {request.prompt_len} tokens and {request.max_output} output tokens need {blocks} "
-            f"KV blocks, more than the {self.config.num_blocks} of a rank's pool"))
+        if blocks <= self.config.num_blocks:
+            return False
+        request.reject_reason = (f"its prompt of {request.prompt_len} tokens and {request.max_output} output "
+                                 f"tokens need {blocks} KV blocks, more than the {self.config.num_blocks} of a "
+                                 f"rank's pool")
+        return True
 
     def cache_limit(self, request: EngineRequest) -> int:
         return request.length // self.config.block_size

@@ -201,9 +201,10 @@ SERVESIM_RECORD_FIELDS = ("rejection_reason",)
 
 
 def request_accounting(records: Sequence[RequestRecord], input_requests: int) -> dict[str, int]:
-    """How the requests of the input ended, beyond `completed_requests`: rejected, and
-    incomplete (in flight when a time cap ended the run, or never released)."""
-    rejected = sum(1 for r in records if r.status == Status.REJECTED)
+    """How the requests of the input ended, beyond `completed_requests`: rejected (refused by an
+    engine: records `rejected`, and `failed` — a disaggregated prompt the decode pool can never
+    hold), and incomplete (in flight when a time cap ended the run, or never released)."""
+    rejected = sum(1 for r in records if r.status in (Status.REJECTED, Status.FAILED))
     terminal = sum(1 for r in records if r.status is not None)
     return {"rejected_requests": rejected, "incomplete_requests": input_requests - terminal}
 
