@@ -52,6 +52,8 @@ class PoolSpec:
     rank_config: RankConfig
     timing: TimingModel
     startup_ms: float = 0.0
+    async_scheduling: bool = False
+    """A request reaching a busy worker joins the pass after next (see `Worker`)."""
 
     def make_ranks(self, worker_id: int, *, lazy_decode: bool = True) -> list[Rank]:
         """The DP ranks of worker `worker_id` (which seeds their speculative-decoding samplers)."""
@@ -96,7 +98,14 @@ class LoweredRun:
         return next(p for p in self.pools if p.role == role)
 
     def make_driver(self) -> Driver:
-        return _driver(self.config, self.pools[0].rank_config.block_size)
+        return _driver(self.config, self.pools[0].rank_config.block_size, self.frontend_ms)
+
+    @property
+    def frontend_ms(self) -> float:
+        """Latency from a client's send to the engine seeing the request (its first role's)."""
+        from servesim.fidelity.apply import frontend_ms
+
+        return frontend_ms(self.config.engine.roles[self.pools[0].role])  # type: ignore[index]
 
 
 def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
@@ -150,6 +159,7 @@ def _pool(config: SimConfig, role: str, worker: WorkerConfig, unservable: str) -
                 if worker.scheduler.sglang is not None else SglangSettings()),
         speculative=_speculative(worker),
         preempt_first=worker.scheduler.preemption_mode == "fifo",
+        fused_mixed_pass=getattr(worker.timing, "mixed_pass", "sum") == "fused",
     )
     return PoolSpec(
         role=role,
@@ -159,7 +169,14 @@ def _pool(config: SimConfig, role: str, worker: WorkerConfig, unservable: str) -
         rank_config=rank,
         timing=_timing_model(engine, worker, role),
         startup_ms=1000 * worker.startup_seconds,
+        async_scheduling=_async_scheduling(worker),
     )
+
+
+def _async_scheduling(worker: WorkerConfig) -> bool:
+    """`scheduler.async_scheduling`, by default on exactly when the role's passes are fused."""
+    explicit = worker.scheduler.async_scheduling
+    return explicit if explicit is not None else getattr(worker.timing, "mixed_pass", "sum") == "fused"
 
 
 _DEFAULT_ACCEPTANCE = (0.85, 0.3, 0.0, 0.0, 0.0)
@@ -248,19 +265,19 @@ def _workload(config: SimConfig, block_size: int) -> Workload:
                          accumulate=source.format == "mooncake-delta")
 
 
-def _driver(config: SimConfig, block_size: int) -> Driver:
+def _driver(config: SimConfig, block_size: int, frontend_ms: float = 0.0) -> Driver:
     workload = _workload(config, block_size)
     load = config.traffic.load
     n = len(workload.sessions)
     if isinstance(load, ConcurrencyLoad):
-        return Driver(workload, concurrency=load.concurrency)
+        return Driver(workload, concurrency=load.concurrency, frontend_ms=frontend_ms)
     if isinstance(load, PoissonLoad):
-        return Driver(workload, first_arrivals=poisson_schedule(n, load.rate, load.seed))
+        return Driver(workload, first_arrivals=poisson_schedule(n, load.rate, load.seed), frontend_ms=frontend_ms)
     if isinstance(load, ConstantRateLoad):
-        return Driver(workload, first_arrivals=constant_rate_schedule(n, load.rate))
+        return Driver(workload, first_arrivals=constant_rate_schedule(n, load.rate), frontend_ms=frontend_ms)
     assert isinstance(load, TraceTimestampsLoad)
     return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup),
-                  delay_scale=load.speedup)
+                  delay_scale=load.speedup, frontend_ms=frontend_ms)
 
 
 def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:

@@ -43,7 +43,8 @@ INF = float("inf")
 
 def worker_factory(spec: PoolSpec, pool_index: int, *, fast: bool) -> Callable[[int], Worker]:
     """Makes worker `w` of a pool; scheduler ids are worker-major (worker w, rank r → w·dp + r)."""
-    return lambda w: Worker(w, spec.make_ranks(w, lazy_decode=fast), w * spec.dp_size, pool_index)
+    return lambda w: Worker(w, spec.make_ranks(w, lazy_decode=fast), w * spec.dp_size, pool_index,
+                            async_scheduling=spec.async_scheduling)
 
 
 def make_router(config: RouterConfig, spec: PoolSpec, *, flat: bool = False, decode: bool = False) -> Router:
@@ -255,9 +256,11 @@ class AggregatedCluster(_Cluster):
     def route_ahead(self, until: float) -> list[tuple[float, Worker, int, EngineRequest]]:
         """Register and route every request arriving by `until`: (arrival, worker, rank, request)."""
         routed = []
+        lag = self.driver.frontend_ms
         for arrival in self.driver.release(until):
-            worker, rank, request = self._route(arrival, arrival.arrival_ms)
-            routed.append((arrival.arrival_ms, worker, rank, request))
+            seen = arrival.arrival_ms + lag
+            worker, rank, request = self._route(arrival, seen)
+            routed.append((seen, worker, rank, request))
         return routed
 
     def _place(self, arrival: Arrival, now: float) -> Worker:

@@ -273,6 +273,8 @@ class SchedulerConfig(_Model):
     """SGLang knobs (servesim extension, backend 'sglang' only); omitted = the reference's defaults."""
     preemption_mode: Literal["lifo", "fifo"] | None = None
     """vLLM preemption victim (servesim extension, backend 'vllm' only): 'lifo' = the last running request (omitted), 'fifo' = the first."""
+    async_scheduling: bool | None = None
+    """servesim extension: a request reaching a worker while it runs a pass joins the pass after next, as with vLLM's async scheduling (SGLang's and TensorRT-LLM's overlap schedulers work alike: the next pass is planned before the running one ends); omitted = on when the role's timing.mixed_pass is 'fused', else off (the reference)."""
 
     @field_validator("max_sequences", mode="before")
     @classmethod
@@ -371,7 +373,18 @@ def _reject_fixed_timing_values(data: Any, kind: str) -> Any:
     return data
 
 
-class DefaultTiming(_Model):
+class _RealServerTiming(_Model):
+    """The keys by which a data-backed timing model estimates a real server (servesim extensions)."""
+
+    mixed_pass: Literal["sum", "fused"] = "sum"
+    """servesim extension: how a vLLM/TRT-LLM pass holding both prompt chunks and decode tokens is timed: 'sum' = a prefill pass plus a decode pass (the reference), 'fused' = one forward pass over all its tokens, plus the front-end latency default (docs/timing.md)."""
+    frontend_ms: NonNegativeNumber | None = None
+    """servesim extension: latency from a client sending a request to the engine seeing it (API server, scheduler step boundary, executor IPC); omitted = the calibration file's, else 0 with mixed_pass 'sum' and the default for the worker's GPU count with 'fused' (docs/timing.md)."""
+    calibration: str | None = None
+    """servesim extension: a calibration file written by `servesim calibrate` (prefill/decode scale factors, front-end latency and, where measured, the KV capacity of a default-capacity role); relative to the config's folder."""
+
+
+class DefaultTiming(_RealServerTiming):
     """Pass durations from the AIConfigurator performance database."""
 
     type: Literal["default"] = "default"
@@ -416,7 +429,7 @@ class GpuSpecConfig(_Model):
     """GPU-to-GPU bandwidth per GPU and direction, GB/s."""
 
 
-class RooflineTiming(_Model):
+class RooflineTiming(_RealServerTiming):
     """servesim extension: analytic pass durations from the model's HF config and GPU peak numbers."""
 
     type: Literal["roofline"] = "roofline"

@@ -60,6 +60,9 @@ class RankConfig:
     reject_unservable: bool = True
     """Reject a request that can never fit the KV pool (with a reason) instead of stalling the
     worker until the run fails, which is what the reference does."""
+    fused_mixed_pass: bool = False
+    """Time a pass holding both prompt chunks and decode tokens as one forward pass
+    (`timing.mixed_pass: fused`; the timing model then has a `mixed` method)."""
 
 
 @dataclass(slots=True)

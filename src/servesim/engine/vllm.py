@@ -68,6 +68,10 @@ class VllmRank:
         self._budget = 0
         self._pass: RankPass = RankPass()
         self._batch: dict[EngineRequest, tuple[int, int, int]] = {}
+        self._prefill_shape = (0, 0, 0)
+        """(batch, mean isl, mean prefix) of the pass's prefill phase, when it has one."""
+        self._decode_shape = (0, 0)
+        """(requests, Σ sequence length) of the pass's decode phase, when it has one."""
 
     # -- queue interface --------------------------------------------------------------------
 
@@ -132,6 +136,8 @@ class VllmRank:
         if self.config.record_metrics:
             result.metrics = self._forward_pass_metrics()
         self._emit_tokens(pass_index)
+        if result.prefill_ms and result.decode_ms and self.config.fused_mixed_pass:
+            result.prefill_ms, result.decode_ms = 0.0, self._fused_time()
         return result
 
     # -- the cohort of steady decoders ------------------------------------------------------
@@ -482,7 +488,15 @@ class VllmRank:
         mean_isl, mean_prefix = total_isl // count, total_prefix // count
         if mean_isl == mean_prefix:
             return 0.0
+        self._prefill_shape = (count, mean_isl, mean_prefix)
         return self.timing.prefill(count, mean_isl, mean_prefix)
+
+    def _fused_time(self) -> float:
+        """This pass as one forward pass over its prompt chunks and decode tokens."""
+        count, mean_isl, mean_prefix = self._prefill_shape
+        n, total = self._decode_shape
+        return self.timing.mixed(count, mean_isl, mean_prefix, n, total, total // n,  # type: ignore[attr-defined]
+                                 self.total_kv_tokens)
 
     def _forward_pass_metrics(self) -> ForwardPassMetrics:
         """This pass's scheduled work and the queues, as forward-pass metrics."""
@@ -534,6 +548,7 @@ class VllmRank:
         if n:
             total = self._cohort_len + sum(r.prompt_len + r.generated for r in ready)
             result.decode_ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+            self._decode_shape = (n, total)
         result.emitted = n
         self._cohort_len_sq += 2 * self._cohort_len + n_cohort
         self._cohort_len += n_cohort

@@ -61,7 +61,11 @@ class Driver:
         first_arrivals: list[float] | None = None,
         concurrency: int | None = None,
         delay_scale: float = 1.0,
+        frontend_ms: float = 0.0,
     ) -> None:
+        self.frontend_ms = frontend_ms
+        """Latency from a turn's send (its arrival) to the engine seeing it: a turn sent at t is
+        released at t + frontend_ms and keeps t as its arrival time."""
         self._sessions: list[Session] = workload.sessions
         self._accumulate = workload.accumulate
         self._delay_scale = delay_scale
@@ -95,7 +99,7 @@ class Driver:
         t = self._ready[0][0] if self._ready else INF
         if self._first_pos < len(self._first):
             t = min(t, self._first[self._first_pos][0])
-        return t
+        return t + self.frontend_ms
 
     def drained(self) -> bool:
         """True once every session has finished."""
@@ -113,12 +117,12 @@ class Driver:
     def release(self, now: float) -> list[Arrival]:
         """Every turn ready at or before `now`, ordered by (ready time, session, turn)."""
         out: list[Arrival] = []
-        first, ready = self._first, self._ready
-        if (self._first_pos >= len(first) or first[self._first_pos][0] > now) and (not ready or ready[0][0] > now):
+        first, ready, lag = self._first, self._ready, self.frontend_ms
+        if (self._first_pos >= len(first) or first[self._first_pos][0] + lag > now) and (not ready or ready[0][0] + lag > now):
             return out
         while True:
-            from_first = self._first_pos < len(first) and first[self._first_pos][0] <= now
-            from_ready = bool(ready) and ready[0][0] <= now
+            from_first = self._first_pos < len(first) and first[self._first_pos][0] + lag <= now
+            from_ready = bool(ready) and ready[0][0] + lag <= now
             if from_first and (not from_ready or (first[self._first_pos][0], first[self._first_pos][1], 0) < ready[0]):
                 t, s = first[self._first_pos]
                 self._first_pos += 1

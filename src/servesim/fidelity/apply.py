@@ -1,0 +1,102 @@
+"""What a worker's fidelity keys (`timing.mixed_pass`, `frontend_ms`, `calibration`) change.
+
+Three answers for `servesim.build` / `servesim.perf`:
+
+* `timing_with_fidelity` — the role's timing model with fused mixed passes and/or calibrated
+  phase times;
+* `calibrated_kv_blocks` — the KV capacity a calibration file measured (default capacity only);
+* `frontend_ms` — the per-request front-end latency of the deployment.
+
+Front-end latency default (fused mode): the part of a request's time to first token spent
+outside the engine's scheduler: the API server's HTTP and streaming work, prompt tokenisation,
+detokenisation of the first token and the IPC hops between the API server and the engine core
+(about 2 ms on one GPU), plus, per doubling of the worker's GPUs, about 2 ms for the
+multi-process executor (the first step's broadcast to the worker processes and the gather of its
+output). The wait for the engine's step boundary is not part of it: the simulated engine models
+it, and with async scheduling (`scheduler.async_scheduling`) one more pass. docs/timing.md has
+the derivation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+FRONTEND_BASE_MS = 2.0
+"""Front-end latency of a one-GPU worker in fused mode (ms)."""
+FRONTEND_PER_DOUBLING_MS = 2.0
+"""What each doubling of a worker's GPUs adds to it (ms)."""
+
+
+def default_frontend_ms(gpus: int) -> float:
+    """The fused-mode front-end latency of a worker spanning `gpus` GPUs: 2, 4, 6, 8 ms for
+    1, 2, 4, 8 GPUs."""
+    return FRONTEND_BASE_MS + FRONTEND_PER_DOUBLING_MS * math.log2(max(gpus, 1))
+
+
+def _calibration(timing: Any):
+    path = getattr(timing, "calibration", None)
+    if path is None:
+        return None
+    from servesim.fidelity.calibration import load_calibration
+
+    return load_calibration(path)
+
+
+def timing_with_fidelity(model: Any, engine: Any, worker: Any) -> Any:
+    """`model` as the role's `timing` section asks: fused mixed passes, calibrated phases."""
+    timing = worker.timing
+    if getattr(timing, "mixed_pass", "sum") == "fused":
+        from servesim.fidelity.mixed import fused
+
+        model = fused(model, _mixed_attention_factor(engine, worker))
+    calibration = _calibration(timing)
+    if calibration is not None:
+        from servesim.fidelity.calibration import CalibratedTiming
+
+        model = CalibratedTiming(model, calibration)
+    return model
+
+
+def _mixed_attention_factor(engine: Any, worker: Any) -> float:
+    """k of `servesim.fidelity.mixed` for the role: 1 unless vLLM runs a grouped-query model
+    with FlashAttention-2."""
+    from servesim.fidelity.mixed import FA2_GPUS, mixed_attention_factor
+
+    gpu = getattr(worker.timing, "gpu", None) or engine.hardware
+    if engine.backend != "vllm" or gpu not in FA2_GPUS:
+        return 1.0
+    from servesim.engine.models import ModelNotFound, resolve_model
+
+    try:
+        model = resolve_model(engine.model)
+    except ModelNotFound:
+        return 1.0
+    if model.mla:
+        return 1.0
+    tp = worker.parallelism.tensor
+    return mixed_attention_factor(max(model.num_heads // tp, 1) / model.kv_heads_per_rank(tp))
+
+
+def calibrated_kv_blocks(worker: Any, block_size: int) -> int | None:
+    """KV blocks per rank from the role's calibration file, when it measured the capacity."""
+    calibration = _calibration(worker.timing)
+    if calibration is None or calibration.kv_tokens is None:
+        return None
+    return max(1, calibration.kv_tokens // block_size)
+
+
+def frontend_ms(worker: Any) -> float:
+    """Front-end latency of requests entering `worker`'s role: the `frontend_ms` key, else the
+    calibration file's, else the fused-mode default for its GPU count, else 0."""
+    timing = worker.timing
+    explicit = getattr(timing, "frontend_ms", None)
+    if explicit is not None:
+        return float(explicit)
+    calibration = _calibration(timing)
+    if calibration is not None and calibration.frontend_ms is not None:
+        return calibration.frontend_ms
+    if getattr(timing, "mixed_pass", "sum") == "fused":
+        par = worker.parallelism
+        return default_frontend_ms(par.tensor * par.pipeline * par.attention_data)
+    return 0.0
