@@ -17,7 +17,7 @@ from typing import Any
 
 from servesim.build import LoweredRun, lower
 from servesim.cluster import AggregatedCluster, DisaggregatedCluster
-from servesim.collect.collector import Collector
+from servesim.collect.collector import TIMED_OUT, Collector
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
@@ -132,6 +132,8 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     wall_ms = (time.perf_counter() - started) * 1000
     usage = {pool.name: PoolUsage(pool.worker_seconds, _gpus_per_worker(run, pool.name)) for pool in pools}
     summary = summarize(collector.records, usage, wall_ms, run.sla)
+    if config.traffic.client_timeout_seconds is not None:
+        summary["timed_out_requests"] = sum(1 for r in collector.records if r.status == TIMED_OUT)
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
     extensions = {"workers": worker_breakdown(collector.records, workers, loop.now)}

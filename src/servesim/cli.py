@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(default), or fails the run as in the reference")
+    from servesim.fidelity.commands import register
+
+    register(sub)
     return parser
 
 
@@ -100,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `servesim` command."""
     args = _parser().parse_args(argv)
     try:
-        return _predict(args)
+        return args.run_command(args) if hasattr(args, "run_command") else _predict(args)
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
         return 130

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.config.schema import RouterConfig
-from servesim.collect.collector import COMPLETED, FAILED, REJECTED, Collector, RequestRecord, Route
+from servesim.collect.collector import COMPLETED, FAILED, REJECTED, TIMED_OUT, Collector, RequestRecord, Route
 from servesim.engine.rank import HandoffRank
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
@@ -37,6 +37,7 @@ from servesim.scaling.contract import ScalingPolicy
 from servesim.scaling.fleet import Fleet
 from servesim.scaling.scaler import PoolTraits, Scaler
 from servesim.traffic.driver import Arrival, Driver
+from servesim.traffic.timeouts import Deadlines, spans_until
 
 INF = float("inf")
 
@@ -113,6 +114,8 @@ class _Cluster:
         aggregated pool)."""
         self.fleets: dict[str, Fleet] = {}
         self.scaler: Scaler | None = None
+        self._placed: dict[int, tuple[Worker, int, EngineRequest]] = {}
+        """Client timeouts: the worker, rank and engine request of each request in flight."""
 
     def _add_pool(self, name: str, spec: PoolSpec, router: Router, *, kv_events: bool = False) -> Fleet:
         """Create a pool's initial workers and the fleet that manages their lifecycle."""
@@ -156,6 +159,7 @@ class _Cluster:
 
     def _terminal(self, request: EngineRequest, worker: Worker | None, status: str, now: float) -> None:
         arrival, record = self._open.pop(request.rid)
+        self._placed.pop(request.rid, None)
         self.collector.on_terminal(record, now, status, request.generated, request.token_spans,
                                    worker.pass_ends if worker is not None else None, request.reject_reason)
         self.driver.on_terminal(arrival, now, request.generated, ends_session=status == FAILED)
@@ -240,6 +244,10 @@ class AggregatedCluster(_Cluster):
         self.block_size = spec.rank_config.block_size
         self.router = self._kv_router = make_router(run.config.router, spec)
         self.fleet = self._add_pool("decode", spec, self.router, kv_events=self.router.wants_kv_events)
+        timeout = run.config.traffic.client_timeout_seconds
+        self.deadlines = Deadlines(1000 * timeout) if timeout is not None else None
+        self._abandoned: dict[Worker, list[tuple[int, EngineRequest, float]]] = {}
+        """Client timeouts: (rank, request, deadline) to drop at the worker's pass boundary."""
 
     def release_arrivals(self, now: float) -> list[Worker]:
         arrivals = self.driver.release(now)
@@ -251,7 +259,8 @@ class AggregatedCluster(_Cluster):
     def isolated(self) -> bool:
         """Whether each worker's timeline depends only on the requests routed to it, which are
         known before the run (see `servesim.runtime.isolated`)."""
-        return self.driver.fixed_arrivals and self.router.state_free and self.scaler is None
+        return (self.driver.fixed_arrivals and self.router.state_free and self.scaler is None
+                and self.deadlines is None)
 
     def route_ahead(self, until: float) -> list[tuple[float, Worker, int, EngineRequest]]:
         """Register and route every request arriving by `until`: (arrival, worker, rank, request)."""
@@ -279,7 +288,57 @@ class AggregatedCluster(_Cluster):
         scheduler_id = worker.first_scheduler_id + placement.rank
         self.collector.on_route(record, Route("agg", placement.worker, scheduler_id, placement.rank,
                                               placement.overlap_tokens))
+        if self.deadlines is not None:
+            self.deadlines.add(record.rid, record.arrival_ms, now)
+            self._placed[record.rid] = (worker, placement.rank, request)
         return worker, placement.rank, request
+
+    # -- client timeouts ------------------------------------------------------------------------
+
+    def _is_open(self, rid: int) -> bool:
+        return rid in self._open
+
+    def next_timer(self) -> float:
+        deadline = self.deadlines.next_time(self._is_open) if self.deadlines is not None else INF
+        return min(deadline, super().next_timer())
+
+    def fire_timers(self, now: float) -> bool:
+        fired = super().fire_timers(now)
+        if self.deadlines is not None:
+            for rid in self.deadlines.due(now, self._is_open):
+                self._give_up(rid, now)
+                fired = True
+        return fired
+
+    def _give_up(self, rid: int, now: float) -> None:
+        """The client of `rid` stops waiting: the driver and the router hear of it now, the
+        worker drops the request now if idle, else at the end of its running pass."""
+        arrival, _ = self._open[rid]
+        worker, rank, request = self._placed[rid]
+        self.driver.on_terminal(arrival, now, request.generated, ends_session=True)
+        self.router.on_terminal(rid, now)
+        if worker.busy:
+            self._abandoned.setdefault(worker, []).append((rank, request, now))
+        else:
+            worker.abort(rank, request)
+            self._close_timed_out(request, worker, now)
+
+    def _close_timed_out(self, request: EngineRequest, worker: Worker, deadline: float) -> None:
+        """Record a timed-out request with the tokens its client received before giving up."""
+        _, record = self._open.pop(request.rid)
+        del self._placed[request.rid]
+        spans, tokens = spans_until(request.token_spans, worker.pass_ends, deadline)
+        self.collector.on_terminal(record, deadline, TIMED_OUT, tokens, spans, worker.pass_ends)
+
+    def _drop_abandoned(self, worker: Worker) -> set[int]:
+        """At a pass boundary: drop the requests abandoned during the pass; their ids."""
+        abandoned = self._abandoned.pop(worker, None)
+        if not abandoned:
+            return set()
+        for rank, request, deadline in abandoned:
+            worker.abort(rank, request)
+            self._close_timed_out(request, worker, deadline)
+        return {request.rid for _, request, _ in abandoned}
 
     def finish_pass(self, worker: Worker, outcome: WorkerPass, now: float, inline: bool) -> bool:
         worker.finish_pass()
@@ -287,6 +346,7 @@ class AggregatedCluster(_Cluster):
         self._flush_kv_events(worker, now)
         if self.scaler is not None:
             self.scaler.on_pass("decode", worker, outcome)
+        dropped = self._drop_abandoned(worker) if self._abandoned else set()
         router = self.router
         for end, finished in outcome.early_finishes:
             for request in finished:
@@ -294,14 +354,17 @@ class AggregatedCluster(_Cluster):
                 self._terminal(request, worker, COMPLETED, end)
         for _rank, result in outcome.ranks:
             for request in result.first_tokens:
-                router.on_first_token(request.rid, now)
+                if request.rid not in dropped:
+                    router.on_first_token(request.rid, now)
             for request in result.finished:
-                router.on_terminal(request.rid, now)
-                self._terminal(request, worker, COMPLETED, now)
+                if request.rid not in dropped:
+                    router.on_terminal(request.rid, now)
+                    self._terminal(request, worker, COMPLETED, now)
             for request in result.rejected:
-                router.on_terminal(request.rid, now)
-                self._terminal(request, worker, REJECTED, now)
-        return False
+                if request.rid not in dropped:
+                    router.on_terminal(request.rid, now)
+                    self._terminal(request, worker, REJECTED, now)
+        return bool(dropped)
 
 
 @dataclass(slots=True)

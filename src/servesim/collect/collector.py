@@ -12,6 +12,8 @@ from array import array
 from dataclasses import dataclass, field
 
 COMPLETED, REJECTED, FAILED, CANCELED = "completed", "rejected", "failed", "canceled"
+TIMED_OUT = "timed_out"
+"""The client gave up on the request (`traffic.client_timeout_seconds`, servesim extension)."""
 
 
 @dataclass(slots=True)

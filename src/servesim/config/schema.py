@@ -849,6 +849,8 @@ class TrafficConfig(_Model):
     """When requests arrive: concurrency, poisson, constant_rate or trace_timestamps."""
     stop: StopConfig | None = None
     """When the workload ends (required for synthetic sources)."""
+    client_timeout_seconds: PositiveNumber | None = None
+    """servesim extension: clients abort a request still unfinished this long after sending it (as load generators do, e.g. inference-perf's 300 s); it is reported as 'timed_out', its KV freed at the worker's next pass boundary, and it is left out of the latency statistics. Aggregated deployments only; omitted = clients wait for ever (the reference)."""
 
     @model_validator(mode="after")
     def _combination_rules(self) -> TrafficConfig:
@@ -1141,6 +1143,13 @@ class SimConfig(_Model):
         source = self.traffic.source
         if isinstance(source, TraceSource) and source.format in _AGGREGATED_ONLY_FORMATS and self.engine.mode != "aggregated":
             raise RuleViolation([("traffic.source.format", f"'{source.format}' requires engine.mode 'aggregated'")])
+        return self
+
+    @model_validator(mode="after")
+    def _timeouts_need_aggregated(self) -> SimConfig:
+        """Client timeouts abort requests on aggregated workers only."""
+        if self.traffic.client_timeout_seconds is not None and self.engine.mode != "aggregated":
+            raise RuleViolation([("traffic.client_timeout_seconds", "is supported with engine.mode 'aggregated' only")])
         return self
 
     @model_validator(mode="after")

@@ -139,6 +139,10 @@ class Rank(Protocol):
 
     def run_pass(self, pass_index: int) -> RankPass: ...
 
+    def abort(self, request: EngineRequest, pass_index: int) -> None:
+        """Drop a waiting or running request between passes (its client gave up)."""
+        ...
+
     def can_run_ahead(self, pass_index: int) -> bool:
         """True when pass `pass_index` would only advance steady decoders."""
         ...

@@ -484,6 +484,19 @@ class SglangRank:
         retracted.append(r)
         result.preemptions += 1
 
+    def abort(self, request: EngineRequest, pass_index: int) -> None:
+        """Drop a request its client gave up on, between passes: a running request frees its
+        private pages and unlocks its cached prefix, a waiting one leaves."""
+        for queue in (self.running, self.waiting):
+            for r in queue:
+                if r.req is request:
+                    queue.remove(r)
+                    if queue is self.running:
+                        self._context -= r.length
+                        self.generation += 1
+                    self._release(r)
+                    return
+
     def _sample_burst(self, left: int) -> int:
         """1 + the leading accepted draft tokens, within the `left` output tokens."""
         sampler = self._sampler

@@ -587,6 +587,23 @@ class VllmRank:
             finished = set(done)
             self.explicit = [r for r in self.explicit if r not in finished]
 
+    def abort(self, request: EngineRequest, pass_index: int) -> None:
+        """Drop a request its client gave up on, between passes (`pass_index` is the next one):
+        a running request releases its KV (full blocks stay cached), a waiting one leaves."""
+        if request not in self.running:
+            if request in self.waiting:
+                self.waiting.remove(request)
+                request.own_blocks = []
+            return
+        if request in self.cohort:
+            self._leave_cohort(request, pass_index)
+        del self.running[request]
+        if request in self.explicit:
+            self.explicit.remove(request)
+        self.pool.release(request.lease, request.computed // self.config.block_size)
+        request.lease = []
+        self.generation += 1
+
     # -- speculative decoding ----------------------------------------------------------------
 
     def _reserve_draft_blocks(self, ready: list[EngineRequest]) -> list[EngineRequest]:

@@ -73,6 +73,13 @@ class Worker:
                 return True
         return False
 
+    def abort(self, rank: int, request: EngineRequest) -> None:
+        """Drop a request between passes, wherever it is on this worker."""
+        if (rank, request) in self.inbox:
+            self.inbox.remove((rank, request))
+        else:
+            self.ranks[rank].abort(request, len(self.pass_ends))
+
     def _deliver_inbox(self) -> None:
         inbox, self.inbox = self.inbox, []
         for rank, request in inbox:
