@@ -491,10 +491,19 @@ class VllmRank:
         self._prefill_shape = (count, mean_isl, mean_prefix)
         return self.timing.prefill(count, mean_isl, mean_prefix)
 
+    def _decoding_shape(self, ready: list[EngineRequest]) -> tuple[int, int]:
+        """(requests, Σ sequence length) that decode in this pass; a request whose prompt ends in
+        it samples its first token from the prefill forward and is not among them."""
+        batch = self._batch
+        decoding = [r for r in ready if r not in batch or batch[r][1] < 0]
+        return len(self.cohort) + len(decoding), self._cohort_len + sum(r.prompt_len + r.generated for r in decoding)
+
     def _fused_time(self) -> float:
         """This pass as one forward pass over its prompt chunks and decode tokens."""
         count, mean_isl, mean_prefix = self._prefill_shape
         n, total = self._decode_shape
+        if n == 0:
+            return self._pass.prefill_ms
         return self.timing.mixed(count, mean_isl, mean_prefix, n, total, total // n,  # type: ignore[attr-defined]
                                  self.total_kv_tokens)
 
@@ -548,7 +557,8 @@ class VllmRank:
         if n:
             total = self._cohort_len + sum(r.prompt_len + r.generated for r in ready)
             result.decode_ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
-            self._decode_shape = (n, total)
+            if self.config.fused_mixed_pass:
+                self._decode_shape = self._decoding_shape(ready)
         result.emitted = n
         self._cohort_len_sq += 2 * self._cohort_len + n_cohort
         self._cohort_len += n_cohort

@@ -4,9 +4,10 @@ The measured requests are replayed (their send times and token counts as a Moonc
 prompt private) on the config's deployment, and four parameters are fitted in turn:
 
 1. **KV capacity** — only where the data shows it: when, for most of the run, requests waited
-   while fewer than ``max_sequences`` ran per rank, the KV pool was the limit; its size is the
-   median KV in use at those times (each running request holding its prompt plus the tokens
-   it has produced, growing linearly from its first to its last token), per rank;
+   while fewer than ``max_sequences`` ran per rank and the KV in use at those times stayed on
+   a plateau (its 10th percentile ≥ 75 % of its 90th), the KV pool was the limit; its size is
+   the median KV in use at those times (each running request holding its prompt plus the
+   tokens it has produced, growing linearly from its first to its last token), per rank;
 2. **decode scale** ``b`` — mean TPOT is nearly proportional to decode pass times: ``b`` is
    multiplied by measured / simulated mean TPOT until they agree;
 3. **front-end latency** — the median gap between measured and simulated TTFT over the quarter
@@ -66,9 +67,12 @@ class CalibrationResult:
 class _Replay:
     """Simulations of the measured deployment with trial calibrations."""
 
-    def __init__(self, config: SimConfig, measured: Measured, keep_traffic: bool, folder: Path) -> None:
+    def __init__(self, config: SimConfig, measured: Measured, keep_traffic: bool, folder: Path,
+                 fit: np.ndarray | None) -> None:
         self.folder = folder
         self.measured = measured
+        self.fit = fit
+        self.real = self.select(measured.latencies())
         self.role, worker = _the_role(config)
         self.mode = worker.timing.mixed_pass if "mixed_pass" in worker.timing.model_fields_set else "fused"
         self.base = config.model_dump(mode="json", exclude_unset=True)
@@ -96,9 +100,18 @@ class _Replay:
         config["engine"]["workers"][self.role]["timing"]["calibration"] = str(path)
         return simulated_latencies(config)
 
+    def select(self, latencies: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The requests the fit looks at (all when the simulation lost some)."""
+        fit = self.fit
+        if fit is None or len(latencies["ttft"]) != len(fit):
+            return latencies
+        return {m: v[fit] for m, v in latencies.items()}
+
+    def mean(self, sim: dict[str, np.ndarray], metric: str) -> float:
+        return float(np.nanmean(self.select(sim)[metric]))
+
     def errors(self, sim: dict[str, np.ndarray]) -> dict[str, float]:
-        real = self.measured.latencies()
-        return {m: 100.0 * (float(np.mean(sim[m])) / float(np.mean(real[m])) - 1.0) for m in METRICS}
+        return {m: 100.0 * (self.mean(sim, m) / float(np.nanmean(self.real[m])) - 1.0) for m in METRICS}
 
 
 def _the_role(config: SimConfig) -> tuple[str, Any]:
@@ -112,12 +125,17 @@ def _the_role(config: SimConfig) -> tuple[str, Any]:
     return "aggregated", worker
 
 
-def calibrate(config: SimConfig, measured: Measured, *, keep_traffic: bool = False,
+def calibrate(config: SimConfig, measured: Measured, *, keep_traffic: bool = False, fit: np.ndarray | None = None,
               progress: bool = False) -> CalibrationResult:
-    """Fit a calibration of `config`'s deployment to `measured`."""
+    """Fit a calibration of `config`'s deployment to `measured`.
+
+    `fit` (a boolean mask over the measured requests in send order) restricts the fit to some
+    requests; every request is still replayed.
+    """
     with tempfile.TemporaryDirectory(prefix="servesim-calibrate-") as tmp:
-        replay = _Replay(config, measured, keep_traffic, Path(tmp))
-        kv = measured_kv_tokens(measured, replay.max_sequences, replay.ranks)
+        replay = _Replay(config, measured, keep_traffic, Path(tmp), fit)
+        window = None if fit is None else (float(measured.send_s[fit].min()), float(measured.end_s[fit].max()))
+        kv = measured_kv_tokens(measured, replay.max_sequences, replay.ranks, window)
         current = Calibration(kv_tokens=kv, mixed_pass=replay.mode, frontend_ms=0.0)
         before = replay.errors(replay.run(replace(current, kv_tokens=None, frontend_ms=None)))
         for round_ in range(ROUNDS):
@@ -142,19 +160,18 @@ def _clamp(scale: float) -> float:
 def _fit_decode(replay: _Replay, current: Calibration) -> Calibration:
     """One fixed-point step of the decode scale on mean TPOT."""
     sim = replay.run(current)
-    real = float(np.mean(replay.measured.latencies()["tpot"]))
-    return replace(current, decode_scale=_clamp(current.decode_scale * real / float(np.mean(sim["tpot"]))))
+    real = float(np.nanmean(replay.real["tpot"]))
+    return replace(current, decode_scale=_clamp(current.decode_scale * real / replay.mean(sim, "tpot")))
 
 
 def _fit_frontend(replay: _Replay, current: Calibration) -> Calibration:
     """The front-end latency from the requests that queued least, if they did not queue."""
-    zero = replace(current, frontend_ms=0.0)
-    sim = replay.run(zero)["ttft"]
-    real = replay.measured.latencies()["ttft"]
+    sim = replay.select(replay.run(replace(current, frontend_ms=0.0)))["ttft"]
+    real = replay.real["ttft"]
     if len(sim) != len(real):
         return replace(current, frontend_ms=None)
     calm = np.argsort(sim)[: max(1, len(sim) // 4)]
-    tpot = float(np.median(replay.measured.latencies()["tpot"]))
+    tpot = float(np.nanmedian(replay.real["tpot"]))
     if float(np.max(sim[calm])) > float(np.min(sim)) + 3 * tpot:
         return replace(current, frontend_ms=None)
     return replace(current, frontend_ms=max(0.0, float(np.median(real[calm] - sim[calm]))))
@@ -162,7 +179,7 @@ def _fit_frontend(replay: _Replay, current: Calibration) -> Calibration:
 
 def _fit_prefill(replay: _Replay, current: Calibration, steps: int = 7) -> Calibration:
     """Bisection on log(prefill scale) for the measured mean TTFT."""
-    target = float(np.mean(replay.measured.latencies()["ttft"]))
+    target = float(np.mean(replay.real["ttft"]))
     lo, hi = math.log(SCALE_BOUNDS[0]), math.log(SCALE_BOUNDS[1])
     mid = math.log(current.prefill_scale)
     width = 0.5
@@ -171,7 +188,7 @@ def _fit_prefill(replay: _Replay, current: Calibration, steps: int = 7) -> Calib
     for _ in range(steps):
         mid = (lo + hi) / 2
         trial = replace(current, prefill_scale=math.exp(mid))
-        mean = float(np.mean(replay.run(trial)["ttft"]))
+        mean = replay.mean(replay.run(trial), "ttft")
         best = trial
         if mean > target:
             hi = mid
@@ -180,10 +197,12 @@ def _fit_prefill(replay: _Replay, current: Calibration, steps: int = 7) -> Calib
     return best
 
 
-def measured_kv_tokens(measured: Measured, max_sequences: int, ranks: int, points: int = 4000) -> int | None:
-    """The KV capacity per rank the measurements show, or None when the KV pool never limited
-    admission for most of the run (see the module docstring)."""
-    grid = np.linspace(float(measured.send_s.min()), float(measured.end_s.max()), points)
+def measured_kv_tokens(measured: Measured, max_sequences: int, ranks: int,
+                       window: tuple[float, float] | None = None, points: int = 4000) -> int | None:
+    """The KV capacity per rank the measurements show (within `window`, seconds), or None when
+    the KV pool did not limit admission for most of that time (see the module docstring)."""
+    start, stop = window if window is not None else (float(measured.send_s.min()), float(measured.end_s.max()))
+    grid = np.linspace(start, stop, points)
     usage = np.zeros(points)
     running = np.zeros(points)
     waiting = np.zeros(points)
@@ -199,4 +218,12 @@ def measured_kv_tokens(measured: Measured, max_sequences: int, ranks: int, point
     bound = (waiting > 0) & (running < max_sequences * ranks)
     if not busy.any() or bound.sum() < 0.5 * busy.sum():
         return None
+    low, high = np.percentile(usage[bound], [10, 90])
+    if low < PLATEAU * high:
+        return None  # the KV in use wanders: something else (the budget, arrivals) set the pace
     return int(round(float(np.median(usage[bound])) / ranks))
+
+
+PLATEAU = 0.75
+"""While the KV pool is the limit, the KV in use stays near its size: the 10th percentile of the
+usage at such times is at least this share of the 90th."""

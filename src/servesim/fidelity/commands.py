@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                "markers if the file has them)")
     validate.add_argument("--components", action="store_true",
                           help="also check the timing model's pieces against the splitwise and Vidur measurements")
+    validate.add_argument("--holdout", action="store_true",
+                          help="also calibrate on part of the data and predict the rest (takes minutes)")
     validate.set_defaults(run_command=_validate)
 
     calibrate = sub.add_parser("calibrate", help="fit a calibration file to measurements of a real deployment")
@@ -80,6 +82,14 @@ def _validate(args: argparse.Namespace) -> int:
             from servesim.fidelity import components
 
             text += "\n" + components.render(components.check(data.parent, args.aic_systems_path))
+        if args.holdout:
+            from servesim.fidelity import holdout
+
+            progress = sys.stderr.isatty()
+            text += "\n" + holdout.render(holdout.by_load(data, args.aic_systems_path, runs, progress),
+                                          "Calibrated on a run's first third of requests, predicting the rest")
+            text += "\n" + holdout.render(holdout.by_model(data, args.aic_systems_path, progress=progress),
+                                          "Calibrated on one run, predicting another on the same GPU type")
     except RunError as exc:
         return _fail(1, str(exc))
     sys.stdout.write(text)

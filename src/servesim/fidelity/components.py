@@ -25,13 +25,15 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-LLAMA2 = {
+LLAMA_GEOMETRY = {
     "Llama-2-7b-hf": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                       "num_attention_heads": 32, "num_key_value_heads": 32},
     "Llama-2-70b-hf": {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                        "num_attention_heads": 64, "num_key_value_heads": 8},
+    "CodeLlama-34b-hf": {"hidden_size": 8192, "intermediate_size": 22016, "num_hidden_layers": 48,
+                         "num_attention_heads": 64, "num_key_value_heads": 8},
 }
-"""The public geometry of the Llama-2 checkpoints the measurements used."""
+"""The public geometry of the Llama-2-family checkpoints (not among AIConfigurator's models)."""
 
 VIDUR_OPS = {"attn_pre_proj": "qkv_gemm", "attn_post_proj": "proj_gemm", "mlp_up_proj": "gate_ffn1_gemm",
              "mlp_down_proj": "ffn2_gemm"}
@@ -39,11 +41,11 @@ VIDUR_OPS = {"attn_pre_proj": "qkv_gemm", "attn_post_proj": "proj_gemm", "mlp_up
 
 @cache
 def model_folder(name: str) -> str:
-    """A temporary folder holding the HF config.json of a Llama-2 checkpoint."""
+    """A temporary folder holding the HF config.json of a Llama-2-family checkpoint."""
     folder = Path(tempfile.mkdtemp(prefix="servesim-llama2-"))
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
               "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "hidden_act": "silu",
-              "torch_dtype": "float16", "tie_word_embeddings": False, **LLAMA2[name]}
+              "torch_dtype": "float16", "tie_word_embeddings": False, **LLAMA_GEOMETRY[name]}
     (folder / "config.json").write_text(json.dumps(config))
     return str(folder)
 
@@ -116,13 +118,13 @@ def splitwise(path: Path, systems: str | None = None) -> list[Ratio]:
 def vidur(folder: Path, systems: str | None = None) -> list[Ratio]:
     """GEMM ratios against Vidur's H100 operator profiles, per model, op and token range."""
     out = []
-    for name in LLAMA2:
+    for name in LLAMA_GEOMETRY:
         path = folder / name / "mlp.csv"
         if not path.is_file():
             continue
         with path.open() as f:
             rows = [r for r in csv.DictReader(f) if int(r["num_tokens"]) in _TOKENS]
-        layers = LLAMA2[name]["num_hidden_layers"]
+        layers = LLAMA_GEOMETRY[name]["num_hidden_layers"]
         ratios: dict[str, list[float]] = defaultdict(list)
         for tp in sorted({int(r["num_tensor_parallel_workers"]) for r in rows}):
             engine = _aic_engine(model_folder(name), tp, systems)

@@ -51,11 +51,12 @@ class Measured:
         return len(self.send_s)
 
     def latencies(self) -> dict[str, np.ndarray]:
-        """TTFT, TPOT and E2E in ms per request (TPOT over requests with ≥ 2 tokens)."""
-        two = self.output_tokens >= 2
+        """TTFT, TPOT and E2E in ms per request, in send order (TPOT is NaN below 2 tokens)."""
+        steps = (self.output_tokens - 1).astype(float)
+        steps[steps < 1] = np.nan
         return {
             "ttft": (self.first_s - self.send_s) * 1000,
-            "tpot": (self.end_s[two] - self.first_s[two]) * 1000 / (self.output_tokens[two] - 1),
+            "tpot": (self.end_s - self.first_s) * 1000 / steps,
             "e2e": (self.end_s - self.send_s) * 1000,
         }
 

@@ -61,6 +61,14 @@ RUNS = (
 )
 
 
+def has_aic_data(run: OpenRun, systems: str | None = None) -> bool:
+    """Whether the AIConfigurator database can time the run's GPU (else servesim uses the roofline)."""
+    from servesim.engine.hardware import aic_system, systems_dir
+
+    gpu = aic_system(run.hardware, systems_dir(systems)[0])
+    return gpu is not None and gpu.has_aic_data
+
+
 def data_folder(explicit: str | Path | None = None) -> Path:
     """The data folder: `explicit`, else ../shared/data/llmservingsim-vllm-validation."""
     return Path(explicit) if explicit is not None else DEFAULT_DATA

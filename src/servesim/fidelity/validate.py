@@ -26,7 +26,8 @@ MODES = ("sum", "fused")
 
 
 def describe(values: np.ndarray) -> dict[str, float]:
-    """Mean and linear-interpolated p50/p90/p99 of a sample."""
+    """Mean and linear-interpolated p50/p90/p99 of a sample (NaNs left out)."""
+    values = values[~np.isnan(values)]
     return {"mean": float(np.mean(values)), "p50": float(np.percentile(values, 50)),
             "p90": float(np.percentile(values, 90)), "p99": float(np.percentile(values, 99))}
 
@@ -37,15 +38,16 @@ def signed_error(value: float, real: float) -> float:
 
 
 def simulated_latencies(config: dict[str, Any]) -> dict[str, np.ndarray]:
-    """TTFT, TPOT and E2E (ms) of every completed request of a simulation."""
+    """TTFT, TPOT and E2E (ms) of every completed request of a simulation, in arrival order
+    (TPOT is NaN below 2 tokens)."""
     import servesim
 
     report = servesim.simulate(config, capture_per_request=True)
     done = [r for r in report.per_request or () if r["terminal_status"] == "completed" and r["output_length"]]
-    two = [r for r in done if r["output_length"] >= 2]
     return {
         "ttft": np.array([r["ttft_ms"] for r in done]),
-        "tpot": np.array([(r["last_token_ms"] - r["first_token_ms"]) / (r["output_length"] - 1) for r in two]),
+        "tpot": np.array([(r["last_token_ms"] - r["first_token_ms"]) / (r["output_length"] - 1)
+                          if r["output_length"] >= 2 else np.nan for r in done]),
         "e2e": np.array([r["e2e_latency_ms"] for r in done]),
     }
 
