@@ -317,11 +317,12 @@ class AggregatedCluster(_Cluster):
         worker, rank, request = self._placed[rid]
         self.driver.on_terminal(arrival, now, request.generated, ends_session=True)
         self.router.on_terminal(rid, now)
+        deadline = self._open[rid][1].arrival_ms + self.deadlines.timeout_ms  # ≤ now when sent that late
         if worker.busy:
-            self._abandoned.setdefault(worker, []).append((rank, request, now))
+            self._abandoned.setdefault(worker, []).append((rank, request, deadline))
         else:
             worker.abort(rank, request)
-            self._close_timed_out(request, worker, now)
+            self._close_timed_out(request, worker, deadline)
 
     def _close_timed_out(self, request: EngineRequest, worker: Worker, deadline: float) -> None:
         """Record a timed-out request with the tokens its client received before giving up."""

@@ -16,8 +16,9 @@ prompt private) on the config's deployment, and four parameters are fitted in tu
 4. **prefill scale** ``a`` — mean TTFT rises with prefill cost (more so under queueing): ``a``
    is found by bisection on a log scale so that the simulated mean TTFT meets the measured one.
 
-Steps 2-4 are repeated three times. Each step is bounded (scales within 0.2-5), so a run whose
-TTFT does not react to prefill cost keeps ``a`` near 1.
+Steps 2-4 are repeated (the bisection window halving each round) until a round moves neither
+scale by 0.5 %, at most 8 times. Scales stay within 0.2-5, so a run whose TTFT does not react
+to prefill cost keeps ``a`` near 1.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from servesim.fidelity.calibration import Calibration
 from servesim.fidelity.measured import Measured
 
 SCALE_BOUNDS = (0.2, 5.0)
-ROUNDS = 3
+ROUNDS = 8
+TOLERANCE = 0.005
 METRICS = ("ttft", "tpot", "e2e")
 
 
@@ -140,10 +142,13 @@ def calibrate(config: SimConfig, measured: Measured, *, keep_traffic: bool = Fal
         before = replay.errors(replay.run(replace(current, kv_tokens=None, frontend_ms=None)))
         for round_ in range(ROUNDS):
             if progress:
-                print(f"[calibrate] round {round_ + 1}/{ROUNDS} ...", file=sys.stderr)
+                print(f"[calibrate] round {round_ + 1} ...", file=sys.stderr)
+            previous = current
             current = _fit_decode(replay, current)
             current = _fit_frontend(replay, current)
-            current = _fit_prefill(replay, current)
+            current = _fit_prefill(replay, current, width=0.5 / (round_ + 1))
+            if _settled(previous, current):
+                break
         after = replay.errors(replay.run(current))
         fitted_on = {"measurements": measured.path, "format": measured.format, "requests": len(measured),
                      "failed_requests": measured.failed, "model": config.engine.model,
@@ -151,6 +156,12 @@ def calibrate(config: SimConfig, measured: Measured, *, keep_traffic: bool = Fal
                      "mean_error_before_pct": {m: round(v, 2) for m, v in before.items()},
                      "mean_error_after_pct": {m: round(v, 2) for m, v in after.items()}}
         return CalibrationResult(replace(current, fitted_on=fitted_on), before, after, replay.count)
+
+
+def _settled(before: Calibration, after: Calibration) -> bool:
+    """Whether a round moved both scales by less than `TOLERANCE` (relative)."""
+    return (abs(after.prefill_scale / before.prefill_scale - 1) < TOLERANCE
+            and abs(after.decode_scale / before.decode_scale - 1) < TOLERANCE)
 
 
 def _clamp(scale: float) -> float:
@@ -177,12 +188,12 @@ def _fit_frontend(replay: _Replay, current: Calibration) -> Calibration:
     return replace(current, frontend_ms=max(0.0, float(np.median(real[calm] - sim[calm]))))
 
 
-def _fit_prefill(replay: _Replay, current: Calibration, steps: int = 7) -> Calibration:
-    """Bisection on log(prefill scale) for the measured mean TTFT."""
+def _fit_prefill(replay: _Replay, current: Calibration, width: float, steps: int = 6) -> Calibration:
+    """Bisection on log(prefill scale), within ±`width` of the current one, for the measured
+    mean TTFT."""
     target = float(np.mean(replay.real["ttft"]))
     lo, hi = math.log(SCALE_BOUNDS[0]), math.log(SCALE_BOUNDS[1])
     mid = math.log(current.prefill_scale)
-    width = 0.5
     lo, hi = max(lo, mid - width), min(hi, mid + width)
     best = current
     for _ in range(steps):
