@@ -1,5 +1,7 @@
 """`servesim predict`: parse options, load the config, simulate, write the outputs.
 
+(`servesim validate` and `servesim calibrate` are registered by `servesim.fidelity.commands`.)
+
 Exit codes follow the reference: 0 success, 2 configuration or usage errors, 1 when the
 simulation itself fails, 130 on interrupt.
 """

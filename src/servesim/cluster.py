@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.config.schema import RouterConfig
-from servesim.collect.collector import COMPLETED, FAILED, REJECTED, TIMED_OUT, Collector, RequestRecord, Route
+from servesim.cluster_timeouts import AbandonedRequests
+from servesim.collect.collector import COMPLETED, FAILED, REJECTED, Collector, RequestRecord, Route
 from servesim.engine.rank import HandoffRank
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
@@ -37,7 +38,7 @@ from servesim.scaling.contract import ScalingPolicy
 from servesim.scaling.fleet import Fleet
 from servesim.scaling.scaler import PoolTraits, Scaler
 from servesim.traffic.driver import Arrival, Driver
-from servesim.traffic.timeouts import Deadlines, spans_until
+from servesim.traffic.timeouts import Deadlines
 
 INF = float("inf")
 
@@ -233,7 +234,7 @@ class _Cluster:
         return not self._open and self.driver.drained()
 
 
-class AggregatedCluster(_Cluster):
+class AggregatedCluster(AbandonedRequests, _Cluster):
     """One pool of workers that both prefill and decode."""
 
     isolated_workers = True
@@ -292,54 +293,6 @@ class AggregatedCluster(_Cluster):
             self.deadlines.add(record.rid, record.arrival_ms, now)
             self._placed[record.rid] = (worker, placement.rank, request)
         return worker, placement.rank, request
-
-    # -- client timeouts ------------------------------------------------------------------------
-
-    def _is_open(self, rid: int) -> bool:
-        return rid in self._open
-
-    def next_timer(self) -> float:
-        deadline = self.deadlines.next_time(self._is_open) if self.deadlines is not None else INF
-        return min(deadline, super().next_timer())
-
-    def fire_timers(self, now: float) -> bool:
-        fired = super().fire_timers(now)
-        if self.deadlines is not None:
-            for rid in self.deadlines.due(now, self._is_open):
-                self._give_up(rid, now)
-                fired = True
-        return fired
-
-    def _give_up(self, rid: int, now: float) -> None:
-        """The client of `rid` stops waiting: the driver and the router hear of it now, the
-        worker drops the request now if idle, else at the end of its running pass."""
-        arrival, _ = self._open[rid]
-        worker, rank, request = self._placed[rid]
-        self.driver.on_terminal(arrival, now, request.generated, ends_session=True)
-        self.router.on_terminal(rid, now)
-        deadline = self._open[rid][1].arrival_ms + self.deadlines.timeout_ms  # ≤ now when sent that late
-        if worker.busy:
-            self._abandoned.setdefault(worker, []).append((rank, request, deadline))
-        else:
-            worker.abort(rank, request)
-            self._close_timed_out(request, worker, deadline)
-
-    def _close_timed_out(self, request: EngineRequest, worker: Worker, deadline: float) -> None:
-        """Record a timed-out request with the tokens its client received before giving up."""
-        _, record = self._open.pop(request.rid)
-        del self._placed[request.rid]
-        spans, tokens = spans_until(request.token_spans, worker.pass_ends, deadline)
-        self.collector.on_terminal(record, deadline, TIMED_OUT, tokens, spans, worker.pass_ends)
-
-    def _drop_abandoned(self, worker: Worker) -> set[int]:
-        """At a pass boundary: drop the requests abandoned during the pass; their ids."""
-        abandoned = self._abandoned.pop(worker, None)
-        if not abandoned:
-            return set()
-        for rank, request, deadline in abandoned:
-            worker.abort(rank, request)
-            self._close_timed_out(request, worker, deadline)
-        return {request.rid for _, request, _ in abandoned}
 
     def finish_pass(self, worker: Worker, outcome: WorkerPass, now: float, inline: bool) -> bool:
         worker.finish_pass()
