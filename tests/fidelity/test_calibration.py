@@ -114,7 +114,7 @@ def test_front_end_latency_precedence(tmp_path):
     path = tmp_path / "cal.yaml"
     path.write_text(Calibration(frontend_ms=9.0).to_yaml())
     base = {"type": "roofline", "mixed_pass": "fused"}
-    assert lower(parse_config(_config(base))).frontend_ms == 2.0
+    assert lower(parse_config(_config(base))).frontend_ms == 3.0
     assert lower(parse_config(_config({**base, "calibration": str(path)}))).frontend_ms == 9.0
     assert lower(parse_config(_config({**base, "calibration": str(path), "frontend_ms": 1.0}))).frontend_ms == 1.0
 

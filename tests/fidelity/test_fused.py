@@ -157,12 +157,12 @@ def test_front_end_latency_lengthens_a_closed_loop():
 
 
 def test_front_end_default_grows_with_the_gpus_of_a_worker():
-    assert [default_frontend_ms(g) for g in (1, 2, 4, 8)] == [2.0, 4.0, 6.0, 8.0]
+    assert [default_frontend_ms(g) for g in (1, 2, 4, 8)] == [3.0, 8.0, 10.0, 12.0]
     from servesim.build import lower
 
     config = _config({"type": "roofline", "mixed_pass": "fused"})
     config["engine"]["workers"]["aggregated"]["parallelism"] = {"tensor": 2}
-    assert lower(parse_config(config)).frontend_ms == 4.0
+    assert lower(parse_config(config)).frontend_ms == 8.0
     config["engine"]["workers"]["aggregated"]["timing"]["frontend_ms"] = 1.5
     assert lower(parse_config(config)).frontend_ms == 1.5
     assert lower(parse_config(_config({"type": "roofline"}))).frontend_ms == 0.0

@@ -8,13 +8,13 @@ Three answers for `servesim.build` / `servesim.perf`:
 * `frontend_ms` — the per-request front-end latency of the deployment.
 
 Front-end latency default (fused mode): the part of a request's time to first token spent
-outside the engine's scheduler: the API server's HTTP and streaming work, prompt tokenisation,
-detokenisation of the first token and the IPC hops between the API server and the engine core
-(about 2 ms on one GPU), plus, per doubling of the worker's GPUs, about 2 ms for the
-multi-process executor (the first step's broadcast to the worker processes and the gather of its
-output). The wait for the engine's step boundary is not part of it: the simulated engine models
-it, and with async scheduling (`scheduler.async_scheduling`) one more pass. docs/timing.md has
-the derivation.
+outside the engine's scheduler. On one GPU it is the API server's work — HTTP and streaming,
+prompt tokenisation, detokenisation of the first token, the IPC hops to and from the engine core
+— about 3 ms. With several GPUs vLLM runs a multi-process executor: every step is broadcast to
+the worker processes and its output gathered back, which adds about 3 ms to a new request's
+first step plus about 2 ms per doubling of the GPUs. The wait for the engine's step boundary is
+not part of it: the simulated engine models it, and with async scheduling
+(`scheduler.async_scheduling`) one more pass. docs/timing.md has the derivation.
 """
 
 from __future__ import annotations
@@ -22,16 +22,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-FRONTEND_BASE_MS = 2.0
+API_SERVER_MS = 3.0
 """Front-end latency of a one-GPU worker in fused mode (ms)."""
-FRONTEND_PER_DOUBLING_MS = 2.0
-"""What each doubling of a worker's GPUs adds to it (ms)."""
+EXECUTOR_MS = 3.0
+"""What a multi-process executor adds (ms), besides `PER_DOUBLING_MS` per doubling of GPUs."""
+PER_DOUBLING_MS = 2.0
 
 
 def default_frontend_ms(gpus: int) -> float:
-    """The fused-mode front-end latency of a worker spanning `gpus` GPUs: 2, 4, 6, 8 ms for
-    1, 2, 4, 8 GPUs."""
-    return FRONTEND_BASE_MS + FRONTEND_PER_DOUBLING_MS * math.log2(max(gpus, 1))
+    """The fused-mode front-end latency of a worker spanning `gpus` GPUs: 3 ms on one GPU,
+    8, 10, 12 ms on 2, 4, 8."""
+    if gpus <= 1:
+        return API_SERVER_MS
+    return API_SERVER_MS + EXECUTOR_MS + PER_DOUBLING_MS * math.log2(gpus)
 
 
 def _calibration(timing: Any):
