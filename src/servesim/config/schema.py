@@ -377,9 +377,9 @@ class _RealServerTiming(_Model):
     """The keys by which a data-backed timing model estimates a real server (servesim extensions)."""
 
     mixed_pass: Literal["sum", "fused"] = "sum"
-    """servesim extension: how a vLLM/TRT-LLM pass holding both prompt chunks and decode tokens is timed: 'sum' = a prefill pass plus a decode pass (the reference), 'fused' = one forward pass over all its tokens, plus the front-end latency default (docs/timing.md)."""
+    """servesim extension: how a vLLM/TRT-LLM pass holding both prompt chunks and decode tokens is timed: 'sum' = a prefill pass plus a decode pass (the reference), 'fused' = one forward pass over all its tokens, and with it the async-scheduling and front-end latency defaults (docs/timing.md)."""
     frontend_ms: NonNegativeNumber | None = None
-    """servesim extension: latency from a client sending a request to the engine seeing it (API server, scheduler step boundary, executor IPC); omitted = the calibration file's, else 0 with mixed_pass 'sum' and the default for the worker's GPU count with 'fused' (docs/timing.md)."""
+    """servesim extension: latency from a client sending a request to the engine seeing it (API server, multi-process executor); omitted = the calibration file's, else 0 with mixed_pass 'sum' and the default for the worker's GPU count with 'fused' (docs/timing.md)."""
     calibration: str | None = None
     """servesim extension: a calibration file written by `servesim calibrate` (prefill/decode scale factors, front-end latency and, where measured, the KV capacity of a default-capacity role); relative to the config's folder."""
 
