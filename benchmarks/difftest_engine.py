@@ -22,10 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "engine"))
+sys.path[:0] = [str(HERE.parent / "tests" / "engine"), str(HERE.parent / "tests")]
 from direct_specs import assert_matches_reference, run_spec  # noqa: E402
 
 PYTHON = HERE.parent.parent / "shared" / "reference" / "python.sh"
@@ -102,14 +100,13 @@ def main() -> int:
         (out / f"spec_{seed}.json").write_text(json.dumps(random_spec(seed)))
     subprocess.run(["bash", str(PYTHON), "-c", RUNNER, str(out), str(args.timeout)], check=True)
     failures = hangs = 0
-    monkeypatch = pytest.MonkeyPatch()
     for seed in seeds:
         expected = json.loads((out / f"report_{seed}.json").read_text())
         if expected.get("hang"):
             hangs += 1
             continue
         try:
-            report = run_spec(out / f"spec_{seed}.json", monkeypatch, unservable="fail")
+            report = run_spec(out / f"spec_{seed}.json", unservable="fail")
         except Exception as exc:  # noqa: BLE001 - a failing run is a result to compare
             report = {"error": repr(exc)}
         try:

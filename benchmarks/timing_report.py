@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from servesim.engine import aic  # noqa: E402
-from servesim.engine.hardware import resolve_gpu, systems_dir  # noqa: E402
-from servesim.engine.models import resolve_model  # noqa: E402
-from servesim.engine.roofline import RooflineTiming  # noqa: E402
+from servesim.perf import aic  # noqa: E402
+from servesim.perf.hardware import resolve_gpu, systems_dir  # noqa: E402
+from servesim.perf.models import resolve_model  # noqa: E402
+from servesim.perf.roofline import RooflineTiming  # noqa: E402
 
 SYSTEMS, _ = systems_dir(None)
 TRACE = ROOT.parent / "shared" / "data" / "mooncake-fast25-traces" / "conversation_trace.jsonl"
@@ -44,11 +44,12 @@ def per_call_costs(n: int) -> list[str]:
     rng = random.Random(1)
     for model in ("Qwen/Qwen3-32B-FP8", "Qwen/Qwen3-8B"):
         eng = engine(model)
-        for name, call in (("prefill, unique arguments", lambda: eng.predict_prefill_latency(
+        for name, call in (("prefill, unique arguments", lambda eng=eng: eng.predict_prefill_latency(
                                rng.randint(1, 8), rng.randint(1000, 30000), rng.randint(0, 900))),
-                           ("decode, unique arguments", lambda: eng.predict_decode_latency(
+                           ("decode, unique arguments", lambda eng=eng: eng.predict_decode_latency(
                                rng.randint(1, 256), rng.randint(1000, 60000), 2)),
-                           ("decode, repeated arguments (AIC's own memo)", lambda: eng.predict_decode_latency(64, 4096, 2))):
+                           ("decode, repeated arguments (AIC's own memo)",
+                            lambda eng=eng: eng.predict_decode_latency(64, 4096, 2))):
             samples = []
             for _ in range(n):
                 t = time.perf_counter_ns()
@@ -74,7 +75,7 @@ def interpolation_error(n: int) -> list[str]:
         truth = [exact.decode(b, 0, c, 0) for b, c in points]
         for bucket in (256, 1024):
             interp = aic.AicTiming(eng, interpolate_context=bucket)
-            errs = [abs(interp.decode(b, 0, c, 0) / t - 1) for (b, c), t in zip(points, truth)]
+            errs = [abs(interp.decode(b, 0, c, 0) / t - 1) for (b, c), t in zip(points, truth, strict=True)]
             calls = 10000 * 2 / bucket if bucket else 10000
             rows.append(f"| {model} TP{tp} | {bucket} | {100 * max(errs):.3f} % | {100 * statistics.fmean(errs):.4f} % | "
                         f"~{calls:.0f} per batch size (vs 10,000) |")
@@ -102,7 +103,7 @@ def end_to_end(seconds: float) -> list[str]:
                 spent["t"] += time.perf_counter() - t
         return wrapper
 
-    from servesim.engine.timing import quantize_ms
+    from servesim.perf.timing import quantize_ms
 
     def raw_prefill(self, b, i, p):
         self.calls += 1
@@ -238,7 +239,7 @@ memo and the interpolation reduce.
 
 ## Roofline against the database
 
-`timing: {{type: roofline}}` (servesim extension, `servesim.engine.roofline`) times each operation
+`timing: {{type: roofline}}` (servesim extension, `servesim.perf.roofline`) times each operation
 as `max(FLOPs / (peak·η), bytes / (bandwidth·η_mem)) + launch` from the HF config and the GPU's
 peaks (the database's system file, servesim's `gpus.yaml`, `$SERVESIM_GPU_SPECS` or an inline
 `gpu_spec`), with η_gemm 0.7, η_attention 0.5, η_memory 0.8 and 3 µs per kernel by default.

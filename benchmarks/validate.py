@@ -133,7 +133,7 @@ def run_servesim(config: dict, systems: str | None) -> dict:
 
 
 def package_systems() -> Path:
-    from servesim.engine.hardware import systems_dir
+    from servesim.perf.hardware import systems_dir
 
     return systems_dir(None)[0]
 

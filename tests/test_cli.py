@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
+from conftest import CASES, canonical
 
 from servesim.cli import main
 
-CASES = Path(__file__).parent / "cases"
 CASE01 = CASES / "replay/01-fixed-synthetic-concurrency/config.yaml"
-HOST_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -50,9 +48,7 @@ def test_reruns_are_byte_identical_apart_from_wall_time(tmp_path, capsys):
         assert _run(capsys, "predict", "-c", str(case), "--output-dir", str(tmp_path / name),
                     "--capture-per-request")[0] == 0
         report = json.loads((tmp_path / name / "prediction.json").read_text())
-        for key in HOST_FIELDS:
-            report.pop(key)
-        outputs.append((json.dumps(report), (tmp_path / name / "requests.jsonl").read_text()))
+        outputs.append((canonical(report), (tmp_path / name / "requests.jsonl").read_text()))
     assert outputs[0] == outputs[1]
 
 

@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import CASES, without_host_fields
 
 from servesim import simulate
 from servesim.config import load_config, parse_config
 from servesim.runtime.isolated import IsolatedReplay
 
-CASES = Path(__file__).parent / "cases"
-HOST_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
 
 
 def synthetic(workers: dict[str, Any], *, backend: str = "vllm", requests: int = 400,
@@ -75,10 +74,8 @@ def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bo
     else:
         parsed = parse_config(config)
     result = simulate(parsed, capture_per_request=True, fast=fast)
-    summary = result.to_dict()
-    for key in HOST_FIELDS:
-        summary.pop(key)
-    return json.dumps({"summary": summary, "extensions": result.extensions}, sort_keys=True)
+    return json.dumps({"summary": without_host_fields(result.to_dict()), "extensions": result.extensions},
+                      sort_keys=True)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

@@ -1,9 +1,13 @@
-"""Invariants on random small deployments and workloads (property-based).
+"""Invariants on random small deployments and workloads (property-based), on every backend
+(vLLM, TensorRT-LLM's policy on the vLLM core, SGLang):
 
 * every request in the input ends completed or rejected (or, under a time cap, incomplete);
 * per request, timestamps never decrease: arrival ≤ admissions ≤ tokens ≤ terminal;
-* KV blocks are conserved after every pass and all released at the end;
-* the fast path (implicitly advanced decode cohorts) gives byte-identical reports.
+* KV blocks (pages) are conserved after every rank pass — run-ahead passes included — and a
+  request's true progress (`DecodeCohort.progress`) never outruns its lease;
+* every rank holds no request and no KV at the end of a run that drained;
+* the fast paths (decode cohorts, run-ahead passes, per-worker replay) give byte-identical
+  reports to the plain path.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from conftest import canonical
 
 from servesim import simulate
 from servesim.config import parse_config
+from servesim.engine.sglang import SglangRank
 from servesim.engine.vllm import VllmRank
+from servesim.errors import ServesimError
 
-HOST_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
 
 
 @st.composite
@@ -45,6 +51,7 @@ def trace_rows(draw, trace_block: int) -> list[dict]:
 
 @st.composite
 def scenarios(draw) -> tuple[dict, list[dict] | None]:
+    backend = draw(st.sampled_from(["vllm", "vllm", "trtllm", "sglang"]))
     block = draw(st.sampled_from([4, 8, 16]))
     worker = {
         "parallelism": {"replicas": draw(st.integers(1, 3)), "attention_data": draw(st.integers(1, 2))},
@@ -56,14 +63,17 @@ def scenarios(draw) -> tuple[dict, list[dict] | None]:
                                         {"type": "fixed", "prefill_ms": 3.3, "decode_ms": 0.7},
                                         {"type": "fixed", "prefill_ms": 10, "decode_ms": 2}])),
     }
-    if draw(st.booleans()):
+    if backend == "vllm" and draw(st.booleans()):
         worker["scheduler"]["preemption_mode"] = draw(st.sampled_from(["lifo", "fifo"]))
+    if backend == "sglang" and draw(st.booleans()):
+        worker["scheduler"]["sglang"] = {"schedule_policy": draw(st.sampled_from(["fifo", "lpm"])),
+                                         "chunked_prefill_size": draw(st.sampled_from([16, 64, 8192]))}
     if draw(st.booleans()):
         nextn = draw(st.integers(1, 4))
         worker["speculative"] = {"num_speculative_tokens": nextn, "seed": draw(st.integers(0, 99)),
                                  "acceptance_rates": draw(st.lists(st.sampled_from([0, 0.4, 0.9, 1]), max_size=nextn))}
-    engine = {"model": "m", "hardware": "h200_sxm", "context_length": draw(st.sampled_from([60, 120, 4096])),
-              "workers": {"aggregated": worker}}
+    engine = {"model": "m", "hardware": "h200_sxm", "backend": backend,
+              "context_length": draw(st.sampled_from([60, 120, 4096])), "workers": {"aggregated": worker}}
     if draw(st.booleans()):
         trace_block = draw(st.sampled_from([8, 16, 32]))
         rows = draw(trace_rows(trace_block))
@@ -88,49 +98,90 @@ def _run(config: dict, rows: list[dict] | None, tmp: Path, fast: bool):
         (tmp / "trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     try:
         return simulate(parse_config(config, base_dir=tmp), capture_per_request=True, fast=fast).to_dict()
-    except Exception as exc:  # noqa: BLE001 - unservable requests end the run the way the reference does
+    except ServesimError as exc:  # a dead end ends the run the way the reference does
         return type(exc).__name__ + ": " + str(exc)
 
 
+def _check_vllm(rank: VllmRank, next_pass: int) -> None:
+    """Block conservation, reference counts that match the leases, and leases that cover every
+    request's true progress (a cohort member's counters are read through the cohort)."""
+    rank.pool.check()
+    private = 0
+    refs: dict[int, list] = {}
+    bs = rank.config.block_size
+    for request in list(rank.running) + list(rank.waiting):
+        for block in request.lease:
+            if block is None:
+                private += 1
+            else:
+                refs.setdefault(id(block), [block, 0])[1] += 1
+        computed, generated = rank.cohort.progress(request, next_pass)
+        assert -(-computed // bs) <= len(request.lease), "the lease covers the computed tokens"
+        assert generated <= request.max_output
+    assert all(block.refs == n for block, n in refs.values()), "reference counts match the leases"
+    assert private + len(refs) == rank.pool.active_blocks, "every active block is held by a request"
+
+
 @pytest.fixture
-def checked_passes(monkeypatch):
-    """Check KV conservation and monotone pass ends after every rank pass."""
-    original = VllmRank.run_pass
+def ranks(monkeypatch) -> list:
+    """Every rank the runs create, each checked after every pass (run-ahead passes included)."""
+    made: list = []
 
-    def run_pass(self, pass_index):
-        result = original(self, pass_index)
-        self.pool.check()
-        private = 0
-        refs: dict[int, list] = {}
-        for request in list(self.running) + list(self.waiting):
-            for block in request.lease:
-                if block is None:
-                    private += 1
-                else:
-                    refs.setdefault(id(block), [block, 0])[1] += 1
-        assert all(block.refs == n for block, n in refs.values()), "reference counts match the leases"
-        assert private + len(refs) == self.pool.active, "every active block is held by a request"
-        return result
+    def recording(cls):
+        original = cls.__init__
 
-    monkeypatch.setattr(VllmRank, "run_pass", run_pass)
+        def init(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            made.append(self)
+        return init
+
+    def checked(method, check):
+        def run(self, pass_index):
+            result = method(self, pass_index)
+            check(self, pass_index + 1)
+            return result
+        return run
+
+    monkeypatch.setattr(VllmRank, "__init__", recording(VllmRank))
+    monkeypatch.setattr(SglangRank, "__init__", recording(SglangRank))
+    monkeypatch.setattr(VllmRank, "run_pass", checked(VllmRank.run_pass, _check_vllm))
+    monkeypatch.setattr(VllmRank, "decode_pass", checked(VllmRank.decode_pass, _check_vllm))
+    monkeypatch.setattr(SglangRank, "run_pass", checked(SglangRank.run_pass, lambda rank, _: rank.check()))
+    return made
+
+
+def _assert_released(ranks: list) -> None:
+    """Every rank of a drained run is empty and holds no KV (cached content may stay)."""
+    for rank in ranks:
+        assert not rank.has_work()
+        if isinstance(rank, SglangRank):
+            rank.check()
+            assert rank.cache.active_blocks == 0 and rank.cache.protected_tokens == 0
+        else:
+            rank.pool.check()
+            assert rank.pool.active_blocks == 0 and not rank.cohort
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=scenarios())
-def test_random_deployments_keep_invariants(scenario, tmp_path, checked_passes):
+def test_random_deployments_keep_invariants(scenario, tmp_path, ranks):
     config, rows = scenario
+    capped = "stop" in config["traffic"] and "max_virtual_time_seconds" in config["traffic"]["stop"]
+    ranks.clear()
     report = _run(config, rows, tmp_path, fast=True)
+    if not capped and not isinstance(report, str):
+        _assert_released(ranks)
+    ranks.clear()
     plain = _run(config, rows, tmp_path, fast=False)
+    if not capped and not isinstance(plain, str):
+        _assert_released(ranks)
     if isinstance(report, str):
         assert report == plain
         assert "in-flight requests remaining" in report
         return
     assert not isinstance(plain, str)
-    for key in HOST_FIELDS:
-        report.pop(key), plain.pop(key)
-    assert json.dumps(report, sort_keys=True) == json.dumps(plain, sort_keys=True)
+    assert canonical(report) == canonical(plain)
 
-    capped = "stop" in config["traffic"] and "max_virtual_time_seconds" in config["traffic"]["stop"]
     records = report["per_request"]
     expected_total = len(rows) if rows is not None else config["traffic"]["stop"]["requests"]
     assert report["num_requests"] <= expected_total

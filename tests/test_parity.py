@@ -7,18 +7,12 @@ by (session_id, turn_index) and compared field by field (uuids excepted).
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-
 import pytest
+from conftest import CASES, assert_matches_case, run_case
 
 from servesim import simulate
 from servesim.config import load_config
 from servesim.errors import SimulationError
-
-CASES = Path(__file__).parent / "cases"
-HOST_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 
 SUPPORTED = [
     "replay/01-fixed-synthetic-concurrency/config.yaml",
@@ -50,39 +44,10 @@ SUPPORTED = [
 ]
 
 
-def _expected(config: Path, kind: str, ext: str) -> Path:
-    return config.with_name(config.name.replace("config", kind, 1)).with_suffix(ext)
-
-
-def assert_same_value(key: str, expected: object, actual: object) -> None:
-    if isinstance(expected, float) and key.split("_", 1)[0] in ("mean", "std"):
-        assert math.isclose(actual, expected, rel_tol=1e-12, abs_tol=1e-12), (key, expected, actual)
-    else:
-        assert actual == expected and type(actual) is type(expected), (key, expected, actual)
-
-
-def assert_matches_reference(config: Path, report: dict) -> None:
-    expected = json.loads(_expected(config, "report", ".json").read_text())
-    assert set(report) - {"per_request"} == set(expected)
-    for key, value in expected.items():
-        if key not in HOST_FIELDS:
-            assert_same_value(key, value, report[key])
-    want = [json.loads(line) for line in _expected(config, "requests", ".jsonl").read_text().splitlines()]
-    got = {(r["session_id"], r["turn_index"]): r for r in report["per_request"]}
-    assert len(got) == len(want)
-    for record in want:
-        mine = got[(record["session_id"], record["turn_index"])]
-        assert set(mine) == set(record)
-        for field, value in record.items():
-            if field != "uuid":
-                assert mine[field] == value, (record["session_id"], field, value, mine[field])
-
-
 @pytest.mark.parametrize("case", SUPPORTED)
 def test_case_matches_reference(case: str) -> None:
     config = CASES / case
-    report = simulate(load_config(config), capture_per_request=True).to_dict()
-    assert_matches_reference(config, report)
+    assert_matches_case(config, run_case(config))
 
 
 def test_overlong_vllm_request_fails_like_the_reference_on_request() -> None:
@@ -95,7 +60,7 @@ def test_overlong_vllm_request_fails_like_the_reference_on_request() -> None:
 
 def test_overlong_vllm_request_is_rejected_with_a_reason_by_default() -> None:
     config = CASES / "engine/05-trtllm-no-evict/config-vllm-overlong.yaml"
-    report = simulate(load_config(config), capture_per_request=True).to_dict()
+    report = run_case(config)
     (record,) = report["per_request"]
     assert record["terminal_status"] == "rejected" and report["completed_requests"] == 0
     assert "more than the 10 a rank has" in record["rejection_reason"]

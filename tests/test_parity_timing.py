@@ -16,12 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from conftest import CASES, HOST_FIELDS, assert_matches_case
 
 from servesim import simulate
 from servesim.config import load_config
-from test_parity import HOST_FIELDS, assert_matches_reference
-
-CASES = Path(__file__).parent / "cases"
 
 TIMING_CASES = [
     "timing/01-qwen32fp8-h200-vllm024/config.yaml",
@@ -32,8 +30,6 @@ REFERENCE_DATA_CASES = [
     "engine/07-default-aic-timing/config.yaml",
     "engine/07-default-aic-timing/config-single.yaml",
 ]
-
-
 
 
 @lru_cache(maxsize=None)
@@ -63,12 +59,12 @@ def test_timing_case_within_half_a_percent(case: str, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("case", TIMING_CASES)
 def test_timing_case_matches_exactly(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
-    assert_matches_reference(CASES / case, _run(case, None))
+    assert_matches_case(CASES / case, _run(case, None))
 
 
 @pytest.mark.parametrize("case", REFERENCE_DATA_CASES)
 def test_reference_data_case_matches_exactly(case: str, reference_systems: Path) -> None:
-    assert_matches_reference(CASES / case, _run(case, str(reference_systems)))
+    assert_matches_case(CASES / case, _run(case, str(reference_systems)))
 
 
 def test_reference_default_version_without_its_data_still_runs(monkeypatch: pytest.MonkeyPatch,

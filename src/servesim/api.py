@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from servesim.build import LoweredRun, lower
-from servesim.cluster import AggregatedCluster, DisaggregatedCluster
-from servesim.collect.collector import TIMED_OUT, Collector
+from servesim.cluster import AggregatedCluster, Cluster, DisaggregatedCluster
+from servesim.collect.collector import Collector, Status
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
@@ -25,6 +25,7 @@ from servesim.report.summary import PoolUsage, summarize
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.scaling.contract import ScalingPolicy
+from servesim.traffic.workload import Workload
 
 
 class ProgressMeter:
@@ -80,17 +81,20 @@ class Report:
 
 def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_request: bool = False,
              progress: bool = False, fast: bool = True, unservable: str = "reject",
-             scaling: ScalingPolicy | None = None) -> Report:
+             scaling: ScalingPolicy | None = None, workload: Workload | None = None) -> Report:
     """Run one simulation and return its report.
 
     `config` is a validated `SimConfig`, a mapping in the YAML schema, or a path to a YAML file.
     With `progress`, a one-line progress indicator is drawn on stderr during long runs.
-    `fast=False` turns off the fast paths (implicitly advanced decode cohorts); results are
-    identical either way, which the test suite checks. `unservable="fail"` makes a request that
-    can never fit the KV pool stall the run into an error, as the reference does; the default
-    ("reject") reports it as rejected with a reason and carries on. `scaling` plugs in a
-    scaling policy of your own (see `servesim.scaling.contract`); by default the config's
-    `planner` section decides.
+    `fast=False` turns off the fast paths (implicitly advanced decode cohorts, running ahead,
+    one worker at a time); results are identical either way, which the test suite checks.
+    `unservable="fail"` makes a request that can never fit the KV pool stall the run into an
+    error, as the reference does; the default ("reject") reports it as rejected with a reason
+    and carries on. `scaling` plugs in a scaling policy of your own (see
+    `servesim.scaling.contract`); by default the config's `planner` section decides.
+    `workload` replays these sessions instead of the ones `traffic.source` describes;
+    `traffic.load` still decides when they arrive (with `trace_timestamps`, at the sessions'
+    own `first_arrival_ms`, counted from `Workload.origin_ms`).
     """
     if unservable not in ("reject", "fail"):
         raise ValueError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
@@ -101,24 +105,23 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     run = lower(config, unservable=unservable)
     with _collection_paused():
         return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
-                       scaling=scaling)
+                       scaling=scaling, workload=workload)
 
 
 def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast: bool,
-            scaling: ScalingPolicy | None) -> Report:
+            scaling: ScalingPolicy | None, workload: Workload | None) -> Report:
     """Wire the stages of a lowered run, replay it and build the report."""
-    config = run.config
     started = time.perf_counter()
-    driver = run.make_driver()
+    if workload is None:
+        workload = run.traffic.workload(run.pools[0].rank_config.block_size)
+    driver = run.traffic.driver(workload)
     collector = Collector()
-    cluster_type = DisaggregatedCluster if run.disaggregated else AggregatedCluster
-    cluster = cluster_type(run, driver, collector, fast=fast)
-    if scaling is None and config.planner.policy == "enabled":
-        from servesim.scaling.planner import make_planner
+    if scaling is None and run.planner is not None:
+        from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
 
-        scaling = make_planner(config.planner, config.evaluation.sla, run.disaggregated)
-    if scaling is not None:
-        cluster.enable_scaling(scaling)
+        scaling = DynamoPlanner(run.planner)
+    cluster_type = DisaggregatedCluster if run.disaggregated else AggregatedCluster
+    cluster = cluster_type(run, driver, collector, fast=fast, scaling=scaling)
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
     pools = list(cluster.pools.values())
     driver.start(0.0)
@@ -130,13 +133,20 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     if meter is not None:
         meter.close()
     wall_ms = (time.perf_counter() - started) * 1000
-    usage = {pool.name: PoolUsage(pool.worker_seconds, _gpus_per_worker(run, pool.name)) for pool in pools}
-    summary = summarize(collector.records, usage, wall_ms, run.sla)
-    if config.traffic.client_timeout_seconds is not None:
-        summary["timed_out_requests"] = sum(1 for r in collector.records if r.status == TIMED_OUT)
+    return _report(run, cluster, collector, loop.now, wall_ms, capture_per_request)
+
+
+def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: float, wall_ms: float,
+            capture_per_request: bool) -> Report:
+    """The summary, the per-worker breakdown, the planner section and the per-request records."""
+    usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
+             for p in cluster.serving}
+    summary: dict[str, Any] = summarize(collector.records, usage, wall_ms, run.sla)
+    if run.traffic.client_timeout_ms is not None:
+        summary["timed_out_requests"] = sum(1 for r in collector.records if r.status == Status.TIMED_OUT)
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
-    extensions = {"workers": worker_breakdown(collector.records, workers, loop.now)}
+    extensions = {"workers": worker_breakdown(collector.records, workers, end_ms)}
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
@@ -154,8 +164,3 @@ def _collection_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _gpus_per_worker(run: LoweredRun, pool: str) -> int:
-    role = "aggregated" if pool == "decode" and not run.disaggregated else pool
-    return run.pool(role).gpus_per_worker

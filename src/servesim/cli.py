@@ -76,13 +76,13 @@ def _predict(args: argparse.Namespace) -> int:
         if not message.startswith(f"{args.config}:"):  # errors read from the file name it already
             message = f"{args.config}: {message}"
         print(f"servesim: error: {message}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     try:
         report = simulate(config, capture_per_request=args.capture_per_request,
                           progress=sys.stderr.isatty(), unservable=args.unservable)
     except RunError as exc:
         print(f"servesim predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     data = report.to_dict()
     prediction = out_dir / "prediction.json"
     prediction.write_text(report_json(data))

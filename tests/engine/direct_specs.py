@@ -3,32 +3,29 @@
 A direct spec (what `reference/python.sh cases/engine/08-direct-runtime-knobs/run_direct.py`
 feeds the reference's native runtime) is one aggregated worker, rank knobs the public YAML may
 not expose, and inline requests with explicit token ids or lengths. `spec_config` turns it into a
-servesim config (using servesim's extensions for those knobs), `spec_driver` into a workload with
-the same tokens and arrival times.
+servesim config (using servesim's extensions for those knobs), `spec_workload` into a workload
+with the same tokens and arrival times, replayed with `simulate(..., workload=...)`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-import pytest
+from conftest import HOST_FIELDS, assert_same_value
 
-import servesim.build
 from servesim import simulate
-from servesim.traffic.driver import Driver
 from servesim.traffic.workload import Session, Turn, Workload
 
-HOST_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 RECORD_SKIP = {"uuid", "request_id", "session_id", "turn_index"}
 PRIVATE_BASE = 1 << 40
 """Token values for spec requests given only a length (unique per request, as in the reference)."""
 
 
-def spec_config(spec: dict[str, Any]) -> dict[str, Any]:
-    """The servesim config of a direct spec's single aggregated worker."""
+def spec_config(spec: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The servesim config of a direct spec's single aggregated worker (its requests, from the
+    spec at `path`, arrive at their own times)."""
     rank = spec["engine"]["rank"]
     scheduler: dict[str, Any] = {"max_batched_tokens": rank["max_num_batched_tokens"],
                                  "max_sequences": rank["max_num_seqs"]}
@@ -54,13 +51,13 @@ def spec_config(spec: dict[str, Any]) -> dict[str, Any]:
                               "workers": {"aggregated": worker}}
     if rank["backend"] == "vllm":
         engine["context_length"] = rank.get("max_model_len") or 1 << 40
-    traffic = {"source": {"type": "synthetic"}, "load": {"type": "concurrency"}, "stop": {"requests": 1}}
+    traffic = {"source": {"type": "trace", "paths": [str(path)]}, "load": {"type": "trace_timestamps"}}
     return {"engine": engine, "traffic": traffic}
 
 
-def spec_driver(spec: dict[str, Any]) -> Driver:
+def spec_workload(spec: dict[str, Any]) -> Workload:
     """One single-turn session per spec request, with its tokens and arrival time."""
-    sessions, arrivals = [], []
+    sessions = []
     for i, request in enumerate(spec["requests"]):
         ids = request.get("input_token_ids")
         n = request["input_tokens"]
@@ -68,25 +65,15 @@ def spec_driver(spec: dict[str, Any]) -> Driver:
             ids = list(range(PRIVATE_BASE * (i + 1), PRIVATE_BASE * (i + 1) + n))
         turn = Turn(block_values=ids, block_size=1, input_length=n,
                     max_output_tokens=request["output_tokens"])
-        sessions.append(Session(request["id"], [turn]))
-        arrivals.append(float(request["arrival_time_ms"]))
-    return Driver(Workload(sessions), first_arrivals=arrivals)
+        sessions.append(Session(request["id"], [turn], float(request["arrival_time_ms"])))
+    return Workload(sessions, origin_ms=0.0)
 
 
-def run_spec(path: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> dict[str, Any]:
+def run_spec(path: Path, **options: Any) -> dict[str, Any]:
     """servesim's report (with per-request records) for the direct spec at `path`."""
     spec = json.loads(path.read_text())
-    driver = spec_driver(spec)
-    monkeypatch.setattr(servesim.build.LoweredRun, "make_driver", lambda self: driver)
-    return simulate(spec_config(spec), capture_per_request=True, **options).to_dict()
-
-
-def assert_same(where: str, expected: Any, actual: Any) -> None:
-    """Exact equality (type included); means and standard deviations to 1e-12."""
-    if isinstance(expected, float) and where.rsplit(".", 1)[-1].split("_", 1)[0] in ("mean", "std"):
-        assert math.isclose(actual, expected, rel_tol=1e-12, abs_tol=1e-12), (where, expected, actual)
-    else:
-        assert actual == expected and type(actual) is type(expected), (where, expected, actual)
+    return simulate(spec_config(spec, path), capture_per_request=True, workload=spec_workload(spec),
+                    **options).to_dict()
 
 
 def assert_matches_reference(report: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -101,8 +88,8 @@ def assert_matches_reference(report: dict[str, Any], expected: dict[str, Any]) -
         assert set(mine) - RECORD_SKIP == set(record) - RECORD_SKIP, rid
         for field, value in record.items():
             if field not in RECORD_SKIP:
-                assert_same(f"{rid}.{field}", value, mine[field])
+                assert_same_value(f"{rid}.{field}", value, mine[field])
     assert set(report) == set(expected)
     for key, value in expected.items():
         if key not in HOST_FIELDS:
-            assert_same(key, value, report[key])
+            assert_same_value(key, value, report[key])

@@ -19,7 +19,8 @@ from servesim import simulate
 from servesim.engine.rank import RankConfig, SpeculativeSettings
 from servesim.engine.request import EngineRequest
 from servesim.engine.sglang import SglangRank
-from servesim.engine.timing import FixedTiming
+from servesim.perf.timing import FixedTiming
+from servesim.engine.factory import make_rank
 from servesim.engine.vllm import VllmRank
 from servesim.errors import ConfigError
 from servesim.traffic.workload import GENERATED_BASE
@@ -34,9 +35,9 @@ KNOB_NAMES = ["spec_decode_rates_1_1", "spec_decode_rates_1_0", "spec_decode_rat
 
 @pytest.mark.parametrize("path", [KNOBS / f"spec_{n}.json" for n in KNOB_NAMES]
                          + sorted(RANDOM.glob("spec_*.json")), ids=lambda p: p.stem[5:])
-def test_direct_spec_matches_reference(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_direct_spec_matches_reference(path: Path) -> None:
     expected = json.loads(path.with_name("report_" + path.name.removeprefix("spec_")).read_text())
-    assert_matches_reference(run_spec(path, monkeypatch, unservable="fail"), expected)
+    assert_matches_reference(run_spec(path, unservable="fail"), expected)
 
 
 def test_random_cases_exercise_preemption_and_rejection() -> None:
@@ -54,7 +55,9 @@ def spec_rank(rates: tuple[float, ...], num_blocks: int = 1000, block_size: int 
               backend: str = "vllm") -> VllmRank:
     config = RankConfig(block_size=block_size, num_blocks=num_blocks, backend=backend,
                         speculative=SpeculativeSettings(nextn=len(rates), acceptance_rates=rates))
-    return VllmRank(config, FixedTiming(10, 5))
+    rank = make_rank(config, FixedTiming(10, 5))
+    assert isinstance(rank, VllmRank)
+    return rank
 
 
 def fresh(rid: int, n: int, output: int, values: list[int] | None = None) -> EngineRequest:
@@ -77,7 +80,7 @@ def test_certain_acceptance_gives_fixed_bursts(rates: tuple[float, ...], per_pas
             break
     assert counts == [per_pass] * (10 // per_pass) + ([10 % per_pass] if 10 % per_pass else [])
     assert r.token_spans[-1] == len(counts), "all tokens of a burst share their pass"
-    assert rank.pool.active == 0
+    assert rank.pool.active_blocks == 0
 
 
 def test_sglang_bursts_and_returns_the_spare_pages() -> None:
@@ -87,13 +90,15 @@ def test_sglang_bursts_and_returns_the_spare_pages() -> None:
     r = fresh(0, 10, 8)
     rank.enqueue(r)
     counts = []
-    while rank.has_work():
+    for p in range(10):  # bounded: a stuck rank fails the assertion instead of hanging
+        if not rank.has_work():
+            break
         before = r.generated
-        rank.run_pass(len(counts))
+        rank.run_pass(p)
         rank.check()
         counts.append(r.generated - before)
     assert counts == [3, 3, 2]
-    assert rank.pool.free * 4 + rank.pool.evictable == 400
+    assert rank.pool.free_pages * 4 + rank.pool.evictable_tokens == 400
 
 
 def test_burst_leaves_one_dangling_token_and_only_the_blocks_it_uses() -> None:
@@ -120,8 +125,8 @@ def test_vllm_prefix_hits_lose_a_block_and_trtllm_hits_do_not() -> None:
         assert admitted == [(second, reused)], backend
 
 
-def test_fifo_preemption_evicts_the_oldest_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    report = run_spec(KNOBS / "spec_vllm_fifo_preemption.json", monkeypatch)
+def test_fifo_preemption_evicts_the_oldest_request() -> None:
+    report = run_spec(KNOBS / "spec_vllm_fifo_preemption.json")
     records = {r["session_id"]: r for r in report["per_request"]}
     assert records["r0"]["readmission_count"] == 1 and records["r1"]["readmission_count"] == 0
 

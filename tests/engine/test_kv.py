@@ -16,7 +16,7 @@ def test_anonymous_capacity_is_used_before_eviction():
     pool = BlockPool(6)
     lease = _hold(pool, [1, 2, 3])
     pool.release(lease, len(lease))
-    assert pool.active == 0 and pool.anonymous == 3 and pool.free == 6
+    assert pool.active_blocks == 0 and pool.anonymous_blocks == 3 and pool.free_blocks == 6
     assert pool.allocate(3)
     assert all(pool.lookup(k) is not None for k in (1, 2, 3)), "nothing evicted yet"
     assert pool.allocate(1)
@@ -30,7 +30,7 @@ def test_pinning_revives_a_free_block_and_protects_it():
     pool.release(_hold(pool, [1, 2, 3]), 3)
     hit = pool.lookup(1)
     pool.pin(hit)
-    assert pool.active == 1
+    assert pool.active_blocks == 1
     assert pool.allocate(2)
     assert pool.lookup(1) is hit
     assert not pool.allocate(1), "nothing left: 1 pinned + 2 private"
@@ -52,7 +52,7 @@ def test_without_caching_released_blocks_return_to_anonymous():
     pool = BlockPool(4, caching=False)
     assert pool.allocate(4)
     pool.release([None] * 4, 4)
-    assert pool.anonymous == 4 and pool.active == 0
+    assert pool.anonymous_blocks == 4 and pool.active_blocks == 0
     pool.check()
 
 
@@ -81,7 +81,7 @@ def test_blocks_are_conserved(ops):
     for lease in leases:
         pool.release(lease, len(lease))
     pool.check()
-    assert pool.active == 0 and pool.free == 12
+    assert pool.active_blocks == 0 and pool.free_blocks == 12
 
 
 def test_private_blocks_keep_their_lru_place_without_keys():
@@ -90,7 +90,7 @@ def test_private_blocks_keep_their_lru_place_without_keys():
     shared = pool.store(5)
     lease = [shared, None, None]  # block 0 shareable, blocks 1-2 private to the request
     pool.release(lease, 3)
-    assert pool.active == 0 and pool.free == 8
+    assert pool.active_blocks == 0 and pool.free_blocks == 8
     assert pool.allocate(5 + 2), "anonymous first, then the two private blocks (released first)"
     assert pool.lookup(5) is shared
     assert pool.allocate(1) and pool.lookup(5) is None
@@ -102,7 +102,7 @@ def test_a_preempted_request_keeps_handles_on_its_private_blocks():
     assert pool.allocate(3)
     own = pool.release([None, None, None], 2, keep_private=True)
     assert len(own) == 2 and all(b.refs == 0 and b.key is None for b in own)
-    assert pool.anonymous == 2, "the partial third block is plain free capacity"
+    assert pool.anonymous_blocks == 2, "the partial third block is plain free capacity"
     assert pool.allocate(3)
     assert own[1].refs == -1 and own[0].refs == 0, "released tail-first, so the later block goes first"
     pool.pin(own[0])

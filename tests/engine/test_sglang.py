@@ -20,7 +20,7 @@ from servesim.engine.radix import RadixCache, TokenSeq
 from servesim.engine.rank import RankConfig, SglangSettings
 from servesim.engine.request import EngineRequest
 from servesim.engine.sglang import SglangRank
-from servesim.engine.timing import FixedTiming
+from servesim.perf.timing import FixedTiming
 from servesim.errors import ConfigError
 from servesim.traffic.workload import GENERATED_BASE
 
@@ -112,11 +112,11 @@ def insert_new(cache: RadixCache, ids: list[int]) -> tuple[object, int]:
 def test_partial_match_splits_and_the_old_node_keeps_the_suffix():
     cache = RadixCache(100, 1)
     leaf, new = insert_new(cache, [1, 2, 3, 4, 5])
-    assert new == 5 and cache.evictable == 5 and cache.free == 95
+    assert new == 5 and cache.evictable_tokens == 5 and cache.free_pages == 95
     matched, node = cache.match_lock(seq([1, 2, 3, 9]), 4)
     assert matched == 3 and node is not leaf and leaf.parent is node
     assert leaf.length == 2 and node.length == 3
-    assert cache.protected == 3 and cache.evictable == 2
+    assert cache.protected_tokens == 3 and cache.evictable_tokens == 2
     cache.dec_lock(node)
     assert cache.check() == (5, 0)
 
@@ -125,9 +125,9 @@ def test_duplicate_content_is_not_stored_twice():
     cache = RadixCache(100, 1)
     insert_new(cache, [1, 2, 3])
     _, new = insert_new(cache, [1, 2, 3])
-    assert new == 0 and cache.free == 97
+    assert new == 0 and cache.free_pages == 97
     _, new = insert_new(cache, [1, 2, 3, 4, 5])
-    assert new == 2 and cache.free == 95
+    assert new == 2 and cache.free_pages == 95
     assert cache.match_len(seq([1, 2, 3, 4, 5, 6]), 6) == 5
     cache.check()
 
@@ -142,7 +142,7 @@ def test_own_leaf_extends_in_place_but_a_shared_one_gets_a_child():
     cache.dec_lock(root)
     assert cache.reserve(1)
     same, new = cache.insert(node, s, 4, 8)
-    assert same is node and new == 4 and node.length == 8 and cache.protected == 8
+    assert same is node and new == 4 and node.length == 8 and cache.protected_tokens == 8
     cache.inc_lock(node)  # a second request now shares the leaf
     assert cache.reserve(1)
     t = seq(list(range(1, 9)) + [20, 21, 22, 23])
@@ -166,12 +166,12 @@ def test_eviction_takes_the_oldest_leaf_newest_pages_first():
     cache = RadixCache(10, 1)
     insert_new(cache, [1, 2, 3, 4])      # oldest
     insert_new(cache, [7, 8, 9])
-    assert cache.free == 3
+    assert cache.free_pages == 3
     assert cache.reserve(5)               # needs 2 more pages: cut 2 from the oldest leaf's end
     assert cache.match_len(seq([1, 2, 3, 4]), 4) == 2
     assert cache.match_len(seq([7, 8, 9]), 3) == 3
     cache.give_back(5)
-    assert cache.evict(100) == 5 and cache.free == 10 and cache.evictable == 0
+    assert cache.evict(100) == 5 and cache.free_pages == 10 and cache.evictable_tokens == 0
     cache.check()
 
 
@@ -191,7 +191,7 @@ def test_locked_paths_are_never_evicted():
     cache = RadixCache(6, 1)
     insert_new(cache, [1, 2, 3, 4])
     matched, node = cache.match_lock(seq([1, 2, 3, 4]), 4)
-    assert matched == 4 and cache.evictable == 0
+    assert matched == 4 and cache.evictable_tokens == 0
     assert not cache.reserve(3)
     assert cache.evict(10) == 0
     cache.dec_lock(node)
@@ -207,11 +207,11 @@ def test_random_cache_operations_keep_the_books(ops, page):
     for op, ids in ops:
         if op == "evict":
             cache.evict(len(ids))
-        elif (len(ids) // page) * page <= cache.free * page + cache.evictable:
+        elif (len(ids) // page) * page <= cache.free_pages * page + cache.evictable_tokens:
             insert_new(cache, ids)
         evictable, protected = cache.check()
         assert protected == 0
-        assert cache.free + evictable // page == cache.total_pages
+        assert cache.free_pages + evictable // page == cache.total_pages
 
 
 # -- admission and reservation ----------------------------------------------------------------
@@ -348,7 +348,7 @@ def test_a_lone_request_that_outgrows_the_pool_is_rejected_with_its_tokens():
     _, result = run_until(r, lambda res: res.rejected)
     assert result.rejected == [a] and a.generated == 100
     assert "outgrew" in a.reject_reason
-    assert r.cache.active == 0
+    assert r.cache.active_blocks == 0
 
 
 def test_without_rejection_an_unservable_request_stalls_the_rank():
@@ -471,7 +471,7 @@ def test_random_workloads_end_and_conserve_pages(workload):
             assert q.generated == q.max_output
         else:
             assert q.reject_reason
-    assert r.cache.active == 0 and r.cache.protected == 0
+    assert r.cache.active_blocks == 0 and r.cache.protected_tokens == 0
 
 
 @settings(max_examples=100, deadline=None)

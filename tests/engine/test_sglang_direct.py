@@ -22,19 +22,19 @@ NAMES = ["sglang_fifo_order", "sglang_lpm_order", "sglang_chunked_prefix_polynom
          "sglang_chunk_budget_shared", "sglang_retraction"]
 
 
-def run_spec(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    return run_direct_spec(CASE / f"spec_{name}.json", monkeypatch)
+def run_spec(name: str) -> dict[str, Any]:
+    return run_direct_spec(CASE / f"spec_{name}.json")
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_direct_spec_matches_reference(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_direct_spec_matches_reference(name: str) -> None:
     expected = json.loads((CASE / f"report_{name}.json").read_text())
-    assert_matches_reference(run_spec(name, monkeypatch), expected)
+    assert_matches_reference(run_spec(name), expected)
 
 
-def test_lpm_reorders_and_fifo_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    fifo = {r["session_id"]: r for r in run_spec("sglang_fifo_order", monkeypatch)["per_request"]}
-    lpm = {r["session_id"]: r for r in run_spec("sglang_lpm_order", monkeypatch)["per_request"]}
+def test_lpm_reorders_and_fifo_does_not() -> None:
+    fifo = {r["session_id"]: r for r in run_spec("sglang_fifo_order")["per_request"]}
+    lpm = {r["session_id"]: r for r in run_spec("sglang_lpm_order")["per_request"]}
     assert fifo["r1"]["first_admit_ms"] < fifo["r2"]["first_admit_ms"]
     assert lpm["r2"]["first_admit_ms"] < lpm["r1"]["first_admit_ms"]
     assert lpm["r2"]["reused_input_tokens"] == 64

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from servesim.engine.request import EngineRequest
-from servesim.engine.timing import FixedTiming
+from servesim.perf.timing import FixedTiming
 from servesim.engine.rank import RankConfig
 from servesim.engine.vllm import VllmRank
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
@@ -38,7 +38,7 @@ def test_prompt_pass_costs_prefill_plus_decode_and_emits_the_first_token(lazy):
     assert (second.prefill_ms, second.decode_ms) == (0.0, 5.0)
     third = rank.run_pass(2)
     assert third.finished == [r] and r.generated == 3 and r.token_spans == [0, 3]
-    assert not rank.has_work() and rank.pool.active == 0
+    assert not rank.has_work() and rank.pool.active_blocks == 0
 
 
 def test_waiting_request_gets_the_budget_left_after_decodes(lazy):
@@ -65,11 +65,13 @@ def test_lifo_preemption_recomputes_and_reuses_surviving_blocks(lazy):
     while not b.preempted:
         result = rank.run_pass(p)
         p += 1
+        assert p < 1000, "b must be preempted"
     assert result.preemptions == 1 and not result.admitted
     assert list(rank.waiting) == [b] and b.computed == 0 and b.generated == 17
     while b.admissions < 2:
         result = rank.run_pass(p)
         p += 1
+        assert p < 1000, "b must be readmitted"
     assert result.admitted == [(b, 48)], "3 of b's blocks survived in the cache"
 
 
@@ -100,6 +102,7 @@ def test_context_limit_ends_generation_early(lazy):
     while rank.has_work():
         rank.run_pass(p)
         p += 1
+        assert p < 1000, "the request must end"
     assert r.generated == 6 and r.length == 256
 
 

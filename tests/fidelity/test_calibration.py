@@ -15,7 +15,8 @@ from servesim.cli import main
 from servesim.config import load_config, parse_config
 from servesim.errors import TraceError
 from servesim.fidelity.calibrate import calibrate, measured_kv_tokens
-from servesim.fidelity.calibration import Calibration, CalibratedTiming, load_calibration
+from servesim.engine.pass_time import MixedPassTiming
+from servesim.fidelity.calibration import Calibration, calibrated, load_calibration
 from servesim.fidelity.measured import Measured
 from servesim.fidelity.validate import simulated_latencies
 
@@ -77,11 +78,26 @@ class _Fixed:
         return 12.0
 
 
+class _Plain:
+    def prefill(self, batch, isl, prefix):
+        return 10.0
+
+    def decode(self, batch, active, ctx, total):
+        return 4.0
+
+
 def test_calibrated_timing_scales_each_phase():
-    timing = CalibratedTiming(_Fixed(), Calibration(prefill_scale=1.5, decode_scale=0.5))
+    timing = calibrated(_Fixed(), Calibration(prefill_scale=1.5, decode_scale=0.5))
+    assert isinstance(timing, MixedPassTiming)
     assert timing.prefill(1, 100, 0) == 15.0
     assert timing.decode(1, 100, 100, 1000) == 2.0
     assert timing.mixed(1, 100, 0, 1, 100, 100, 1000) == 1.5 * 10 + 0.5 * (12 - 10)
+
+
+def test_a_calibrated_sum_model_stays_a_sum_model():
+    timing = calibrated(_Plain(), Calibration(prefill_scale=1.5, decode_scale=0.5))
+    assert not isinstance(timing, MixedPassTiming)  # the engine keeps prefill + decode
+    assert (timing.prefill(1, 100, 0), timing.decode(1, 100, 100, 1000)) == (15.0, 2.0)
 
 
 def test_a_calibration_changes_the_run(tmp_path):
@@ -114,9 +130,9 @@ def test_front_end_latency_precedence(tmp_path):
     path = tmp_path / "cal.yaml"
     path.write_text(Calibration(frontend_ms=9.0).to_yaml())
     base = {"type": "roofline", "mixed_pass": "fused"}
-    assert lower(parse_config(_config(base))).frontend_ms == 3.0
-    assert lower(parse_config(_config({**base, "calibration": str(path)}))).frontend_ms == 9.0
-    assert lower(parse_config(_config({**base, "calibration": str(path), "frontend_ms": 1.0}))).frontend_ms == 1.0
+    assert lower(parse_config(_config(base))).traffic.frontend_ms == 3.0
+    assert lower(parse_config(_config({**base, "calibration": str(path)}))).traffic.frontend_ms == 9.0
+    assert lower(parse_config(_config({**base, "calibration": str(path), "frontend_ms": 1.0}))).traffic.frontend_ms == 1.0
 
 
 def _measured_from(config: dict) -> Measured:
@@ -173,7 +189,8 @@ def test_kv_capacity_of_the_kv_bound_open_run():
 def _write_measurements(path: Path, measured: Measured) -> Path:
     rows = [{"input_toks": int(i), "output_toks": int(o), "queued_ts": float(s), "first_token_ts": float(f),
              "last_token_ts": float(e)} for s, f, e, i, o in zip(measured.send_s, measured.first_s, measured.end_s,
-                                                                  measured.input_tokens, measured.output_tokens)]
+                                                                  measured.input_tokens, measured.output_tokens,
+                                                                  strict=True)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from servesim import simulate
 from servesim.config import parse_config
-from servesim.engine.hardware import resolve_gpu
-from servesim.engine.models import resolve_model
-from servesim.engine.roofline import RooflineTiming
+from servesim.perf.hardware import resolve_gpu
+from servesim.perf.models import resolve_model
+from servesim.perf.roofline import RooflineTiming
 from servesim.fidelity.apply import default_frontend_ms
 from servesim.fidelity.mixed import FusedAic, FusedRoofline, mixed_attention_factor
 
@@ -65,8 +65,8 @@ def test_roofline_fused_pass_is_one_pass_over_all_tokens():
 
 
 def test_aic_fused_pass_saves_the_decode_weight_read():
-    from servesim.engine import aic
-    from servesim.engine.hardware import systems_dir
+    from servesim.perf import aic
+    from servesim.perf.hardware import systems_dir
 
     systems, _ = systems_dir(None)
     version, _ = aic.resolve_version(systems, "h200_sxm", "vllm", None)
@@ -138,7 +138,7 @@ def test_front_end_latency_shifts_ttft_and_e2e_in_open_loop():
     base = {"type": "roofline", "mixed_pass": "fused", "frontend_ms": 0}
     a = simulate(_config(base), capture_per_request=True).per_request
     b = simulate(_config({**base, "frontend_ms": 7.5}), capture_per_request=True).per_request
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert y["ttft_ms"] == pytest.approx(x["ttft_ms"] + 7.5)
         assert y["e2e_latency_ms"] == pytest.approx(x["e2e_latency_ms"] + 7.5)
         assert y["itl_ms"] == pytest.approx(x["itl_ms"]) if x["itl_ms"] is not None else True
@@ -162,10 +162,10 @@ def test_front_end_default_grows_with_the_gpus_of_a_worker():
 
     config = _config({"type": "roofline", "mixed_pass": "fused"})
     config["engine"]["workers"]["aggregated"]["parallelism"] = {"tensor": 2}
-    assert lower(parse_config(config)).frontend_ms == 8.0
+    assert lower(parse_config(config)).traffic.frontend_ms == 8.0
     config["engine"]["workers"]["aggregated"]["timing"]["frontend_ms"] = 1.5
-    assert lower(parse_config(config)).frontend_ms == 1.5
-    assert lower(parse_config(_config({"type": "roofline"}))).frontend_ms == 0.0
+    assert lower(parse_config(config)).traffic.frontend_ms == 1.5
+    assert lower(parse_config(_config({"type": "roofline"}))).traffic.frontend_ms == 0.0
 
 
 def _fixed_two_requests(async_scheduling: bool):

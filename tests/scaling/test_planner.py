@@ -13,25 +13,17 @@ from typing import Any
 import pytest
 import yaml
 
+from servesim.build.control import planner_settings
 from servesim.config.load import ConfigError, parse_config
 from servesim.config.schema import PlannerConfig, SlaConfig
 from servesim.engine.rank import ForwardPassMetrics
-from servesim.engine.timing import PolynomialTiming
+from servesim.perf.timing import PolynomialTiming
 from servesim.scaling.contract import PoolSnapshot, RankSnapshot, Snapshot, TrafficWindow
-from servesim.scaling.planner import (
-    DynamoPlanner,
-    Engine,
-    PlannerSettings,
-    agg_capacity,
-    decode_capacity,
-    easy_step,
-    easy_thresholds,
-    guard_pair,
-    guard_single,
-    make_planner,
-    prefill_capacity,
-    settings_from_config,
-)
+from servesim.scaling.planner.budget import guard_pair, guard_single
+from servesim.scaling.planner.capacity import Engine, agg_capacity, decode_capacity, prefill_capacity
+from servesim.scaling.planner.load import easy_step, easy_thresholds
+from servesim.scaling.planner.policy import DynamoPlanner
+from servesim.scaling.planner.settings import PlannerSettings
 
 TIMING = PolynomialTiming()
 BURST_CONFIG = {"policy": "enabled", "target": "load", "enable_throughput_scaling": False,
@@ -75,9 +67,9 @@ def planner(**overrides: Any) -> DynamoPlanner:
     keys = {**BURST_CONFIG, **overrides}
     disagg = keys.pop("disagg", False)
     sla = keys.pop("sla", None)
-    policy = make_planner(PlannerConfig(**keys), sla, disagg)
-    assert isinstance(policy, DynamoPlanner)
-    return policy
+    settings = planner_settings(PlannerConfig(**keys), sla, disagg)
+    assert settings is not None
+    return DynamoPlanner(settings)
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,7 +491,8 @@ def test_burst_case_planner_section_is_accepted_as_written() -> None:
     config = parse(yaml.safe_dump({"planner": BURST_CONFIG}))
     assert config.planner.policy == "enabled" and config.planner.target == "load"
     assert config.planner.scaling_modes == (False, True)
-    settings = settings_from_config(config.planner, config.evaluation.sla, False)
+    settings = planner_settings(config.planner, config.evaluation.sla, False)
+    assert settings is not None
     assert (settings.tick_s, settings.max_gpus, settings.min_decode) == (5, 4, 1)
 
 
@@ -536,23 +529,25 @@ def test_sla_throughput_load_intervals_must_be_ordered() -> None:
         parse("planner: {policy: enabled, target: sla, enable_load_scaling: true,"
               " throughput_adjustment_interval_seconds: 5}", extra)
     config = parse("planner: {policy: enabled, target: sla, enable_load_scaling: true}", extra)
-    settings = settings_from_config(config.planner, config.evaluation.sla, False)
+    settings = planner_settings(config.planner, config.evaluation.sla, False)
+    assert settings is not None
     assert (settings.throughput_scaling, settings.load_scaling, settings.tick_s) == (True, True, 5)
     assert (settings.ttft_ms, settings.itl_ms) == (500.0, 50.0)
 
 
-def test_factory() -> None:
-    assert make_planner(PlannerConfig(), None, False) is None
-    assert make_planner(PlannerConfig(policy="disabled", target="load"), None, False) is None
+def test_lowering_the_planner_section() -> None:
+    assert planner_settings(PlannerConfig(), None, False) is None
+    assert planner_settings(PlannerConfig(policy="disabled", target="load"), None, False) is None
     config = PlannerConfig(policy="enabled", target="latency", min_workers=2, decode_min_workers=3)
-    policy = make_planner(config, SlaConfig(ttft_ms=100, itl_ms=10), True)
-    assert isinstance(policy, DynamoPlanner)
+    settings = planner_settings(config, SlaConfig(ttft_ms=100, itl_ms=10), True)
+    assert settings is not None
     # easy targets ignore the SLA (Dynamo's defaults) and force load-only scaling
-    assert (policy.s.ttft_ms, policy.s.itl_ms) == (500.0, 50.0)
-    assert (policy.s.throughput_scaling, policy.s.load_scaling) == (False, True)
-    assert (policy.s.min_prefill, policy.s.min_decode) == (2, 3)
-    sla_policy = make_planner(PlannerConfig(policy="enabled", target="sla"), SlaConfig(ttft_ms=100, itl_ms=10), False)
-    assert (sla_policy.s.ttft_ms, sla_policy.s.itl_ms, sla_policy.s.tick_s) == (100.0, 10.0, 5)
+    assert (settings.ttft_ms, settings.itl_ms) == (500.0, 50.0)
+    assert (settings.throughput_scaling, settings.load_scaling) == (False, True)
+    assert (settings.min_prefill, settings.min_decode) == (2, 3)
+    sla = planner_settings(PlannerConfig(policy="enabled", target="sla"), SlaConfig(ttft_ms=100, itl_ms=10), False)
+    assert sla is not None
+    assert (sla.ttft_ms, sla.itl_ms, sla.tick_s) == (100.0, 10.0, 5)
 
 
 def test_settings_default_is_a_valid_policy() -> None:

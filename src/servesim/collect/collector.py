@@ -10,10 +10,19 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-COMPLETED, REJECTED, FAILED, CANCELED = "completed", "rejected", "failed", "canceled"
-TIMED_OUT = "timed_out"
-"""The client gave up on the request (`traffic.client_timeout_seconds`, servesim extension)."""
+
+class Status(StrEnum):
+    """How a request ended."""
+
+    COMPLETED = "completed"
+    REJECTED = "rejected"
+    """Refused by a rank (context limit, or it can never fit the KV pool)."""
+    FAILED = "failed"
+    """Disaggregated: its prompt can never fit the decode pool."""
+    TIMED_OUT = "timed_out"
+    """Its client gave up before it finished (`traffic.client_timeout_seconds`, servesim extension)."""
 
 
 @dataclass(slots=True)
@@ -44,7 +53,7 @@ class RequestRecord:
     requested_output: int
     routes: list[Route] = field(default_factory=list)
     admissions: list[Admission] = field(default_factory=list)
-    status: str | None = None
+    status: Status | None = None
     terminal_ms: float | None = None
     output_length: int = 0
     token_spans: list[int] = field(default_factory=list)
@@ -61,7 +70,7 @@ class RequestRecord:
     @property
     def counted(self) -> bool:
         """Completed after at least one admission: the requests every metric is over."""
-        return self.status == COMPLETED and bool(self.admissions)
+        return self.status == Status.COMPLETED and bool(self.admissions)
 
     def token_times(self) -> list[float]:
         """Timestamps of every emitted token, in order."""
@@ -97,7 +106,7 @@ class Collector:
     def on_admit(record: RequestRecord, at_ms: float, reused_tokens: int, pool: str) -> None:
         record.admissions.append(Admission(at_ms, reused_tokens, pool))
 
-    def on_terminal(self, record: RequestRecord, at_ms: float, status: str, output_length: int,
+    def on_terminal(self, record: RequestRecord, at_ms: float, status: Status, output_length: int,
                     token_spans: list[int], pass_ends: array | None, reason: str | None = None) -> None:
         self.num_terminal += 1
         record.reason = reason

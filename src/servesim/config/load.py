@@ -188,7 +188,7 @@ def _resolve_relative_paths(config: SimConfig, base_dir: Path) -> SimConfig:
 def _resolve_calibration_paths(config: SimConfig, base_dir: Path) -> SimConfig:
     """Make every role's `timing.calibration` file absolute (relative to the config's folder)."""
     workers = config.engine.workers
-    updates = {}
+    updates: dict[str, Any] = {}
     for role, worker in config.engine.roles.items():
         path = getattr(worker.timing, "calibration", None)
         if path is not None and not os.path.isabs(path):

@@ -3,7 +3,7 @@
 Capacity is `num_blocks`. A block is one of:
 
 * anonymous free capacity (never used, or a released partial block) — only counted;
-* held by a request (``active``): an entry of its lease — a `Block` when its content is
+* held by a request (``active_blocks``): an entry of its lease — a `Block` when its content is
   cached, or None for a private block (the partial last block, a block whose content no other
   request can ever have, or any block when caching is off);
 * free cached: released but still holding content, evictable in LRU order (least recently
@@ -54,8 +54,8 @@ class BlockPool:
     def __init__(self, num_blocks: int, caching: bool = True) -> None:
         self.num_blocks = num_blocks
         self.caching = caching
-        self.anonymous = num_blocks
-        self.active = 0
+        self.anonymous_blocks = num_blocks
+        self.active_blocks = 0
         """Blocks held by some request (private, or cached with refs > 0)."""
         self._index: dict[int, Block] = {}
         self._copies: dict[int, list[Block]] = {}
@@ -66,9 +66,9 @@ class BlockPool:
     # -- queries ----------------------------------------------------------------------------
 
     @property
-    def free(self) -> int:
+    def free_blocks(self) -> int:
         """Blocks an allocation could use: anonymous plus evictable."""
-        return self.anonymous + self._lru_size
+        return self.anonymous_blocks + self._lru_size
 
     def lookup(self, key: int) -> Block | None:
         return self._index.get(key)
@@ -93,16 +93,16 @@ class BlockPool:
         if block.refs == 0:
             del self._lru[block]
             self._lru_size -= 1
-            self.active += 1
+            self.active_blocks += 1
         block.refs += 1
 
     def allocate(self, count: int) -> bool:
         """Reserve `count` private blocks; False (and nothing changes) if they do not fit."""
-        if count > self.anonymous + self._lru_size:
+        if count > self.anonymous_blocks + self._lru_size:
             return False
-        take = count if count <= self.anonymous else self.anonymous
-        self.anonymous -= take
-        self.active += count
+        take = count if count <= self.anonymous_blocks else self.anonymous_blocks
+        self.anonymous_blocks -= take
+        self.active_blocks += count
         need = count - take
         if need:
             self._evict(need)
@@ -113,7 +113,7 @@ class BlockPool:
         self._lru_size -= need
         while need:
             entry = next(iter(lru))
-            if type(entry) is Gap:
+            if isinstance(entry, Gap):
                 if entry.count > need:
                     entry.count -= need
                     return
@@ -156,7 +156,7 @@ class BlockPool:
             if block is None:
                 freed += 1
                 if index >= complete or not caching:
-                    self.anonymous += 1
+                    self.anonymous_blocks += 1
                 elif keep_private:
                     gap = self._push_gap(gap)
                     block = Block(None, 0)
@@ -184,9 +184,9 @@ class BlockPool:
                 self._lru_size += 1
             else:
                 self._forget(block)
-                self.anonymous += 1
+                self.anonymous_blocks += 1
         self._push_gap(gap)
-        self.active -= freed
+        self.active_blocks -= freed
         own.reverse()
         return own
 
@@ -194,9 +194,9 @@ class BlockPool:
         """`release` of a lease of private blocks only: the full ones become anonymous LRU
         capacity (evicted before the cached blocks released after them), the rest free capacity."""
         full = min(held, complete) if self.caching else 0
-        self.anonymous += held - full
+        self.anonymous_blocks += held - full
         self._push_gap(full)
-        self.active -= held
+        self.active_blocks -= held
         return []
 
     def _push_gap(self, count: int) -> int:
@@ -235,11 +235,11 @@ class BlockPool:
 
     def check(self) -> None:
         """Assert the conservation invariants (for tests)."""
-        in_lru = sum(e.count if type(e) is Gap else 1 for e in self._lru)
+        in_lru = sum(e.count if isinstance(e, Gap) else 1 for e in self._lru)
         assert in_lru == self._lru_size, (in_lru, self._lru_size)
-        assert all(type(e) is Gap or e.refs == 0 for e in self._lru)
+        assert all(isinstance(e, Gap) or e.refs == 0 for e in self._lru)
         resident = list(self._index.values()) + [b for c in self._copies.values() for b in c]
         assert all(b.refs > 0 or b in self._lru for b in resident)
-        assert self.anonymous >= 0 and self.active >= 0
-        assert self.anonymous + self._lru_size + self.active == self.num_blocks, (
-            self.anonymous, self._lru_size, self.active, self.num_blocks)
+        assert self.anonymous_blocks >= 0 and self.active_blocks >= 0
+        assert self.anonymous_blocks + self._lru_size + self.active_blocks == self.num_blocks, (
+            self.anonymous_blocks, self._lru_size, self.active_blocks, self.num_blocks)

@@ -6,7 +6,7 @@ four states: free, in the tree and unlocked (*evictable*), in the tree and locke
 only ever holds whole pages.
 
 Token content is never expanded into per-token objects. A request's tokens are a `TokenSeq`: its
-runs (see `servesim.traffic.workload`; ``(v, c > 0)`` = c copies of v, ``(v, -c)`` = v, v+1, …)
+runs (`engine.token_seq`; ``(v, c > 0)`` = c copies of v, ``(v, -c)`` = v, v+1, …)
 with cumulative start offsets. A tree edge is a short list of *segments* ``(seq, start, end)``
 naming token ranges of the sequences that inserted them, so an edge of 10 000 tokens is one
 tuple. Edges are compared run by run (`TokenSeq.common`), which is O(runs), not O(tokens).
@@ -42,130 +42,9 @@ key is computed.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
-from itertools import accumulate
-from operator import itemgetter
 
-from servesim.engine.blocks import ROOT_KEY, chain_keys
 from servesim.engine.kv import KvListener
-from servesim.traffic.workload import Run
-
-
-class TokenSeq:
-    """An immutable token sequence stored as runs, with O(log runs) random access."""
-
-    __slots__ = ("runs", "starts", "length", "shared_pages", "keys")
-
-    def __init__(self, runs: list[Run], shared_pages: int = 1 << 62) -> None:
-        counts = list(map(_COUNT, runs))
-        if 0 in counts:
-            runs = [r for r in runs if r[1] != 0]
-            counts = list(map(_COUNT, runs))
-        self.runs = runs
-        self.starts = [0, *accumulate(map(abs, counts))]
-        self.length = self.starts[-1]
-        self.shared_pages = shared_pages
-        """Leading pages whose content another sequence could also have (KV events only)."""
-        self.keys: list[int] = []
-        """Chained keys of the leading pages, as far as KV events needed them."""
-
-    def page_keys(self, page: int, stop: int) -> list[int]:
-        """Chained keys of (at least) the first `stop` pages of `page` tokens."""
-        keys = self.keys
-        have = len(keys)
-        if have < stop:
-            keys.extend(chain_keys(self.runs, page, stop - have, have, keys[-1] if keys else ROOT_KEY))
-        return keys
-
-    def token_at(self, pos: int) -> int:
-        """The token at position `pos`."""
-        i = bisect_right(self.starts, pos) - 1
-        value, count = self.runs[i]
-        return value if count > 0 else value + (pos - self.starts[i])
-
-    def tokens(self, start: int, end: int) -> tuple[int, ...]:
-        """The tokens of [start, end) as a tuple (for short ranges only)."""
-        return tuple(self.token_at(p) for p in range(start, end))
-
-    def common(self, pos: int, other: TokenSeq, opos: int, limit: int) -> int:
-        """How many tokens from `pos` equal `other`'s tokens from `opos`, at most `limit`.
-
-        Runs are compared piece by piece; where both sides are at run boundaries, identical runs
-        are skipped in bulk (slice comparisons), so long equal histories cost C-level work only.
-        """
-        if limit <= 0:
-            return 0
-        if other is self and opos == pos:
-            return limit
-        ra, sa, rb, sb = self.runs, self.starts, other.runs, other.starts
-        i = bisect_right(sa, pos) - 1
-        j = bisect_right(sb, opos) - 1
-        n = 0
-        while n < limit:
-            oa = pos - sa[i]
-            ob = opos - sb[j]
-            if oa == 0 and ob == 0 and ra[i] == rb[j]:
-                k = _equal_runs(ra, i, rb, j, bisect_right(sa, pos + limit - n) - 1 - i)
-                if k:
-                    step = sa[i + k] - pos
-                    n += step
-                    pos += step
-                    opos += step
-                    i += k
-                    j += k
-                    continue
-            va, ca = ra[i]
-            vb, cb = rb[j]
-            xa, la = (va, ca - oa) if ca > 0 else (va + oa, -ca - oa)
-            xb, lb = (vb, cb - ob) if cb > 0 else (vb + ob, -cb - ob)
-            if xa != xb:
-                break
-            m = min(la, lb, limit - n)
-            k = m if (ca > 0) == (cb > 0) or m == 1 else 1
-            n += k
-            pos += k
-            opos += k
-            if k == la:
-                i += 1
-            if k == lb:
-                j += 1
-        return n
-
-
-_COUNT = itemgetter(1)
-
-
-def _equal_runs(ra: list[Run], i: int, rb: list[Run], j: int, most: int) -> int:
-    """How many runs from ra[i] equal those from rb[j] (at most `most`), by galloping."""
-    most = min(most, len(rb) - j)
-    if most <= 0:
-        return 0
-    lo, k = 0, 1
-    while k <= most and ra[i:i + k] == rb[j:j + k]:
-        lo, k = k, 2 * k
-    hi = min(k, most + 1)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ra[i + lo:i + mid] == rb[j + lo:j + mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-Segment = tuple[TokenSeq, int, int]
-
-
-def _segs_common(segs: list[Segment], seq: TokenSeq, pos: int, limit: int) -> int:
-    """Common prefix length of an edge's tokens and `seq` from `pos`, at most `limit`."""
-    n = 0
-    for s, a, b in segs:
-        want = min(b - a, limit - n)
-        c = s.common(a, seq, pos + n, want)
-        n += c
-        if c < want or n >= limit:
-            break
-    return n
+from servesim.engine.token_seq import Segment, TokenSeq, segs_common, segs_split
 
 
 def _append_tokens(node: Node, seq: TokenSeq, start: int, end: int) -> None:
@@ -177,20 +56,6 @@ def _append_tokens(node: Node, seq: TokenSeq, start: int, end: int) -> None:
     else:
         node.segs.append((seq, start, end))
     node.length += end - start
-
-
-def _segs_split(segs: list[Segment], k: int) -> tuple[list[Segment], list[Segment]]:
-    """The first `k` tokens of an edge and the rest."""
-    head: list[Segment] = []
-    for i, (s, a, b) in enumerate(segs):
-        if k >= b - a:
-            head.append((s, a, b))
-            k -= b - a
-            if k == 0:
-                return head, segs[i + 1:]
-            continue
-        return head + [(s, a, a + k)], [(s, a + k, b)] + segs[i + 1:]
-    return head, []
 
 
 class Node:
@@ -221,12 +86,12 @@ class RadixCache:
     def __init__(self, total_pages: int, page: int, caching: bool = True) -> None:
         self.page = page
         self.total_pages = total_pages
-        self.free = total_pages
+        self.free_pages = total_pages
         """Free pages."""
         self.caching = caching
-        self.evictable = 0
+        self.evictable_tokens = 0
         """Tokens in unlocked tree nodes."""
-        self.protected = 0
+        self.protected_tokens = 0
         """Tokens in locked tree nodes."""
         self._clock = 0
         self._ids = 0
@@ -286,8 +151,8 @@ class RadixCache:
         while node.parent is not None:
             if node.lock == 0:
                 self._unindex(node)
-                self.evictable -= node.length
-                self.protected += node.length
+                self.evictable_tokens -= node.length
+                self.protected_tokens += node.length
             node.lock += 1
             node = node.parent
 
@@ -296,8 +161,8 @@ class RadixCache:
         while node.parent is not None:
             node.lock -= 1
             if node.lock == 0:
-                self.protected -= node.length
-                self.evictable += node.length
+                self.protected_tokens -= node.length
+                self.evictable_tokens += node.length
                 if not node.children:
                     self._index(node)
             node = node.parent
@@ -310,7 +175,7 @@ class RadixCache:
         if candidates:
             page = self.page
             for child in candidates:
-                c = _segs_common(child.segs, seq, pos, min(limit, child.length))
+                c = segs_common(child.segs, seq, pos, min(limit, child.length))
                 c -= c % page
                 if c:
                     return child, c
@@ -363,7 +228,7 @@ class RadixCache:
         """Split `child`'s edge after `k` tokens; the new parent node gets the prefix."""
         parent = child.parent
         assert parent is not None
-        head, tail = _segs_split(child.segs, k)
+        head, tail = segs_split(child.segs, k)
         inter = self._new_node(parent, head, k, child.time)
         inter.lock = child.lock
         key = child.first_token()
@@ -379,7 +244,7 @@ class RadixCache:
         node = self._new_node(parent, [(seq, start, end)], end - start, self.tick())
         self._unindex(parent)
         parent.children.setdefault(seq.token_at(start), []).append(node)
-        self.evictable += end - start
+        self.evictable_tokens += end - start
         self._index(node)
         if self.listener is not None:
             self._announce("stored", seq, start, end)
@@ -388,9 +253,9 @@ class RadixCache:
     def _extend_leaf(self, node: Node, seq: TokenSeq, start: int, end: int, now: int) -> None:
         _append_tokens(node, seq, start, end)
         if node.lock == 0:
-            self.evictable += end - start
+            self.evictable_tokens += end - start
         else:
-            self.protected += end - start
+            self.protected_tokens += end - start
         node.time = now
         if node.indexed:
             self._index(node)
@@ -409,7 +274,7 @@ class RadixCache:
             n.time = now
             n = n.parent
         _append_tokens(node, seq, start, end)
-        self.protected += end - start
+        self.protected_tokens += end - start
         if self.listener is not None:
             self._announce("stored", seq, start, end)
         return True
@@ -421,12 +286,12 @@ class RadixCache:
             return start_node, 0
         self._clock += 1
         now = self._clock
-        node = start_node
-        while node is not None:
-            node.time = now
-            if node.indexed:
-                self._index(node)
-            node = node.parent
+        up: Node | None = start_node
+        while up is not None:
+            up.time = now
+            if up.indexed:
+                self._index(up)
+            up = up.parent
         if start_node.lock == 1 and not start_node.children and start_node.parent is not None:
             self._extend_leaf(start_node, seq, start, end, now)
             return start_node, end - start
@@ -471,7 +336,7 @@ class RadixCache:
                     if self.listener is not None:
                         self._announce("removed", s, b - cut, b)
                 else:
-                    victim.segs, gone = _segs_split(victim.segs, victim.length - cut)
+                    victim.segs, gone = segs_split(victim.segs, victim.length - cut)
                     if self.listener is not None:
                         self._announce_removed(gone)
                 victim.length -= cut
@@ -495,25 +360,25 @@ class RadixCache:
         return evicted
 
     def _release(self, tokens: int) -> None:
-        self.evictable -= tokens
-        self.free += tokens // self.page
+        self.evictable_tokens -= tokens
+        self.free_pages += tokens // self.page
 
     def reserve(self, pages: int) -> bool:
         """Take `pages` free pages, evicting unlocked leaves if needed; False if impossible."""
-        if pages <= self.free:
-            self.free -= pages
+        if pages <= self.free_pages:
+            self.free_pages -= pages
             return True
-        if pages * self.page > self.free * self.page + self.evictable:
+        if pages * self.page > self.free_pages * self.page + self.evictable_tokens:
             return False
-        self.evict((pages - self.free) * self.page)
-        if pages > self.free:
+        self.evict((pages - self.free_pages) * self.page)
+        if pages > self.free_pages:
             return False
-        self.free -= pages
+        self.free_pages -= pages
         return True
 
     def give_back(self, pages: int) -> None:
         """Return pages a request held privately to the pool."""
-        self.free += pages
+        self.free_pages += pages
 
 
     # -- pool counters (what other stages read) ----------------------------------------------
@@ -524,9 +389,9 @@ class RadixCache:
         return self.total_pages
 
     @property
-    def active(self) -> int:
+    def active_blocks(self) -> int:
         """Pages in use by requests: locked in the tree or held privately."""
-        return self.total_pages - self.free - self.evictable // self.page
+        return self.total_pages - self.free_pages - self.evictable_tokens // self.page
 
     # -- checks --------------------------------------------------------------------------------
 
@@ -548,8 +413,8 @@ class RadixCache:
                 evictable += node.length
             assert bool(node.indexed) == (node.lock == 0 and not node.children), "leaf index"
             stack.extend(self._children_of(node))
-        assert (evictable, protected) == (self.evictable, self.protected), "size counters"
-        assert 0 <= self.free <= self.total_pages
+        assert (evictable, protected) == (self.evictable_tokens, self.protected_tokens), "size counters"
+        assert 0 <= self.free_pages <= self.total_pages
         return evictable, protected
 
     def cached_keys(self) -> set[int]:

@@ -1,20 +1,16 @@
-"""What every scheduler rank shares: its settings, the record of one pass, and construction.
+"""What every scheduler rank shares: its settings and the record of one pass.
 
 A rank is one attention-DP rank of a worker: a scheduler with its own queues and KV pool. The
-cores (vLLM/TRT-LLM in `engine.vllm`, SGLang in `engine.sglang`) all offer the same interface:
-``enqueue(request)``, ``has_work()``, ``num_requests()`` and ``run_pass(pass_index) -> RankPass``.
+cores (vLLM with TRT-LLM's policy in `engine.vllm`, SGLang in `engine.sglang`) offer the
+interface in `engine.interface`; `engine.factory.make_rank` builds one.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 
-from servesim.engine.timing import TimingModel
-
-if TYPE_CHECKING:
-    from servesim.engine.request import EngineRequest
+from servesim.engine.metrics import ForwardPassMetrics
+from servesim.engine.request import EngineRequest
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,44 +56,6 @@ class RankConfig:
     reject_unservable: bool = True
     """Reject a request that can never fit the KV pool (with a reason) instead of stalling the
     worker until the run fails, which is what the reference does."""
-    fused_mixed_pass: bool = False
-    """Time a pass holding both prompt chunks and decode tokens as one forward pass
-    (`timing.mixed_pass: fused`; the timing model then has a `mixed` method)."""
-
-
-@dataclass(slots=True)
-class ForwardPassMetrics:
-    """One rank's forward-pass metrics (FPM) for one pass, as Dynamo's planner consumes them.
-
-    Scheduled prefills are the requests with prompt tokens computed this pass; scheduled
-    decodes those with only generated tokens to compute; queued prefills are waiting requests
-    that never started; queued decodes are preempted requests waiting to resume. Lengths are
-    sequence lengths at scheduling time; variances are population variances.
-    """
-
-    num_prefill_requests: int = 0
-    sum_prefill_tokens: int = 0
-    var_prefill_length: float = 0.0
-    sum_prefill_kv_tokens: int = 0
-    num_decode_requests: int = 0
-    sum_decode_kv_tokens: int = 0
-    var_decode_kv_tokens: float = 0.0
-    num_queued_prefill: int = 0
-    sum_queued_prefill_tokens: int = 0
-    var_queued_prefill_length: float = 0.0
-    num_queued_decode: int = 0
-    sum_queued_decode_kv_tokens: int = 0
-    var_queued_decode_kv_tokens: float = 0.0
-    wall_time_secs: float = 0.0
-    """The worker's pass duration (the DP barrier), filled in by the worker."""
-
-
-def population_variance(count: int, total: float, total_squares: float) -> float:
-    """Variance of `count` values from their sum and sum of squares (0 when count < 2)."""
-    if count < 2:
-        return 0.0
-    mean = total / count
-    return max(0.0, total_squares / count - mean * mean)
 
 
 @dataclass(slots=True)
@@ -128,34 +86,6 @@ class RankPass:
                     or self.preemptions or self.scheduled_tokens or self.emitted)
 
 
-class Rank(Protocol):
-    """A scheduler rank, whatever its core."""
-
-    def enqueue(self, request: EngineRequest) -> None: ...
-
-    def has_work(self) -> bool: ...
-
-    def num_requests(self) -> int: ...
-
-    def run_pass(self, pass_index: int) -> RankPass: ...
-
-    def abort(self, request: EngineRequest, pass_index: int) -> None:
-        """Drop a waiting or running request between passes (its client gave up)."""
-        ...
-
-    def can_run_ahead(self, pass_index: int) -> bool:
-        """True when pass `pass_index` would only advance steady decoders."""
-        ...
-
-    def next_decode_ms(self) -> float:
-        """Duration of such a pass."""
-        ...
-
-    def decode_pass(self, pass_index: int) -> DecodePass:
-        """Run pass `pass_index`, which `can_run_ahead` said only advances steady decoders."""
-        ...
-
-
 @dataclass(slots=True)
 class DecodePass:
     """What a decode-only pass did: cheaper to make than a `RankPass`."""
@@ -170,40 +100,4 @@ class DecodePass:
                         emitted=self.emitted, metrics=self.metrics)
 
 
-class HandoffRank(Rank, Protocol):
-    """A rank in disaggregated serving: a prefill rank holds finished prompts until their KV
-    has been transferred; a decode rank reserves KV for incoming prompts and activates them."""
-
-    pending: deque[EngineRequest]
-    """Decode role: requests waiting for a destination reservation, in arrival order."""
-
-    def release_held(self, request: EngineRequest) -> None:
-        """Prefill role: free a held request's KV (its full blocks stay cached)."""
-        ...
-
-    def try_reserve(self) -> tuple[EngineRequest, int] | None:
-        """Decode role: one reservation attempt for the front pending request; the reserved
-        request and the prompt tokens to transfer, or None."""
-        ...
-
-    def activate(self, request: EngineRequest) -> None:
-        """Decode role: the request's prompt KV has arrived; it waits to be decoded."""
-        ...
-
-
-def make_rank(config: RankConfig, timing: TimingModel, *, lazy_decode: bool = True, sampler_seed: int = 0) -> Rank:
-    """A rank running the scheduling core of `config.backend`.
-
-    `sampler_seed` seeds the rank's speculative-decoding acceptance sampler.
-    """
-    if config.backend == "sglang":
-        from servesim.engine.sglang import SglangRank
-
-        return SglangRank(config, timing, sampler_seed=sampler_seed)
-    if config.backend == "trtllm":
-        from servesim.engine.trtllm import TrtllmRank
-
-        return TrtllmRank(config, timing, lazy_decode=lazy_decode, sampler_seed=sampler_seed)
-    from servesim.engine.vllm import VllmRank
-
-    return VllmRank(config, timing, lazy_decode=lazy_decode, sampler_seed=sampler_seed)
+__all__ = ["DecodePass", "ForwardPassMetrics", "RankConfig", "RankPass", "SglangSettings", "SpeculativeSettings"]

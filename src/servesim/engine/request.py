@@ -64,6 +64,11 @@ class EngineRequest:
     def length(self) -> int:
         return self.prompt_len + self.generated
 
+    def tokens_left(self, max_model_len: int | None) -> int:
+        """Output tokens the request may still produce (its budget and the context limit)."""
+        left = self.max_output - self.generated
+        return left if max_model_len is None else min(left, max_model_len - self.length)
+
     def full_block_keys(self, num_blocks: int, block_size: int, generated: int = -1) -> list[int]:
         """Keys of the first `num_blocks` full blocks (computed on demand, then kept).
 

@@ -54,46 +54,21 @@ from __future__ import annotations
 
 from collections import deque
 
-from servesim.engine.radix import Node, RadixCache, TokenSeq
-from servesim.engine.rank import DecodePass, ForwardPassMetrics, RankConfig, RankPass, population_variance
+from servesim.engine.handoff import RankHandoff
+from servesim.engine.metrics import sglang_metrics
+from servesim.engine.pass_time import TimingModel
+from servesim.engine.radix import RadixCache
+from servesim.engine.rank import DecodePass, RankConfig, RankPass
 from servesim.engine.request import EngineRequest
-from servesim.engine.timing import TimingModel
+from servesim.engine.sglang_admission import lpm_order, never_admissible
+from servesim.engine.sglang_kv import PageLeases, SgRequest
+from servesim.engine.speculative import DraftSampler
 from servesim.errors import RunError
-from servesim.runtime.rng import StdRng
-from servesim.traffic.workload import output_runs
 
-LPM_MAX_WAITING = 128
-"""LPM falls back to FIFO above this many waiting requests."""
-LPM_PREFIX = 32
-"""LPM's in-queue prefix de-duplication threshold (tokens)."""
 RATIO_INIT, RATIO_MIN_FACTOR, RATIO_DECAY_STEPS = 0.7, 0.14, 600.0
 
-
-class SgRequest:
-    """A request inside an SGLang rank: its content and KV lease."""
-
-    __slots__ = ("req", "seq", "length", "materialized", "pages", "cached", "node", "lpm_key")
-
-    def __init__(self, req: EngineRequest) -> None:
-        self.req = req
-        self.length = req.prompt_len + req.generated
-        """Known tokens: the prompt and the tokens generated so far."""
-        runs = req.prompt_runs + output_runs(req.output_base, req.max_output, req.output_ids)
-        self.seq = TokenSeq(runs, req.shared_blocks)
-        """Prompt and every token it may generate (the known length grows over time)."""
-        self.materialized = 0
-        """Tokens with KV (page-rounded up in `pages`)."""
-        self.pages = 0
-        """Pages of the lease: the cached prefix's tree pages, then private ones."""
-        self.cached = 0
-        """Leading tokens of the lease that are in the tree, under the locked `node`."""
-        self.node: Node | None = None
-        self.lpm_key: tuple[int, ...] | None = None
-        """LPM: the request's first 32 tokens (rounded up to whole pages), once computed."""
-
-    def remaining_output(self) -> int:
-        """Tokens it may still generate."""
-        return self.req.max_output - self.req.generated
+Chunk = tuple[SgRequest, int, int]
+"""One prefill chunk of a pass: (request, chunk end, reused tokens)."""
 
 
 class SglangRank:
@@ -106,6 +81,8 @@ class SglangRank:
         self.page = config.block_size
         self.total_tokens = config.num_blocks * config.block_size
         self.cache = RadixCache(config.num_blocks, config.block_size, config.prefix_caching)
+        self.handoff = RankHandoff(config.role)
+        self.leases = PageLeases(self.cache, self.handoff)
         self.waiting: deque[SgRequest] = deque()
         self.running: list[SgRequest] = []
         self._context = 0
@@ -114,21 +91,14 @@ class SglangRank:
         self.ratio_min = self.ratio_init * RATIO_MIN_FACTOR
         self.ratio_decay = (self.ratio_init - self.ratio_min) / RATIO_DECAY_STEPS
         self.ratio = self.ratio_init
-        spec = config.speculative
-        if config.role == "prefill":
-            spec = None  # a prefill worker's one decode step never drafts
-        self._sampler = StdRng((spec.seed + sampler_seed) % (1 << 64)) if spec is not None else None
-        self._burst_max = spec.nextn + 1 if spec is not None else 1
+        spec = config.speculative if config.role != "prefill" else None  # a prefill step never drafts
+        self.drafts = DraftSampler(spec, sampler_seed) if spec is not None else None
+        self._burst_max = self.drafts.max_burst if self.drafts is not None else 1
         """Tokens a decode step may add to one request (1 + draft tokens)."""
-        self._holds = config.role == "prefill"
-        self._charges_prefill = config.role != "decode"
-        self._clip = min(self.settings.clip_max_new_tokens, 1) if self._holds else self.settings.clip_max_new_tokens
+        clip = self.settings.clip_max_new_tokens
+        self._clip = min(clip, 1) if self.handoff.holds else clip
         """Output tokens admission reserves per request at most: a prefill worker runs every
         request for one output token."""
-        self.generation = 0
-        """Capacity generation: bumped by every completion, hold and retraction."""
-        self.pending: deque[EngineRequest] = deque()
-        """Decode role: requests waiting for a destination reservation, in arrival order."""
         self.ready: deque[SgRequest] = deque()
         """Decode role: activated (prebuilt) requests not yet promoted into `running`."""
         self._reserved: dict[EngineRequest, SgRequest] = {}
@@ -155,12 +125,18 @@ class SglangRank:
         """Requests running, waiting or (decode role) activated on this rank."""
         return len(self.running) + len(self.waiting) + len(self.ready)
 
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
     def can_run_ahead(self, pass_index: int) -> bool:
         """Whether the next pass would only decode: nothing waits and no retraction is needed."""
-        if self.waiting or self.ready or self.pending or self._holds or not self.running:
+        if self.waiting or self.ready or self.handoff.pending or self.handoff.holds or not self.running:
             return False
         cache = self.cache
-        return self._growth() * self.page <= cache.free * self.page + cache.evictable
+        return self._growth() * self.page <= cache.free_pages * self.page + cache.evictable_tokens
 
     def next_decode_ms(self) -> float:
         """Duration of the next pass if it only decodes."""
@@ -176,7 +152,7 @@ class SglangRank:
         """Pages the running requests need for their next tokens (without speculative decoding
         a running request holds exactly the pages of its known tokens, so it needs one when
         those fill whole pages)."""
-        if self._sampler is not None:
+        if self.drafts is not None:
             return sum(self._growth_of(r) for r in self.running)
         page = self.page
         if page == 1:
@@ -193,19 +169,19 @@ class SglangRank:
     def run_pass(self, pass_index: int) -> RankPass:
         """Run one scheduler iteration; tokens are credited to worker pass `pass_index`."""
         result = RankPass()
-        batch: list[tuple[SgRequest, int, int]] = []
+        batch: list[Chunk] = []
         prebuilt = bool(self.ready)
         if prebuilt:
             self._promote(result)
-        if self.waiting and not (prebuilt or self.pending):
+        if self.waiting and not (prebuilt or self.handoff.pending):
             if self.settings.schedule_policy == "lpm":
-                self._apply_lpm()
+                self.waiting = lpm_order(self.waiting, self.cache)
             if not self.running and self.config.reject_unservable:
                 self._reject_unservable(result)
             batch, oom = self._admit(result)
             if oom:
                 self.ratio = self.ratio_init
-            if self._charges_prefill:
+            if self.handoff.charges_prefill:
                 result.prefill_ms = self._prefill_time(batch)
             self._place_batch(batch, result)
         decoding: list[SgRequest] = []
@@ -213,40 +189,15 @@ class SglangRank:
         if retracted:
             self.waiting.extendleft(reversed(retracted))
             self.ratio = self.ratio_init
-            self.generation += 1
+            self.handoff.capacity_changed()
         self.ratio = max(self.ratio - self.ratio_decay, self.ratio_min)
         if not result.has_effect and self.config.reject_unservable:
             self._roll_back_partial_prefills(result)
         if self.config.record_metrics:
-            result.metrics = self._forward_pass_metrics(batch, decoding)
+            result.metrics = sglang_metrics([(r.req.prompt_len, end, reused) for r, end, reused in batch],
+                                            [r.length - 1 for r in decoding],
+                                            [(r.req, r.length) for r in self.waiting])
         return result
-
-    # -- schedule policy --------------------------------------------------------------------
-
-    def _apply_lpm(self) -> None:
-        """Longest radix match (of the full pages of each request's sequence) first, except that
-        a request with at most 32 tokens cached whose first 32 tokens (rounded up to pages)
-        repeat those of an earlier such request goes last. A stable, permanent reordering of the
-        waiting queue; skipped above 128 waiting requests and without prefix caching."""
-        waiting = self.waiting
-        if len(waiting) > LPM_MAX_WAITING or len(waiting) < 2 or not self.cache.caching:
-            return
-        page, cache = self.page, self.cache
-        span = -(-LPM_PREFIX // page) * page
-        seen: set[tuple[int, ...]] = set()
-        keyed = []
-        for r in waiting:
-            length = r.length
-            match = cache.match_len(r.seq, length - length % page)
-            late = False
-            if match <= LPM_PREFIX and length >= span:
-                if r.lpm_key is None:
-                    r.lpm_key = r.seq.tokens(0, span)
-                late = r.lpm_key in seen
-                seen.add(r.lpm_key)
-            keyed.append((late, -match, r))
-        keyed.sort(key=lambda item: (item[0], item[1]))
-        self.waiting = deque(item[2] for item in keyed)
 
     # -- admission --------------------------------------------------------------------------
 
@@ -254,43 +205,25 @@ class SglangRank:
         """With nothing running, drop waiting heads no idle rank could ever admit."""
         while self.waiting:
             r = self.waiting[0]
-            reason = self._never_admissible(r)
+            reason = never_admissible(r, self.settings, self.page, self._clip, self.total_tokens)
             if reason is None:
                 return
             self.waiting.popleft()
-            self._release(r)
+            self.leases.release(r)
             r.req.reject_reason = reason
             result.rejected.append(r.req)
 
-    def _never_admissible(self, r: SgRequest) -> str | None:
-        """Why `r` fails admission even on an idle rank with full budgets (None if it does not)."""
-        s, page = self.settings, self.page
-        extend = r.length - r.materialized
-        chunk = extend if extend <= s.chunked_prefill_size else s.chunked_prefill_size // page * page
-        if chunk == 0:
-            return f"chunked_prefill_size {s.chunked_prefill_size} is smaller than one page ({page})"
-        charged = -(-chunk // page) * page
-        out = min(r.remaining_output(), self._clip) if chunk == extend else 0
-        room = self.total_tokens - r.pages * page
-        if charged + out >= room:
-            return (f"its next {charged} prompt tokens + {out} reserved output tokens do not fit "
-                    f"below the {room} KV tokens an idle rank could give it")
-        if charged > s.max_prefill_tokens or charged > s.chunked_prefill_size:
-            return (f"a prefill chunk of {charged} tokens exceeds max_prefill_tokens "
-                    f"{s.max_prefill_tokens} or chunked_prefill_size {s.chunked_prefill_size}")
-        return None
-
-    def _admit(self, result: RankPass) -> tuple[list[tuple[SgRequest, int, int]], bool]:
+    def _admit(self, result: RankPass) -> tuple[list[Chunk], bool]:
         """Build the prefill batch: (request, chunk end, reused tokens) per chunk; OOM flag."""
         s, page, cache = self.settings, self.page, self.cache
         ratio, clip = self.ratio, self._clip
         reserved = 0.0
         for r in self.running:
             reserved += min(r.remaining_output(), clip) * ratio
-        rem_total = (cache.free * page + cache.evictable) - reserved
+        rem_total = (cache.free_pages * page + cache.evictable_tokens) - reserved
         rem_input, rem_chunk = s.max_prefill_tokens, s.chunked_prefill_size
         slots = self.config.max_sequences - len(self.running)
-        batch: list[tuple[SgRequest, int, int]] = []
+        batch: list[Chunk] = []
         waiting = self.waiting
         while waiting and len(batch) < slots:
             r = waiting[0]
@@ -302,7 +235,7 @@ class SglangRank:
             out = min(r.remaining_output(), clip) if chunk == extend else 0
             if not charged + out < rem_total or charged > rem_input or charged > rem_chunk:
                 break
-            reused = self._allocate(r, r.materialized + chunk)
+            reused = self.leases.allocate(r, r.materialized + chunk)
             if reused is None:
                 return batch, True
             waiting.popleft()
@@ -317,28 +250,7 @@ class SglangRank:
                 break
         return batch, False
 
-    def _allocate(self, r: SgRequest, chunk_end: int) -> int | None:
-        """Give `r` pages up to `chunk_end`; returns the tokens it did not have to compute."""
-        page, cache = self.page, self.cache
-        pages_needed = -(-chunk_end // page)
-        if r.materialized == 0:
-            matched, node = cache.match_lock(r.seq, chunk_end - chunk_end % page)
-            fresh = pages_needed - matched // page
-            if not cache.reserve(fresh):
-                cache.dec_lock(node)
-                return None
-            r.node, r.cached, r.pages = node, matched, pages_needed
-            reused = matched
-        else:
-            if not cache.reserve(pages_needed - r.pages):
-                return None
-            r.pages = pages_needed
-            reused = r.materialized
-        r.materialized = chunk_end
-        r.req.computed = chunk_end
-        return reused
-
-    def _prefill_time(self, batch: list[tuple[SgRequest, int, int]]) -> float:
+    def _prefill_time(self, batch: list[Chunk]) -> float:
         """The prefill phase of the pass: the timing model on the chunks' floor means."""
         count = len(batch)
         if not count:
@@ -349,12 +261,12 @@ class SglangRank:
             return 0.0
         return self.timing.prefill(count, mean_isl, mean_prefix)
 
-    def _place_batch(self, batch: list[tuple[SgRequest, int, int]], result: RankPass) -> None:
+    def _place_batch(self, batch: list[Chunk], result: RankPass) -> None:
         """Chunked requests back to the queue front, finished prompts to running."""
         partial = []
         for r, _end, _reused in batch:
             if r.materialized < r.length:
-                self._cache_prefix(r)
+                self.leases.cache_prefix(r)
                 partial.append(r)
             else:
                 self._settle(r, result)
@@ -366,19 +278,19 @@ class SglangRank:
         if r.remaining_output() > 0:
             self.running.append(r)
             self._context += r.length
-        elif self._holds:
+        elif self.handoff.holds:
             self._hold(r, result)
         else:
-            self._finish(r)
+            self.leases.finish(r)
             result.finished.append(r.req)
-            self.generation += 1
+            self.handoff.capacity_changed()
 
     # -- decode -----------------------------------------------------------------------------
 
     def _decode(self, pass_index: int, result: RankPass, decoding: list[SgRequest]) -> list[SgRequest]:
         """One token for every running request, retracting under memory pressure.
 
-        `decoding` receives the requests that got a token, with their lengths before it."""
+        `decoding` receives the requests that got a token."""
         retracted, growth = self._make_room(result)
         running = self.running
         if not running or not self.cache.reserve(growth):
@@ -388,22 +300,21 @@ class SglangRank:
         result.decode_ms = self.timing.decode(n, total, total // n, self.total_tokens)
         result.scheduled_tokens += n
         decoding.extend(running)
-        if self._holds:
+        if self.handoff.holds:
             self._hold_running(result)
             return retracted
         result.emitted = n
         done: list[SgRequest] = []
-        page, cache = self.page, self.cache
+        page, cache, leases, drafts = self.page, self.cache, self.leases, self.drafts
         caching = cache.caching
-        sampler = self._sampler
         added = 0
         for r in running:
             req = r.req
-            if sampler is None:
+            if drafts is None:
                 burst = 1
                 r.pages = -(-(r.length + 1) // page)
             else:
-                burst = self._sample_burst(r.remaining_output())
+                burst = drafts.burst(r.remaining_output())
                 held = r.pages + self._growth_of(r)
                 r.pages = -(-(r.length + burst) // page)
                 cache.give_back(held - r.pages)  # the room reserved for a full burst is temporary
@@ -413,23 +324,18 @@ class SglangRank:
             req.generated += burst
             for _ in range(burst):
                 req.add_token_pass(pass_index)
-            length = r.length = r.materialized = req.computed = r.length + burst
+            r.length = r.materialized = req.computed = r.length + burst
             if req.generated >= req.max_output:
-                self._finish(r)
+                leases.finish(r)
                 done.append(r)
             elif caching:
-                end = length - length % page
-                if end > r.cached:
-                    if cache.grow_own_leaf(r.node, r.seq, r.cached, end):
-                        r.cached = end
-                    else:
-                        self._cache_prefix(r)
+                leases.grow(r)
         self._context += added
         if done:
             self.running = [r for r in running if r.req.generated < r.req.max_output]
             self._context -= sum(r.length for r in done)
             result.finished.extend(r.req for r in done)
-            self.generation += len(done)
+            self.handoff.capacity_changed(len(done))
         return retracted
 
     def _make_room(self, result: RankPass) -> tuple[list[SgRequest], int]:
@@ -439,11 +345,11 @@ class SglangRank:
         page, cache, running = self.page, self.cache, self.running
         growth = self._growth()
         retracted: list[SgRequest] = []
-        while cache.free * page + cache.evictable < growth * page and len(running) > 1:
+        while cache.free_pages * page + cache.evictable_tokens < growth * page and len(running) > 1:
             victim = min(range(len(running)), key=lambda i: running[i].req.generated)
             growth -= self._growth_of(running[victim])
             self._retract(running.pop(victim), result, retracted)
-        if len(running) == 1 and cache.free * page + cache.evictable < growth * page:
+        if len(running) == 1 and cache.free_pages * page + cache.evictable_tokens < growth * page:
             growth = self._stalled(result, retracted, growth)
         return retracted, growth
 
@@ -461,7 +367,7 @@ class SglangRank:
         if need > self.total_tokens and reject:
             self.running.pop()
             self._context -= r.length
-            self._release(r)
+            self.leases.release(r)
             r.req.reject_reason = (f"sequence of {r.length + 1} tokens outgrew the KV pool "
                                    f"({self.total_tokens} tokens)")
             result.rejected.append(r.req)
@@ -479,7 +385,7 @@ class SglangRank:
     def _retract(self, r: SgRequest, result: RankPass, retracted: list[SgRequest]) -> None:
         """Take `r` out of `running`: private pages freed, cached prefix unlocked, tokens kept."""
         self._context -= r.length
-        self._release(r)
+        self.leases.release(r)
         r.req.preempted = True
         retracted.append(r)
         result.preemptions += 1
@@ -487,25 +393,17 @@ class SglangRank:
     def abort(self, request: EngineRequest, pass_index: int) -> None:
         """Drop a request its client gave up on, between passes: a running request frees its
         private pages and unlocks its cached prefix, a waiting one leaves."""
-        for queue in (self.running, self.waiting):
-            for r in queue:
-                if r.req is request:
-                    queue.remove(r)
-                    if queue is self.running:
-                        self._context -= r.length
-                        self.generation += 1
-                    self._release(r)
-                    return
-
-    def _sample_burst(self, left: int) -> int:
-        """1 + the leading accepted draft tokens, within the `left` output tokens."""
-        sampler = self._sampler
-        burst = 1
-        for rate in self.config.speculative.acceptance_rates:
-            if not sampler.bernoulli(rate):
-                break
-            burst += 1
-        return min(burst, left)
+        running = next((r for r in self.running if r.req is request), None)
+        if running is not None:
+            self.running.remove(running)
+            self._context -= running.length
+            self.leases.release(running)
+            self.handoff.capacity_changed()
+            return
+        waiting = next((r for r in self.waiting if r.req is request), None)
+        if waiting is not None:
+            self.waiting.remove(waiting)
+            self.leases.release(waiting)
 
     # -- disaggregated serving ---------------------------------------------------------------
 
@@ -524,12 +422,11 @@ class SglangRank:
     def _hold(self, r: SgRequest, result: RankPass) -> None:
         """Prefill role: keep a finished prompt's lease for the transfer."""
         self._held[r.req] = r
-        result.held.append(r.req)
-        self.generation += 1
+        self.handoff.hold(r.req, result)
 
     def release_held(self, request: EngineRequest) -> None:
         """Prefill role: the transfer is done (or dropped); the prompt's full pages stay cached."""
-        self._finish(self._held.pop(request))
+        self.leases.finish(self._held.pop(request))
 
     def try_reserve(self) -> tuple[EngineRequest, int] | None:
         """Decode role: one attempt to reserve the page-rounded prompt of the front pending
@@ -539,31 +436,22 @@ class SglangRank:
         not already resident, in whole pages), or None. An attempt that fails is not repeated
         before the capacity generation changes.
         """
-        if not self.pending:
-            return None
-        request = self.pending[0]
-        if request.reserve_attempt == self.generation:
+        handoff = self.handoff
+        request = handoff.candidate()
+        if request is None:
             return None
         r = SgRequest(request)
-        page, cache = self.page, self.cache
-        prompt = request.prompt_len
-        matched, node = cache.match_lock(r.seq, prompt - prompt % page)
-        pages = -(-prompt // page)
-        fresh = pages - matched // page
-        if not cache.reserve(fresh):
-            cache.dec_lock(node)
-            request.reserve_attempt = self.generation
+        if not self.leases.reserve_prompt(r):
+            handoff.refuse(request)
             return None
-        r.node, r.cached, r.pages = node, matched, pages
-        self.pending.popleft()
         self._reserved[request] = r
-        return request, fresh * page
+        return handoff.reserved(request, r.private_pages(self.page) * self.page)
 
     def activate(self, request: EngineRequest) -> None:
         """Decode role: the transferred prompt becomes cache-visible and waits to be promoted."""
         r = self._reserved.pop(request)
         r.materialized = request.computed = request.prompt_len
-        self._cache_prefix(r)
+        self.leases.cache_prefix(r)
         self.ready.append(r)
 
     def _promote(self, result: RankPass) -> None:
@@ -575,29 +463,6 @@ class SglangRank:
             result.admitted.append((r.req, 0))
             self._settle(r, result)
 
-    # -- forward-pass metrics ---------------------------------------------------------------
-
-    def _forward_pass_metrics(self, batch: list[tuple[SgRequest, int, int]],
-                              decoding: list[SgRequest]) -> ForwardPassMetrics:
-        """This pass's prefill chunks and decodes, and the queues after the pass."""
-        m = ForwardPassMetrics()
-        prompts = [r.req.prompt_len for r, _, _ in batch]
-        m.num_prefill_requests = len(batch)
-        m.sum_prefill_tokens = sum(end - reused for _, end, reused in batch)
-        m.sum_prefill_kv_tokens = sum(reused for _, _, reused in batch)
-        m.var_prefill_length = population_variance(len(prompts), sum(prompts), sum(x * x for x in prompts))
-        lengths = [r.length - 1 for r in decoding]
-        m.num_decode_requests, m.sum_decode_kv_tokens = len(lengths), sum(lengths)
-        m.var_decode_kv_tokens = population_variance(len(lengths), sum(lengths), sum(x * x for x in lengths))
-        fresh = [r.req.prompt_len for r in self.waiting if not r.req.preempted]
-        resumed = [r.length for r in self.waiting if r.req.preempted]
-        m.num_queued_prefill, m.sum_queued_prefill_tokens = len(fresh), sum(fresh)
-        m.var_queued_prefill_length = population_variance(len(fresh), sum(fresh), sum(x * x for x in fresh))
-        m.num_queued_decode, m.sum_queued_decode_kv_tokens = len(resumed), sum(resumed)
-        m.var_queued_decode_kv_tokens = population_variance(len(resumed), sum(resumed),
-                                                            sum(x * x for x in resumed))
-        return m
-
     def _roll_back_partial_prefills(self, result: RankPass) -> None:
         """Deadlock breaker: release the KV of every partially prefilled waiting request.
 
@@ -608,74 +473,15 @@ class SglangRank:
         retraction."""
         for r in self.waiting:
             if r.node is not None:
-                self._release(r)
+                self.leases.release(r)
                 r.req.preempted = True
                 result.preemptions += 1
         if result.preemptions:
             self.ratio = self.ratio_init
 
-    # -- KV lease ---------------------------------------------------------------------------
-
-    def _cache_prefix(self, r: SgRequest) -> None:
-        """Insert the request's full pages into the tree; its lock moves to the new end."""
-        cache = self.cache
-        if not cache.caching:
-            return
-        end = r.materialized - r.materialized % self.page
-        if end <= r.cached:
-            return
-        node, new = cache.insert(r.node, r.seq, r.cached, end)
-        if node is not r.node:
-            cache.inc_lock(node)
-            cache.dec_lock(r.node)
-        duplicates = (end - r.cached - new) // self.page
-        if duplicates:
-            cache.give_back(duplicates)
-            self.generation += 1
-        r.node, r.cached = node, end
-
-    def _finish(self, r: SgRequest) -> None:
-        """Move a completed request's full pages into the tree, free the rest, unlock."""
-        cache, page = self.cache, self.page
-        if cache.caching:
-            end = r.materialized - r.materialized % page
-            cache.give_back(r.pages - end // page)
-            node, new = cache.insert(r.node, r.seq, r.cached, end)
-            cache.give_back((end - r.cached - new) // page)
-            cache.dec_lock(r.node)
-        else:
-            cache.give_back(r.pages)
-        self._clear(r)
-
-    def _release(self, r: SgRequest) -> None:
-        """Retraction or rejection: free private pages, unlock the cached prefix."""
-        if r.node is None:
-            return
-        self.cache.give_back(r.pages - r.cached // self.page)
-        self.cache.dec_lock(r.node)
-        self._clear(r)
-
-    @staticmethod
-    def _clear(r: SgRequest) -> None:
-        """Forget a released lease."""
-        r.node = None
-        r.pages = r.cached = r.materialized = 0
-        r.req.computed = 0
-
-    # -- checks -----------------------------------------------------------------------------
-
     def check(self) -> None:
         """Assert page conservation: free + evictable + protected + private == total."""
-        evictable, protected = self.cache.check()
-        page = self.page
-        private = 0
         assert self._context == sum(r.length for r in self.running)
         assert all(r.materialized == r.length for r in self.running)
-        for r in [*self.running, *self.waiting, *self.ready, *self._held.values()]:
-            private += r.pages - r.cached // page
-            assert r.pages == -(-r.materialized // page) and r.cached <= r.materialized
-            assert (r.node is None) == (r.materialized == 0)
-        for r in self._reserved.values():
-            private += r.pages - r.cached // page
-        total = self.cache.free + (evictable + protected) // page + private
-        assert total == self.cache.total_pages, (total, self.cache.total_pages)
+        self.leases.check([*self.running, *self.waiting, *self.ready, *self._held.values()],
+                          list(self._reserved.values()))

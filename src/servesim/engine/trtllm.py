@@ -12,35 +12,37 @@ Same passes, budget, chunking, KV pool and timing as `engine.vllm`, except:
 
 from __future__ import annotations
 
-from servesim.engine.kv import Block
+from servesim.engine.kv import Block, BlockPool
+from servesim.engine.policy import VllmPolicy
 from servesim.engine.request import EngineRequest
-from servesim.engine.vllm import VllmRank
 
 
-class TrtllmRank(VllmRank):
-    """A vLLM-core rank with TensorRT-LLM's capacity scheduling."""
+class TrtllmPolicy(VllmPolicy):
+    """TensorRT-LLM's capacity scheduling (GUARANTEED_NO_EVICT)."""
 
-    def enqueue(self, request: EngineRequest) -> None:
-        room = self.total_kv_tokens - request.prompt_len
+    drafts_recompute_a_block = False
+
+    def on_enqueue(self, request: EngineRequest) -> None:
+        room = self.config.num_blocks * self.config.block_size - request.prompt_len
         if room > 0 and request.max_output > room:
             request.max_output = room
-        super().enqueue(request)
 
     def _footprint(self, request: EngineRequest) -> int:
         """Blocks the request holds once it has generated all its output."""
         return -(-(request.prompt_len + request.max_output) // self.config.block_size)
 
-    def _must_reject(self, request: EngineRequest) -> bool:
+    def must_reject(self, request: EngineRequest) -> bool:
         return self._footprint(request) > self.config.num_blocks
 
-    def _cache_limit(self, request: EngineRequest) -> int:
+    def cache_limit(self, request: EngineRequest) -> int:
         return request.length // self.config.block_size
 
-    def _fits(self, request: EngineRequest, hits: list[Block]) -> bool:
+    def fits(self, request: EngineRequest, hits: list[Block], pool: BlockPool,
+             running: dict[EngineRequest, None]) -> bool:
         active_hits = sum(1 for b in hits if b.refs > 0)
         needed = self._footprint(request) - active_hits
-        reserved = sum(self._footprint(r) - len(r.lease) for r in self.running)
-        return needed <= self.config.num_blocks - self.pool.active - reserved
+        reserved = sum(self._footprint(r) - len(r.lease) for r in running)
+        return needed <= self.config.num_blocks - pool.active_blocks - reserved
 
-    def _victim(self) -> EngineRequest | None:
+    def victim(self, running: dict[EngineRequest, None]) -> EngineRequest | None:
         return None

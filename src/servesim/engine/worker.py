@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servesim.engine.request import EngineRequest
-from servesim.engine.rank import Rank, RankPass
+from servesim.engine.interface import HandoffRank
+from servesim.engine.rank import RankPass
 
 
 @dataclass(slots=True)
@@ -38,7 +39,7 @@ class WorkerPass:
 class Worker:
     """One logical worker with `len(ranks)` scheduler ranks."""
 
-    def __init__(self, worker_id: int, ranks: list[Rank], first_scheduler_id: int, pool_index: int = 0, *,
+    def __init__(self, worker_id: int, ranks: list[HandoffRank], first_scheduler_id: int, pool_index: int = 0, *,
                  async_scheduling: bool = False) -> None:
         self.worker_id = worker_id
         self.order = (pool_index, worker_id)
@@ -62,6 +63,13 @@ class Worker:
             self.ranks[rank].enqueue(request)
         self.parked = False
 
+    def abort(self, rank: int, request: EngineRequest) -> None:
+        """Drop a request between passes (its client gave up), wherever it is on this worker."""
+        if (rank, request) in self.inbox:
+            self.inbox.remove((rank, request))
+        else:
+            self.ranks[rank].abort(request, len(self.pass_ends))
+
     def runnable(self) -> bool:
         return not self.busy and not self.parked and self.holds_requests()
 
@@ -72,18 +80,6 @@ class Worker:
             if rank.has_work():
                 return True
         return False
-
-    def abort(self, rank: int, request: EngineRequest) -> None:
-        """Drop a request between passes, wherever it is on this worker."""
-        if (rank, request) in self.inbox:
-            self.inbox.remove((rank, request))
-        else:
-            self.ranks[rank].abort(request, len(self.pass_ends))
-
-    def _deliver_inbox(self) -> None:
-        inbox, self.inbox = self.inbox, []
-        for rank, request in inbox:
-            self.ranks[rank].enqueue(request)
 
     def start_pass(self, now: float, horizon: float = 0.0, through_finishes: bool = False) -> WorkerPass:
         """Run one pass of every rank with work, starting at `now`.
@@ -104,13 +100,18 @@ class Worker:
     def _pass_then_inbox(self, now: float) -> WorkerPass:
         """Async scheduling: plan the next pass without the inbox (unless nothing else is
         planned), then hand the inbox to the ranks for the pass after."""
-        if not any(rank.has_work() for rank in self.ranks):
-            self._deliver_inbox()
-            return self._one_pass(now)
-        outcome = self._one_pass(now)
-        self._deliver_inbox()
-        outcome.has_effect = True  # the ranks' queues changed
-        return outcome
+        inbox, self.inbox = self.inbox, []
+        if any(rank.has_work() for rank in self.ranks):
+            outcome = self._one_pass(now)
+            outcome.has_effect = True  # the ranks' queues changed
+            self._deliver(inbox)
+            return outcome
+        self._deliver(inbox)
+        return self._one_pass(now)
+
+    def _deliver(self, inbox: list[tuple[int, EngineRequest]]) -> None:
+        for rank, request in inbox:
+            self.ranks[rank].enqueue(request)
 
     def _run_ahead(self, now: float, horizon: float, through_finishes: bool) -> WorkerPass:
         rank = self.ranks[0]

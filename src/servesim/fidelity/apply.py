@@ -1,11 +1,12 @@
 """What a worker's fidelity keys (`timing.mixed_pass`, `frontend_ms`, `calibration`) change.
 
-Three answers for `servesim.build` / `servesim.perf`:
+Four answers for `servesim.build`:
 
 * `timing_with_fidelity` — the role's timing model with fused mixed passes and/or calibrated
   phase times;
 * `calibrated_kv_blocks` — the KV capacity a calibration file measured (default capacity only);
-* `frontend_ms` — the per-request front-end latency of the deployment.
+* `frontend_ms` — the per-request front-end latency of the deployment;
+* `async_scheduling` — whether a role's workers plan their next pass during the running one.
 
 Front-end latency default (fused mode): the part of a request's time to first token spent
 outside the engine's scheduler. On one GPU it is the API server's work — HTTP and streaming,
@@ -20,7 +21,12 @@ not part of it: the simulated engine models it, and with async scheduling
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from servesim.config.schema import EngineConfig, WorkerConfig
+    from servesim.engine.pass_time import TimingModel
+    from servesim.fidelity.calibration import Calibration
 
 API_SERVER_MS = 3.0
 """Front-end latency of a one-GPU worker in fused mode (ms)."""
@@ -37,7 +43,11 @@ def default_frontend_ms(gpus: int) -> float:
     return API_SERVER_MS + EXECUTOR_MS + PER_DOUBLING_MS * math.log2(gpus)
 
 
-def _calibration(timing: Any):
+def _fused(worker: WorkerConfig) -> bool:
+    return getattr(worker.timing, "mixed_pass", "sum") == "fused"
+
+
+def _calibration(timing: Any) -> Calibration | None:
     path = getattr(timing, "calibration", None)
     if path is None:
         return None
@@ -46,22 +56,21 @@ def _calibration(timing: Any):
     return load_calibration(path)
 
 
-def timing_with_fidelity(model: Any, engine: Any, worker: Any) -> Any:
+def timing_with_fidelity(model: TimingModel, engine: EngineConfig, worker: WorkerConfig) -> TimingModel:
     """`model` as the role's `timing` section asks: fused mixed passes, calibrated phases."""
-    timing = worker.timing
-    if getattr(timing, "mixed_pass", "sum") == "fused":
+    if _fused(worker):
         from servesim.fidelity.mixed import fused
 
         model = fused(model, _mixed_attention_factor(engine, worker))
-    calibration = _calibration(timing)
+    calibration = _calibration(worker.timing)
     if calibration is not None:
-        from servesim.fidelity.calibration import CalibratedTiming
+        from servesim.fidelity.calibration import calibrated
 
-        model = CalibratedTiming(model, calibration)
+        model = calibrated(model, calibration)
     return model
 
 
-def _mixed_attention_factor(engine: Any, worker: Any) -> float:
+def _mixed_attention_factor(engine: EngineConfig, worker: WorkerConfig) -> float:
     """k of `servesim.fidelity.mixed` for the role: 1 unless vLLM runs a grouped-query model
     with FlashAttention-2."""
     from servesim.fidelity.mixed import FA2_GPUS, mixed_attention_factor
@@ -69,7 +78,7 @@ def _mixed_attention_factor(engine: Any, worker: Any) -> float:
     gpu = getattr(worker.timing, "gpu", None) or engine.hardware
     if engine.backend != "vllm" or gpu not in FA2_GPUS:
         return 1.0
-    from servesim.engine.models import ModelNotFound, resolve_model
+    from servesim.perf.models import ModelNotFound, resolve_model
 
     try:
         model = resolve_model(engine.model)
@@ -81,7 +90,7 @@ def _mixed_attention_factor(engine: Any, worker: Any) -> float:
     return mixed_attention_factor(max(model.num_heads // tp, 1) / model.kv_heads_per_rank(tp))
 
 
-def calibrated_kv_blocks(worker: Any, block_size: int) -> int | None:
+def calibrated_kv_blocks(worker: WorkerConfig, block_size: int) -> int | None:
     """KV blocks per rank from the role's calibration file, when it measured the capacity."""
     calibration = _calibration(worker.timing)
     if calibration is None or calibration.kv_tokens is None:
@@ -89,7 +98,7 @@ def calibrated_kv_blocks(worker: Any, block_size: int) -> int | None:
     return max(1, calibration.kv_tokens // block_size)
 
 
-def frontend_ms(worker: Any) -> float:
+def frontend_ms(worker: WorkerConfig) -> float:
     """Front-end latency of requests entering `worker`'s role: the `frontend_ms` key, else the
     calibration file's, else the fused-mode default for its GPU count, else 0."""
     timing = worker.timing
@@ -99,7 +108,13 @@ def frontend_ms(worker: Any) -> float:
     calibration = _calibration(timing)
     if calibration is not None and calibration.frontend_ms is not None:
         return calibration.frontend_ms
-    if getattr(timing, "mixed_pass", "sum") == "fused":
+    if _fused(worker):
         par = worker.parallelism
         return default_frontend_ms(par.tensor * par.pipeline * par.attention_data)
     return 0.0
+
+
+def async_scheduling(worker: WorkerConfig) -> bool:
+    """`scheduler.async_scheduling`, by default on exactly when the role's passes are fused."""
+    explicit = worker.scheduler.async_scheduling
+    return explicit if explicit is not None else _fused(worker)

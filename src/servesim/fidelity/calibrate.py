@@ -218,7 +218,7 @@ def measured_kv_tokens(measured: Measured, max_sequences: int, ranks: int,
     running = np.zeros(points)
     waiting = np.zeros(points)
     for send, first, end, isl, osl in zip(measured.send_s, measured.first_s, measured.end_s,
-                                          measured.input_tokens, measured.output_tokens):
+                                          measured.input_tokens, measured.output_tokens, strict=True):
         lo, mid, hi = np.searchsorted(grid, (send, first, end))
         waiting[lo:mid] += 1
         if hi > mid:

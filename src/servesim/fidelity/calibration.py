@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from servesim.engine.timing import quantize_ms
+from servesim.engine.pass_time import MixedPassTiming, TimingModel
+from servesim.perf.timing import quantize_ms
 from servesim.errors import TraceError
 
 VERSION = 1
@@ -112,10 +113,17 @@ def _mode(path: str, doc: dict) -> str:
     return value
 
 
+def calibrated(timing: TimingModel, calibration: Calibration) -> TimingModel:
+    """`timing` with the calibration's scales (fused mixed passes too when it has them)."""
+    if isinstance(timing, MixedPassTiming):
+        return CalibratedMixedTiming(timing, calibration)
+    return CalibratedTiming(timing, calibration)
+
+
 class CalibratedTiming:
     """A timing model with its prefill and decode phases scaled."""
 
-    def __init__(self, timing: Any, calibration: Calibration) -> None:
+    def __init__(self, timing: TimingModel, calibration: Calibration) -> None:
         self._timing = timing
         self._a, self._b = calibration.prefill_scale, calibration.decode_scale
         self.label = f"{getattr(timing, 'label', type(timing).__name__)}, calibrated"
@@ -137,8 +145,17 @@ class CalibratedTiming:
             ms = self._decode[key] = quantize_ms(self._b * raw)
         return ms
 
+
+class CalibratedMixedTiming(CalibratedTiming):
+    """A calibrated model of fused mixed passes: the prefill part scaled like prefill, the rest
+    like decode."""
+
+    def __init__(self, timing: MixedPassTiming, calibration: Calibration) -> None:
+        super().__init__(timing, calibration)
+        self._mixed = timing
+
     def mixed(self, batch: int, mean_isl: int, mean_prefix: int, n: int, active_kv_tokens: int,
               mean_ctx: int, total_kv_tokens: int) -> float:
-        p = self._timing.prefill(batch, mean_isl, mean_prefix)
-        m = self._timing.mixed(batch, mean_isl, mean_prefix, n, active_kv_tokens, mean_ctx, total_kv_tokens)
+        p = self._mixed.prefill(batch, mean_isl, mean_prefix)
+        m = self._mixed.mixed(batch, mean_isl, mean_prefix, n, active_kv_tokens, mean_ctx, total_kv_tokens)
         return quantize_ms(self._a * p + self._b * (m - p))

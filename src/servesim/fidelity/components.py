@@ -68,10 +68,12 @@ class Ratio:
 
 
 def _aic_engine(model: str, tp: int, systems: str | None):
-    from servesim.engine import aic
-    from servesim.engine.hardware import systems_dir
+    from servesim.perf import aic
+    from servesim.perf.hardware import systems_dir
 
-    path, _ = systems_dir(systems)
+    path, how = systems_dir(systems)
+    if path is None:
+        raise RuntimeError(f"no AIConfigurator systems folder ({how})")
     version, _ = aic.resolve_version(path, "h100_sxm", "vllm", None)
     key = aic.AicKey(model=model, system="h100_sxm", backend="vllm", version=version, tp=tp, pp=1,
                      attention_dp=1, moe_tp=None, moe_ep=None, block_size=16, systems_path=str(path))
@@ -79,9 +81,9 @@ def _aic_engine(model: str, tp: int, systems: str | None):
 
 
 def _roofline(model: str, tp: int, systems: str | None):
-    from servesim.engine.hardware import resolve_gpu, systems_dir
-    from servesim.engine.models import resolve_model
-    from servesim.engine.roofline import RooflineTiming
+    from servesim.perf.hardware import resolve_gpu, systems_dir
+    from servesim.perf.models import resolve_model
+    from servesim.perf.roofline import RooflineTiming
 
     return RooflineTiming(resolve_model(model), resolve_gpu("h100_sxm", systems_dir(systems)[0]), tp=tp)
 
@@ -137,7 +139,7 @@ def vidur(folder: Path, systems: str | None = None) -> list[Ratio]:
                 band = "≤ 128 tokens" if tokens <= 128 else "> 128 tokens"
                 ops = [VIDUR_OPS[k] for k in VIDUR_OPS]
                 values = engine.evaluate_context_ops([index[o] for o in ops], 1, tokens, 0)
-                for (vidur_op, _), (_, ms, *_) in zip(VIDUR_OPS.items(), values):
+                for (vidur_op, _), (_, ms, *_) in zip(VIDUR_OPS.items(), values, strict=True):
                     ratios[f"{vidur_op} {band}"].append(ms / layers / float(r[f"time_stats.{vidur_op}.median"]))
         out += [Ratio.of(f"{name.removesuffix('-hf')} {what}", values) for what, values in sorted(ratios.items())]
     return out

@@ -88,7 +88,7 @@ def by_model(data: Path, systems: str | None = None, runs: Sequence[openruns.Ope
     rows = []
     with tempfile.TemporaryDirectory(prefix="servesim-holdout-") as tmp:
         for label, timing in TIMINGS.items():
-            files = {}
+            files: dict[str, Path] = {}
             for run in runs:
                 if progress:
                     print(f"[holdout] calibrating {label} on {run.name} ...", file=sys.stderr)

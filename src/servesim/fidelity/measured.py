@@ -64,7 +64,7 @@ class Measured:
         """The run as a Mooncake trace: send offsets in ms, lengths, a private prompt per request."""
         origin = float(self.send_s[0]) if len(self) else 0.0
         rows, next_id = [], 0
-        for send, isl, osl in zip(self.send_s, self.input_tokens, self.output_tokens):
+        for send, isl, osl in zip(self.send_s, self.input_tokens, self.output_tokens, strict=True):
             blocks = max(1, -(-int(isl) // 512))
             rows.append({"timestamp": round((float(send) - origin) * 1000, 6), "input_length": int(isl),
                          "output_length": max(1, int(osl)), "hash_ids": list(range(next_id, next_id + blocks))})
@@ -154,7 +154,7 @@ def _show(value: Any) -> str:
 
 
 def _read_llmservingsim(path: str, text: str) -> list[Row]:
-    rows = []
+    rows: list[Row] = []
     for number, r in _json_lines(path, text):
         send_key = "send_ts" if "send_ts" in r else "queued_ts"
         send = _number(path, number, r, send_key)
@@ -171,6 +171,7 @@ def _metric(path: str, line: int, metrics: dict, name: str) -> float:
     value = entry.get("value") if isinstance(entry, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise TraceError(path, line, f"metrics.{name}.value: must be a finite number (got {_show(value)})")
+    assert isinstance(entry, dict)
     unit = entry.get("unit", "ms")
     scale = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "ns": 1e-9, "tokens": 1.0}.get(unit)
     if scale is None:
@@ -179,7 +180,7 @@ def _metric(path: str, line: int, metrics: dict, name: str) -> float:
 
 
 def _read_aiperf(path: str, text: str) -> list[Row]:
-    rows = []
+    rows: list[Row] = []
     for number, r in _json_lines(path, text):
         meta, metrics = r.get("metadata"), r.get("metrics")
         if not isinstance(meta, dict):
@@ -219,7 +220,8 @@ def _read_vllm(path: str, text: str) -> list[Row]:
     for key in _VLLM_LISTS:
         if len(doc[key]) != n:
             raise TraceError(path, None, f"{key}: has {len(doc[key])} entries, ttfts has {n}")
-    errors = doc.get("errors") if isinstance(doc.get("errors"), list) and len(doc["errors"]) == n else [""] * n
+    given = doc.get("errors")
+    errors = given if isinstance(given, list) and len(given) == n else [""] * n
     return [_vllm_row(path, doc, i, errors[i]) for i in range(n)]
 
 
@@ -257,7 +259,7 @@ def _measured(path: str, fmt: str, rows: list[Row]) -> Measured:
     ok = sorted((r for r in rows if r[1] is not None), key=lambda r: r[0])
     if not ok:
         raise TraceError(path, None, f"no successful request among {len(rows)} records")
-    cols = list(zip(*ok))
+    cols = list(zip(*ok, strict=True))
     return Measured(path, fmt, np.array(cols[0]), np.array(cols[1]), np.array(cols[2]),
                     np.array(cols[3], dtype=np.int64), np.array(cols[4], dtype=np.int64),
                     failed=len(rows) - len(ok))

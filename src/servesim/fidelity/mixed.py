@@ -35,17 +35,10 @@ The result is clamped to [max(P, D), P + D·k] and rounded to whole nanoseconds.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from servesim.engine.timing import TimingModel, quantize_ms
-
-
-class MixedPassTiming(TimingModel, Protocol):
-    """A timing model that can also cost a fused mixed pass."""
-
-    def mixed(self, batch: int, mean_isl: int, mean_prefix: int, n: int, active_kv_tokens: int,
-              mean_ctx: int, total_kv_tokens: int) -> float: ...
-
+from servesim.engine.pass_time import MixedPassTiming, TimingModel
+from servesim.perf.timing import quantize_ms
 
 FA2_GPUS = frozenset({"a100_sxm", "a100_pcie", "a100_40gb", "a10", "a30", "l4", "l40", "l40s", "rtx_a6000",
                       "rtx_6000_ada", "rtx_4090", "rtx_5090", "rtx_pro_6000_server"})
@@ -134,10 +127,10 @@ class FusedRoofline:
         return clamp_fused(1000.0 * seconds, p, d, self._factor)
 
 
-def fused(model: Any, attention_factor: float = 1.0) -> MixedPassTiming:
+def fused(model: TimingModel, attention_factor: float = 1.0) -> MixedPassTiming:
     """`model` (AIConfigurator or roofline timing) with fused mixed passes whose decode attention
     costs `attention_factor` times a decode-only pass's."""
-    from servesim.engine.roofline import RooflineTiming
+    from servesim.perf.roofline import RooflineTiming
 
     if isinstance(model, RooflineTiming):
         return FusedRoofline(model, attention_factor)

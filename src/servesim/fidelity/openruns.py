@@ -63,7 +63,7 @@ RUNS = (
 
 def has_aic_data(run: OpenRun, systems: str | None = None) -> bool:
     """Whether the AIConfigurator database can time the run's GPU (else servesim uses the roofline)."""
-    from servesim.engine.hardware import aic_system, systems_dir
+    from servesim.perf.hardware import aic_system, systems_dir
 
     gpu = aic_system(run.hardware, systems_dir(systems)[0])
     return gpu is not None and gpu.has_aic_data

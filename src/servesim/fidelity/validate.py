@@ -40,9 +40,9 @@ def signed_error(value: float, real: float) -> float:
 def simulated_latencies(config: dict[str, Any]) -> dict[str, np.ndarray]:
     """TTFT, TPOT and E2E (ms) of every completed request of a simulation, in arrival order
     (TPOT is NaN below 2 tokens)."""
-    import servesim
+    from servesim.api import simulate
 
-    report = servesim.simulate(config, capture_per_request=True)
+    report = simulate(config, capture_per_request=True)
     done = [r for r in report.per_request or () if r["terminal_status"] == "completed" and r["output_length"]]
     return {
         "ttft": np.array([r["ttft_ms"] for r in done]),

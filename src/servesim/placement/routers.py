@@ -83,9 +83,11 @@ class _SlotLoad:
         total = 0.0
         elapsed = now - min(e.start for e in entries)
         for entry in entries:  # oldest first: elapsed time past one entry ages the next
-            left = max(0.0, 1 - elapsed / entry.duration) if entry.duration > 0 else 0.0
+            duration = entry.duration
+            assert duration is not None
+            left = max(0.0, 1 - elapsed / duration) if duration > 0 else 0.0
             total += entry.tokens * left
-            elapsed = max(0.0, elapsed - entry.duration)
+            elapsed = max(0.0, elapsed - duration)
         return total
 
 
@@ -190,7 +192,7 @@ class KvRouter(Router):
         values = [costs[s][0] for s in slots]
         low, high = min(values), max(values)
         if self.settings.temperature <= 0:
-            return self.rng.choice([s for s, v in zip(slots, values) if v == low])
+            return self.rng.choice([s for s, v in zip(slots, values, strict=True) if v == low])
         if high == low:
             return self.rng.choice(slots)
         weights = [math.exp(-(v - low) / ((high - low) * self.settings.temperature)) for v in values]
@@ -250,11 +252,18 @@ class KvRouter(Router):
                         del cached[key]
 
 
-class SessionAffinity:
-    """Sends a session's later turns to the rank that served its first turn, while it serves."""
+class SessionAffinity(Router):
+    """Sends a session's later turns to the rank that served its first turn, while it serves;
+    everything else is the wrapped policy's."""
 
     def __init__(self, inner: Router) -> None:
+        super().__init__(inner.ranks)
         self.inner = inner
+        self.workers = inner.workers
+        self.in_flight = inner.in_flight
+        self.wants_kv_events = inner.wants_kv_events
+        self.state_free = inner.state_free
+        """A session's worker depends only on its first turn's placement (and the fleet)."""
         self._bound: dict[str, Slot] = {}
 
     def place(self, request: RouteRequest, now: float) -> Placement:
@@ -269,5 +278,20 @@ class SessionAffinity:
         self.inner._commit(slot, request, overlap, now)
         return Placement(slot[0], slot[1], overlap)
 
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
+    def worker_added(self, worker_id: int) -> None:
+        self.inner.worker_added(worker_id)
+
+    def worker_draining(self, worker_id: int) -> None:
+        self.inner.worker_draining(worker_id)
+
+    def worker_removed(self, worker_id: int) -> None:
+        self.inner.worker_removed(worker_id)
+
+    def on_first_token(self, rid: int, now: float) -> None:
+        self.inner.on_first_token(rid, now)
+
+    def on_terminal(self, rid: int, now: float) -> None:
+        self.inner.on_terminal(rid, now)
+
+    def on_kv_events(self, slot: Slot, events: list[tuple[str, int]], now: float) -> None:
+        self.inner.on_kv_events(slot, events, now)

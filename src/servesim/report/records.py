@@ -73,8 +73,8 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
     """The per-request record of a request that reached a terminal state."""
     times = record.token_times()
     n = len(times)
-    first = times[0] if n else None
-    last = times[-1] if n else None
+    first = times[0] if n else 0.0
+    last = times[-1] if n else 0.0
     pools: dict[str, int] = {}
     for adm in record.admissions:
         pools[adm.pool] = pools.get(adm.pool, 0) + 1
@@ -91,10 +91,10 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
         "dispatched_at_ms": None,
         "e2e_latency_ms": last - record.arrival_ms if n else None,
         "first_admit_ms": record.admissions[0].at_ms if record.admissions else None,
-        "first_token_ms": first,
+        "first_token_ms": first if n else None,
         "input_length": record.input_length,
         "itl_ms": (last - first) / (n - 1) if n > 1 else None,
-        "last_token_ms": last,
+        "last_token_ms": last if n else None,
         "output_length": record.output_length,
         "pressure_record_ordinals": [],
         "readmission_count": sum(max(0, c - 1) for c in pools.values()),
@@ -102,7 +102,7 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
         "reused_input_tokens": max((a.reused_tokens for a in prompt_side), default=0),
         "routing_history": _routing_history(record),
         "session_id": record.session_id,
-        "terminal_status": record.status,
+        "terminal_status": record.status.value if record.status is not None else None,
         "terminal_time_ms": record.terminal_ms,
         "ttft_ms": max(first - record.arrival_ms, 0.0) if n else None,
         "ttst_ms": times[1] - first if n > 1 else None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -73,7 +74,10 @@ def _as_array(values: Iterable[float] | FloatArray) -> FloatArray:
     return np.fromiter(values, dtype=np.float64)
 
 
-def _keep(x: FloatArray, mask: npt.NDArray[np.bool_]) -> FloatArray:
+ScalarT = TypeVar("ScalarT", bound=np.generic)
+
+
+def _keep(x: npt.NDArray[ScalarT], mask: npt.NDArray[np.bool_]) -> npt.NDArray[ScalarT]:
     """x[mask], without the copy when the mask keeps everything."""
     return x if mask.all() else x[mask]
 

@@ -6,6 +6,7 @@ counted request's token timestamps; ITL and per-user throughput pool every token
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -58,7 +59,7 @@ def _timelines(counted: Sequence[RequestRecord]) -> _Timelines:
     first = np.full(n, np.nan)
     second = np.full(n, np.nan)
     last = np.full(n, np.nan)
-    runs: dict[int, tuple[Sequence[float], list[int], list[int]]] = {}
+    runs: dict[int, tuple[array[float], list[int], list[int]]] = {}
     between: list[float] = []
     for i, record in enumerate(counted):
         arrival[i] = record.arrival_ms
@@ -121,7 +122,7 @@ def summarize(records: Sequence[RequestRecord], pools: dict[str, PoolUsage],
     tl = _timelines(counted)
     total_in = sum(r.input_length for r in counted)
     total_out = sum(r.output_length for r in counted)
-    duration = max((r.terminal_ms for r in counted), default=0.0)
+    duration = max((r.terminal_ms for r in counted if r.terminal_ms is not None), default=0.0)
     ds = max(duration / 1000, 1e-9)
     prefill, decode = pools.get("prefill", PoolUsage()), pools.get("decode", PoolUsage())
     reused_max = sum(r.admissions[0].reused_tokens if len(r.admissions) == 1
@@ -173,7 +174,7 @@ def _goodput(counted: Sequence[RequestRecord], tl: _Timelines, sla: Sla, ds: flo
     for i, record in enumerate(counted):
         n = int(tl.count[i])
         if n == 0:
-            ok = (sla.e2e_ms is not None and sla.ttft_ms is None
+            ok = (sla.e2e_ms is not None and sla.ttft_ms is None and record.terminal_ms is not None
                   and record.terminal_ms - record.arrival_ms <= sla.e2e_ms)
         else:
             ttft = max(tl.first[i] - tl.arrival[i], 0.0)

@@ -12,48 +12,68 @@ report is byte-identical to `ReplayLoop`'s.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from enum import IntEnum
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from servesim.runtime.replay import INF, PassOutcome, Pool, dead_end_error
+from servesim.runtime.replay import INF, O, O_contra, OutcomeT_co, Pool, Worker, dead_end_error
 
 
-class IsolatedWorker(Protocol):
-    parked: bool
-    pass_ends: Sequence[float]
-    """End time of every pass the worker started."""
+class IsolatedWorker(Worker[OutcomeT_co], Protocol[OutcomeT_co]):
+    """A worker that keeps its pass ends and takes requests routed ahead of the run."""
 
-    def enqueue(self, rank: int, request: Any) -> None: ...
+    @property
+    def pass_ends(self) -> array[float]:
+        """End time of every pass the worker started."""
+        ...
 
-    def runnable(self) -> bool: ...
+    def enqueue(self, rank: int, request: Any) -> None:
+        """Hand a request to one of the worker's ranks."""
+        ...
 
-    def start_pass(self, now: float, horizon: float = 0.0, through_finishes: bool = False) -> PassOutcome: ...
-
-    def holds_requests(self) -> bool: ...
-
-
-Delivery = tuple[float, IsolatedWorker, int, Any]
-"""(arrival time, worker, rank, request): a request routed ahead of the run."""
-
-
-class IsolatedHandler(Protocol):
-    def route_ahead(self, until: float) -> list[Delivery]:
-        """Register and route every request arriving by `until`, in arrival order."""
-
-    def finish_pass(self, worker: Any, outcome: PassOutcome, now: float, inline: bool) -> bool: ...
-
-    def in_flight(self) -> int: ...
+    def start_pass(self, now: float, horizon: float = 0.0, through_finishes: bool = False) -> OutcomeT_co:
+        """Start a pass; with `through_finishes` a run-ahead continues past completions."""
+        ...
 
 
-DONE, CAPPED, STUCK = 0, 1, 2
+IW = TypeVar("IW", bound=IsolatedWorker[Any])
 
 
-class IsolatedReplay:
+class IsolatedHandler(Protocol[IW, O_contra]):
+    """What the per-worker replay needs of the handler."""
+
+    def route_ahead(self, until: float) -> list[tuple[float, IW, int, Any]]:
+        """Register and route every request arriving by `until`, in arrival order:
+        (arrival time, worker, rank, request)."""
+        ...
+
+    def finish_pass(self, worker: IW, outcome: O_contra, now: float, inline: bool) -> bool:
+        """Apply a finished pass (see `servesim.runtime.replay.Handler`)."""
+        ...
+
+    def in_flight(self) -> int:
+        """Requests registered and not yet terminal."""
+        ...
+
+
+class Ending(IntEnum):
+    """How one worker's timeline ended."""
+
+    DONE = 0
+    """Nothing left to do."""
+    CAPPED = 1
+    """The time cap came first."""
+    STUCK = 2
+    """It holds requests but can never run again (a dead end, unless another worker was capped)."""
+
+
+class IsolatedReplay(Generic[IW, O]):
     """Run every worker's timeline separately; same results as `ReplayLoop`."""
 
-    def __init__(self, pools: Sequence[Pool], handler: IsolatedHandler, time_cap_ms: float | None = None,
+    def __init__(self, pools: Sequence[Pool[IW]], handler: IsolatedHandler[IW, O], time_cap_ms: float | None = None,
                  progress: Callable[[float | None], None] | None = None) -> None:
         self.pools = list(pools)
         self.handler = handler
@@ -66,35 +86,36 @@ class IsolatedReplay:
         cap = INF if self.time_cap_ms is None else self.time_cap_ms
         deliveries = self.handler.route_ahead(cap)
         instants = [np.fromiter((d[0] for d in deliveries), float, len(deliveries))]
-        by_worker: dict[int, list[Delivery]] = {}
+        by_worker: dict[int, list[tuple[float, IW, int, Any]]] = {}
         for delivery in deliveries:
             by_worker.setdefault(id(delivery[1]), []).append(delivery)
         del deliveries  # each worker's list is consumed as it runs, so finished requests are freed
         workers = [w for pool in self.pools for w in pool.workers]
         endings = [self._run_worker(w, by_worker.pop(id(w), []), cap) for w in workers]
-        if CAPPED not in endings and STUCK in endings:
+        if Ending.CAPPED not in endings and Ending.STUCK in endings:
             raise dead_end_error(self.handler.in_flight(), any(w.holds_requests() for w in workers))
         instants += [np.frombuffer(w.pass_ends, float) if len(w.pass_ends) else np.empty(0) for w in workers]
         self._integrate(np.unique(np.concatenate(instants)), cap)
         return self.now
 
-    def _run_worker(self, worker: IsolatedWorker, deliveries: list[Delivery], cap: float) -> int:
+    def _run_worker(self, worker: IW, deliveries: list[tuple[float, IW, int, Any]], cap: float) -> Ending:
         """Replay one worker's instants, handing over (and dropping) its deliveries; returns how
         its timeline ended."""
         finish = self.handler.finish_pass
         progress = self._progress
         deliveries.reverse()  # the next one last
-        pending: PassOutcome | None = None
+        pending: O | None = None
         steps = 0
         while True:
             arrival = deliveries[-1][0] if deliveries else INF
             end = pending.end_ms if pending is not None else INF
             now = end if end < arrival else arrival
             if now == INF:
-                return STUCK if worker.holds_requests() else DONE
+                return Ending.STUCK if worker.holds_requests() else Ending.DONE
             if now > cap:
-                return CAPPED
+                return Ending.CAPPED
             if end == now:
+                assert pending is not None
                 finish(worker, pending, now, False)
                 pending = None
             while deliveries and deliveries[-1][0] == now:
@@ -107,7 +128,7 @@ class IsolatedReplay:
             if progress is not None and not steps & 0x3FF:
                 progress(None)  # each worker has its own clock: no single simulated time
 
-    def _start_passes(self, worker: IsolatedWorker, now: float, horizon: float) -> PassOutcome | None:
+    def _start_passes(self, worker: IW, now: float, horizon: float) -> O | None:
         """Start passes on `worker` at `now` (zero-duration ones complete at once, as in
         `ReplayLoop`); returns the pass left in flight."""
         while worker.runnable():

@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from servesim.errors import SimulationError
 
@@ -41,36 +41,68 @@ class Source(Protocol):
 
 
 class PassOutcome(Protocol):
-    end_ms: float
-    has_effect: bool
+    """What a started pass tells the loop."""
+
+    @property
+    def end_ms(self) -> float:
+        """When the pass (the last of a run-ahead) ends."""
+        ...
+
+    @property
+    def has_effect(self) -> bool:
+        """Whether the pass changed anything (a zero-duration pass without effect parks)."""
+        ...
 
     @property
     def skipped_ends(self) -> Sequence[float]:
         """Ends of the earlier passes of a run-ahead (empty for a single pass)."""
+        ...
 
 
-class Worker(Protocol):
+OutcomeT_co = TypeVar("OutcomeT_co", bound=PassOutcome, covariant=True)
+
+
+class Worker(Protocol[OutcomeT_co]):
+    """A worker: it runs one pass at a time."""
+
     parked: bool
-    order: tuple[int, int]
-    """Pass-start order within one instant: (pool index, worker id)."""
+    """Set by the loop after a zero-duration pass without effect; cleared when work arrives."""
 
-    def runnable(self) -> bool: ...
+    @property
+    def order(self) -> tuple[int, int]:
+        """Pass-start order within one instant: (pool index, worker id)."""
+        ...
 
-    def start_pass(self, now: float, horizon: float = 0.0) -> PassOutcome: ...
+    def runnable(self) -> bool:
+        """Idle, not parked, and holding requests."""
+        ...
 
-    def holds_requests(self) -> bool: ...
+    def start_pass(self, now: float, horizon: float = 0.0) -> OutcomeT_co:
+        """Start a pass at `now` (see `servesim.engine.worker.Worker.start_pass`)."""
+        ...
+
+    def holds_requests(self) -> bool:
+        """Whether any request waits or runs on the worker."""
+        ...
 
 
-class Handler(Protocol):
+W = TypeVar("W", bound=Worker[Any])
+"""The workers' type."""
+O = TypeVar("O", bound=PassOutcome)
+"""What their passes return."""
+O_contra = TypeVar("O_contra", bound=PassOutcome, contravariant=True)
+
+
+class Handler(Protocol[W, O_contra]):
     isolated_workers: bool
     """Whether a worker's work can change only through requests released by the source and
     the handler's timers and ticks — so, with fixed arrivals, a worker may run passes ahead
     up to the next such moment (see `Worker.start_pass`)."""
 
-    def release_arrivals(self, now: float) -> Iterable[Worker]:
+    def release_arrivals(self, now: float) -> Iterable[W]:
         """Register and place every request ready at `now`; returns the workers given work."""
 
-    def finish_pass(self, worker: Worker, outcome: PassOutcome, now: float, inline: bool) -> bool:
+    def finish_pass(self, worker: W, outcome: O_contra, now: float, inline: bool) -> bool:
         """Apply a completed pass; True if completing it had an effect beyond the pass itself.
 
         `inline` marks a zero-duration pass completed within its own start.
@@ -82,13 +114,13 @@ class Handler(Protocol):
     def fire_timers(self, now: float) -> bool:
         """Run the timers due at `now`; True if any ran."""
 
-    def drive(self, now: float) -> Iterable[Worker]:
+    def drive(self, now: float) -> Iterable[W]:
         """Apply queued follow-up actions until none is left; returns the workers touched."""
 
     def next_control(self) -> float:
         """Time of the next control tick (scaling), inf if none."""
 
-    def control(self, now: float) -> Iterable[Worker]:
+    def control(self, now: float) -> Iterable[W]:
         """Run the control tick due at `now` (after all else); returns the workers touched."""
 
     def in_flight(self) -> int:
@@ -98,27 +130,27 @@ class Handler(Protocol):
         """True when the workload is drained and nothing is in flight."""
 
 
-class Pool:
+class Pool(Generic[W]):
     """A group of workers whose provisioned time is integrated into worker-seconds."""
 
-    def __init__(self, name: str, workers: Sequence[Worker]) -> None:
+    def __init__(self, name: str, workers: Sequence[W]) -> None:
         self.name = name
         self.workers = list(workers)
         self.worker_seconds = 0.0
 
 
-class ReplayLoop:
+class ReplayLoop(Generic[W, O]):
     """Advance the clock from instant to instant until the workload is done."""
 
-    def __init__(self, source: Source, pools: Sequence[Pool], handler: Handler,
+    def __init__(self, source: Source, pools: Sequence[Pool[W]], handler: Handler[W, O],
                  time_cap_ms: float | None = None,
-                 progress: Callable[[float], None] | None = None) -> None:
+                 progress: Callable[[float | None], None] | None = None) -> None:
         self.source = source
         self.pools = list(pools)
         self.handler = handler
         self.time_cap_ms = time_cap_ms
         self.now = 0.0
-        self._heap: list[tuple[float, int, Worker, PassOutcome]] = []
+        self._heap: list[tuple[float, int, W, O]] = []
         self._seq = 0
         self._skipped: list[float] = []
         """Ends of passes a worker ran ahead through: instants the clock still integrates
@@ -183,7 +215,7 @@ class ReplayLoop:
         now = self.now
         heap = self._heap
         handler = self.handler
-        candidates: set[Worker] = set()
+        candidates: set[W] = set()
         while True:
             changed = False
             while heap and heap[0][0] == now:
@@ -219,7 +251,7 @@ class ReplayLoop:
             at = self.time_cap_ms
         return at
 
-    def _start_passes(self, candidates: set[Worker], now: float) -> bool:
+    def _start_passes(self, candidates: set[W], now: float) -> bool:
         """Start a pass on every runnable candidate; True if any pass started."""
         started = False
         heap = self._heap
@@ -254,5 +286,5 @@ def dead_end_error(remaining: int, workers_hold_requests: bool) -> SimulationErr
         f"replay invariant violated: offline replay {what} with {remaining} in-flight requests remaining")
 
 
-def _start_order(worker: Worker) -> tuple[int, int]:
+def _start_order(worker: Worker[Any]) -> tuple[int, int]:
     return worker.order

@@ -104,7 +104,7 @@ def _chacha_block(key: tuple[int, ...], counter: int) -> list[int]:
         x9 = (x9 + x14) & m; t = x4 ^ x9; x4 = ((t << 7) & m) | (t >> 25)  # noqa: E702
 
     out = (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15)
-    return [(a + b) & m for a, b in zip(out, init)]
+    return [(a + b) & m for a, b in zip(out, init, strict=True)]
 
 
 def _rotl_array(v: npt.NDArray[np.uint32], n: int) -> npt.NDArray[np.uint32]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from servesim.engine.rank import ForwardPassMetrics
-from servesim.engine.timing import TimingModel
+from servesim.engine.metrics import ForwardPassMetrics
+from servesim.engine.pass_time import TimingModel
 
 
 @dataclass(slots=True)

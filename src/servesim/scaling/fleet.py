@@ -11,11 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from servesim.engine.worker import Worker
 from servesim.placement.base import Router
 
-STARTING, ACTIVE, DRAINING, REMOVED = "starting", "active", "draining", "removed"
+
+
+class WorkerState(StrEnum):
+    """Where a worker is in its lifecycle."""
+
+    STARTING = "starting"
+    ACTIVE = "active"
+    DRAINING = "draining"
+    REMOVED = "removed"
+
+
+STARTING, ACTIVE, DRAINING, REMOVED = (WorkerState.STARTING, WorkerState.ACTIVE, WorkerState.DRAINING,
+                                      WorkerState.REMOVED)
 
 
 @dataclass(slots=True, frozen=True)
@@ -25,7 +38,7 @@ class Transition:
     at_ms: float
     pool: str
     worker_id: int
-    state: str
+    state: WorkerState
     reason: str
 
 
@@ -41,14 +54,14 @@ class Fleet:
         self.provisioned = provisioned
         """The runtime's list of provisioned workers (worker-seconds are integrated over it)."""
         self.by_id: dict[int, Worker] = {w.worker_id: w for w in workers}
-        self.state: dict[int, str] = {w.worker_id: ACTIVE for w in workers}
+        self.state: dict[int, WorkerState] = {w.worker_id: ACTIVE for w in workers}
         self.ready_at: dict[int, float] = {}
         self.activated_at: dict[int, float] = {w.worker_id: 0.0 for w in workers}
         self._next_id = len(workers)
 
     # -- views --------------------------------------------------------------------------------
 
-    def ids(self, state: str) -> list[int]:
+    def ids(self, state: WorkerState) -> list[int]:
         return sorted(w for w, s in self.state.items() if s == state)
 
     @property

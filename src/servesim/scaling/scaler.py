@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from servesim.engine.rank import ForwardPassMetrics
+from servesim.collect.collector import RequestRecord
+from servesim.engine.metrics import ForwardPassMetrics
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.scaling.contract import (
     Decision,
@@ -39,6 +40,8 @@ class PoolTraits:
 
 @dataclass
 class _TrafficTally:
+    """Traffic since the previous tick, as the cluster reports it."""
+
     arrivals: int = 0
     completed: int = 0
     isl: int = 0
@@ -77,7 +80,7 @@ class ScalingRecord:
             "scaling_events": self.scaling_events,
             "timeline": self.timeline,
             "lifecycle": [{"at_s": t.at_ms / 1000, "pool": t.pool, "worker_id": t.worker_id,
-                           "state": t.state, "reason": t.reason} for t in self.transitions],
+                           "state": t.state.value, "reason": t.reason} for t in self.transitions],
             "peak_workers": {pool: max((e[pool]["active"] + e[pool]["starting"] + e[pool]["draining"]
                                         for e in self.timeline if pool in e), default=0)
                              for pool in {p for e in self.timeline for p in e if p != "at_s"}},
@@ -102,7 +105,29 @@ class Scaler:
         self.record = ScalingRecord()
         self._note_counts(0.0)
 
-    # -- what the cluster reports --------------------------------------------------------------
+    # -- what the cluster reports (`servesim.cluster.base.ClusterHooks`) -------------------------
+
+    def on_arrivals(self, count: int) -> None:
+        self.traffic.arrivals += count
+
+    def on_route(self, prompt_len: int, overlap_tokens: int, block_size: int) -> None:
+        blocks = prompt_len // block_size
+        if blocks > 0:
+            self.traffic.hit_sum += min(1.0, overlap_tokens // block_size / blocks)
+            self.traffic.hit_n += 1
+
+    def on_completed(self, record: RequestRecord) -> None:
+        tally = self.traffic
+        tally.completed += 1
+        tally.isl += record.input_length
+        tally.osl += record.output_length
+        times = record.token_times()
+        if times and times[0] > record.arrival_ms:
+            tally.ttft_sum += times[0] - record.arrival_ms
+            tally.ttft_n += 1
+        if len(times) > 1:
+            tally.itl_sum += (times[-1] - times[0]) / (len(times) - 1)
+            tally.itl_n += 1
 
     def on_pass(self, pool: str, worker: Worker, outcome: WorkerPass) -> None:
         for rank, result in outcome.ranks:
@@ -158,7 +183,7 @@ class Scaler:
     def _note_counts(self, now: float) -> None:
         entry: dict[str, Any] = {"at_s": now / 1000}
         for pool, fleet in self.fleets.items():
-            entry[pool] = {s: len(fleet.ids(s)) for s in (ACTIVE, STARTING, DRAINING)}
+            entry[pool] = {s.value: len(fleet.ids(s)) for s in (ACTIVE, STARTING, DRAINING)}
         if self.record.timeline and self.record.timeline[-1]["at_s"] == entry["at_s"]:
             self.record.timeline[-1] = entry
         else:
@@ -193,5 +218,5 @@ class Scaler:
             if now - last >= IDLE_FPM_MS:
                 metrics = ForwardPassMetrics()
         pool_blocks = scheduler.pool
-        return RankSnapshot(worker.worker_id, rank, metrics, pool_blocks.active, pool_blocks.num_blocks,
-                            len(scheduler.running), len(scheduler.waiting))
+        return RankSnapshot(worker.worker_id, rank, metrics, pool_blocks.active_blocks, pool_blocks.num_blocks,
+                            scheduler.num_running(), scheduler.num_waiting())

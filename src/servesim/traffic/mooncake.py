@@ -50,10 +50,10 @@ def _parse_chunk(path: str, numbered: list[tuple[int, str]]) -> list[tuple[int, 
         rows = None
     if rows is None or len(rows) != len(numbered):
         rows = [_parse_line(path, number, line) for number, line in numbered]
-    for (number, _), row in zip(numbered, rows):
+    for (number, _), row in zip(numbered, rows, strict=True):
         if not isinstance(row, dict):
             raise TraceError(path, number, "each line must be a JSON object")
-    return [(number, row) for (number, _), row in zip(numbered, rows)]
+    return [(number, row) for (number, _), row in zip(numbered, rows, strict=True)]
 
 
 def _parse_line(path: str, number: int, line: str) -> Any:

@@ -67,6 +67,9 @@ class Workload:
     sessions: list[Session]
     accumulate: bool = False
     """Turn k's prompt = previous prompt + previous outputs + this turn's tokens (delta formats)."""
+    origin_ms: float | None = None
+    """Under a `trace_timestamps` load, the time first arrivals count from; None: the earliest
+    first arrival (trace timestamps are normalised that way, as in the reference)."""
     extra: dict[str, object] = field(default_factory=dict)
 
     @property

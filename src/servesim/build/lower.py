@@ -1,0 +1,221 @@
+"""Lowering a validated `SimConfig`: every default resolved, every stage's settings made.
+
+Block sizes, scheduler limits, context length, KV capacity, timing models (`build.perf`),
+request counts and arrivals (`build.traffic`), the router and the planner (`build.control`):
+everything is resolved here, into settings types the stages own, so nothing after `lower`
+reads the user's config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from servesim.build.control import planner_settings, router_spec
+from servesim.build.traffic import traffic_spec
+from servesim.config.schema import EngineConfig, Role, SimConfig, WorkerConfig, runtime_rejections
+from servesim.engine.factory import make_rank
+from servesim.engine.interface import HandoffRank
+from servesim.engine.pass_time import TimingModel
+from servesim.engine.rank import RankConfig, SglangSettings, SpeculativeSettings
+from servesim.errors import RunError
+from servesim.fidelity.apply import async_scheduling, frontend_ms
+from servesim.placement.factory import RouterSpec
+from servesim.report.summary import Sla
+from servesim.scaling.planner.settings import PlannerSettings
+from servesim.traffic.spec import TrafficSpec
+
+
+@dataclass
+class PoolSpec:
+    """One role's workers: how many, how each is split, and the settings of each rank."""
+
+    role: str
+    replicas: int
+    dp_size: int
+    gpus_per_worker: int
+    rank_config: RankConfig
+    timing: TimingModel
+    startup_ms: float = 0.0
+    async_scheduling: bool = False
+    """A request reaching a busy worker joins the pass after next (see `engine.worker.Worker`)."""
+
+    def make_ranks(self, worker_id: int, *, lazy_decode: bool = True) -> list[HandoffRank]:
+        """The DP ranks of worker `worker_id` (which seeds their speculative-decoding samplers)."""
+        first = worker_id * self.dp_size
+        return [make_rank(self.rank_config, self.timing, lazy_decode=lazy_decode, sampler_seed=first + r)
+                for r in range(self.dp_size)]
+
+    def recording_metrics(self) -> PoolSpec:
+        """The same pool with ranks that publish forward-pass metrics every pass."""
+        return replace(self, rank_config=replace(self.rank_config, record_metrics=True))
+
+
+@dataclass(frozen=True)
+class TransferSpec:
+    """How prefill workers ship KV to decode workers (disaggregated serving)."""
+
+    bytes_per_token: int | None
+    """Per-rank KV bytes per token of the prefill role (None: transfers take no time)."""
+    bandwidth_gb_s: float | None
+    mode: str
+    """"full_prompt" (the whole prompt moves) or "destination_missing" (only absent blocks)."""
+
+    def delay_ms(self, tokens: int) -> float:
+        """Transfer time of `tokens` tokens, as the reference computes it."""
+        if not self.bytes_per_token or not self.bandwidth_gb_s or self.bandwidth_gb_s <= 0:
+            return 0.0
+        return ((tokens * self.bytes_per_token) / (self.bandwidth_gb_s * 1e9)) * 1000
+
+
+@dataclass
+class LoweredRun:
+    """Everything needed to build one replay."""
+
+    pools: list[PoolSpec]
+    """Aggregated: one "aggregated" pool; disaggregated: "prefill" then "decode"."""
+    transfer: TransferSpec | None
+    traffic: TrafficSpec
+    router: RouterSpec
+    planner: PlannerSettings | None
+    """The planner's settings when the config enables it."""
+    time_cap_ms: float | None
+    sla: Sla | None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.transfer is not None
+
+    def pool(self, role: str) -> PoolSpec:
+        return next(p for p in self.pools if p.role == role)
+
+
+def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
+    """Resolve every default of a config.
+
+    `unservable` is what happens to a request that can never fit a worker's KV pool: "reject"
+    it (with a reason) or "fail" the run the way the reference does.
+    """
+    problems = runtime_rejections(config)
+    if problems:
+        raise RunError("; ".join(problems))
+    engine = config.engine
+    pools = [_pool(config, role, worker, unservable) for role, worker in engine.roles.items()]
+    transfer = _transfer(engine) if engine.mode == "disaggregated" else None
+    stop = config.traffic.stop
+    cap = stop.max_virtual_time_seconds if stop is not None else None
+    sla = config.evaluation.sla
+    return LoweredRun(
+        pools=pools,
+        transfer=transfer,
+        traffic=traffic_spec(config.traffic, frontend_ms(_entry_role(engine))),
+        router=router_spec(config.router),
+        planner=planner_settings(config.planner, sla, transfer is not None),
+        time_cap_ms=1000 * cap if cap is not None else None,
+        sla=Sla(sla.ttft_ms, sla.itl_ms, sla.e2e_ms) if sla is not None else None,
+    )
+
+
+def _entry_role(engine: EngineConfig) -> WorkerConfig:
+    """The role whose workers requests reach first (aggregated, or prefill)."""
+    return next(iter(engine.roles.values()))
+
+
+def _transfer(engine: EngineConfig) -> TransferSpec:
+    kv = engine.kv_transfer
+    prefill = engine.workers.prefill
+    assert prefill is not None
+    return TransferSpec(
+        bytes_per_token=_kv_bytes_per_token(engine, prefill) if kv is not None else None,
+        bandwidth_gb_s=kv.bandwidth_gb_per_second if kv is not None else None,
+        mode=kv.timing_mode if kv is not None else "destination_missing",
+    )
+
+
+def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str) -> PoolSpec:
+    """The resolved settings of one role's pool."""
+    engine = config.engine
+    par = worker.parallelism
+    rank = RankConfig(
+        block_size=worker.kv_cache.block_size_for(engine.backend),
+        num_blocks=_num_blocks(engine, worker, role),
+        max_batched_tokens=worker.scheduler.max_batched_tokens,
+        max_sequences=worker.scheduler.max_sequences_for(role),
+        prefix_caching=worker.kv_cache.prefix_caching,
+        max_model_len=_max_model_len(config),
+        backend=engine.backend,
+        role=role,
+        reject_unservable=unservable == "reject",
+        sglang=(SglangSettings(**worker.scheduler.sglang.model_dump())
+                if worker.scheduler.sglang is not None else SglangSettings()),
+        speculative=_speculative(worker),
+        preempt_first=worker.scheduler.preemption_mode == "fifo",
+    )
+    return PoolSpec(
+        role=role,
+        replicas=par.replicas,
+        dp_size=par.attention_data,
+        gpus_per_worker=par.tensor * par.attention_data,
+        rank_config=rank,
+        timing=_timing_model(engine, worker, role),
+        startup_ms=1000 * worker.startup_seconds,
+        async_scheduling=async_scheduling(worker),
+    )
+
+
+_DEFAULT_ACCEPTANCE = (0.85, 0.3, 0.0, 0.0, 0.0)
+
+
+def _speculative(worker: WorkerConfig) -> SpeculativeSettings | None:
+    """Speculative decoding settings with the reference's defaults (rates padded with 0)."""
+    spec = worker.speculative
+    if spec is None:
+        return None
+    n = spec.num_speculative_tokens
+    rates = list(spec.acceptance_rates) if spec.acceptance_rates is not None else list(_DEFAULT_ACCEPTANCE)
+    rates = (rates + [0.0] * n)[:n]
+    return SpeculativeSettings(nextn=n, acceptance_rates=tuple(float(r) for r in rates), seed=spec.seed)
+
+
+def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:
+    """KV bytes per token moved by a transfer: explicit, or from the model's HF config."""
+    kv = engine.kv_transfer
+    assert kv is not None
+    if kv.bytes_per_token != "auto":
+        return kv.bytes_per_token
+    from servesim.perf.models import resolve_model
+
+    spec = resolve_model(engine.model)
+    par = prefill.parallelism
+    dtype = str(spec.config.get("torch_dtype") or spec.config.get("text_config", {}).get("torch_dtype") or "")
+    width = _DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
+    layers = -(-spec.num_layers // par.pipeline)
+    return layers * spec.kv_heads_per_rank(par.tensor) * spec.head_dim * 2 * width
+
+
+_DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+"""Bytes per element of the HF `torch_dtype`s a transfer can carry (anything else: 2)."""
+
+
+def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
+    """KV blocks per scheduler rank of one role's workers."""
+    from servesim.build.perf import num_blocks
+
+    return num_blocks(engine, worker, role)
+
+
+def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> TimingModel:
+    """The pass-time model of one role's workers."""
+    from servesim.build.perf import timing_model
+
+    return timing_model(engine, worker, role)
+
+
+def _max_model_len(config: SimConfig) -> int | None:
+    engine = config.engine
+    if engine.backend != "vllm":
+        return None
+    if engine.context_length != "max":
+        return engine.context_length
+    from servesim.perf.models import model_context_length
+
+    return model_context_length(engine.model)

@@ -1,0 +1,171 @@
+"""The performance model of a worker role: its pass-time model and its default KV capacity.
+
+`build` asks this module for the two numbers the reference derives from AIConfigurator:
+
+* `timing_model` — `fixed` / `polynomial` (the reference's), `default` (the AIConfigurator
+  database, `servesim.perf.aic`; a model or GPU it cannot serve falls back to the roofline
+  with a warning) and `roofline` (servesim's analytic model, `servesim.perf.roofline`);
+* `num_blocks` — fixed blocks, or the default capacity (`servesim.perf.capacity`), computed
+  for every role before the run whatever the timing.
+
+Warnings go to the ``servesim`` logger (one line each; shown on stderr when logging is not
+configured).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from servesim.config.schema import (
+    DefaultTiming as DefaultTimingConfig,
+    EngineConfig,
+    FixedCapacity,
+    FixedTiming as FixedTimingConfig,
+    GpuSpecConfig,
+    PolynomialTiming as PolynomialTimingConfig,
+    RooflineTiming as RooflineTimingConfig,
+    WorkerConfig,
+)
+from servesim.perf.capacity import Capacity, Parallel, kv_blocks
+from servesim.perf.hardware import GpuSpec, aic_system, check_systems_dir, resolve_gpu, spec_from_table, systems_dir
+from servesim.perf.models import ModelNotFound, resolve_model
+from servesim.perf.roofline import RooflineParams, RooflineTiming
+from servesim.engine.pass_time import TimingModel
+from servesim.perf.timing import FixedTiming, PolynomialTiming
+from servesim.errors import RunError
+from servesim.fidelity.apply import calibrated_kv_blocks, timing_with_fidelity
+
+log = logging.getLogger("servesim")
+
+
+def parallel(worker: WorkerConfig) -> Parallel:
+    par = worker.parallelism
+    return Parallel(tp=par.tensor, pp=par.pipeline, attention_dp=par.attention_data,
+                    moe_tp=par.moe_tensor, moe_ep=par.moe_expert)
+
+
+# -- timing ---------------------------------------------------------------------------------------
+
+def timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> TimingModel:
+    """The pass-time model of one role's workers."""
+    timing = worker.timing
+    if isinstance(timing, FixedTimingConfig):
+        return FixedTiming(timing.prefill_ms, timing.decode_ms)
+    if isinstance(timing, PolynomialTimingConfig):
+        return PolynomialTiming()
+    if isinstance(timing, RooflineTimingConfig):
+        return timing_with_fidelity(roofline_timing(engine, worker, timing), engine, worker)
+    assert isinstance(timing, DefaultTimingConfig)
+    return timing_with_fidelity(default_timing(engine, worker, timing), engine, worker)
+
+
+def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTimingConfig) -> TimingModel:
+    """AIConfigurator timing, or the roofline (with a warning) when the database cannot serve it."""
+    from servesim.perf import aic  # keeps fixed/polynomial runs free of the import
+
+    systems, how = systems_dir(engine.aic_systems_path)
+    check_systems_dir(systems, how)
+    par = worker.parallelism
+    try:
+        if systems is None:
+            raise aic.AicUnavailable(how)
+        gpu = aic_system(engine.hardware, systems)
+        if gpu is None or not gpu.has_aic_data:
+            raise aic.AicUnavailable(f"the database ({systems}) has no performance data for GPU "
+                                     f"{engine.hardware!r}")
+        version, warning = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
+        moe = par.moe_tensor * par.moe_expert > 1
+        key = aic.AicKey(
+            model=aic.aic_model_name(engine.model), system=engine.hardware, backend=engine.backend,
+            version=version, tp=par.tensor, pp=par.pipeline, attention_dp=par.attention_data,
+            moe_tp=par.moe_tensor if moe else None, moe_ep=par.moe_expert if moe else None,
+            block_size=worker.kv_cache.block_size_for(engine.backend), systems_path=str(systems),
+            nextn=worker.speculative.num_speculative_tokens if worker.speculative is not None else 0)
+        model = aic.aic_timing(key, timing.interpolate_context)
+    except aic.AicUnavailable as exc:
+        log.warning("servesim: warning: AIConfigurator cannot time %s on %s with %s (%s); "
+                    "falling back to the roofline model (timing.type: roofline)",
+                    engine.model, engine.hardware, engine.backend, exc)
+        return roofline_timing(engine, worker, RooflineTimingConfig())
+    if warning:
+        log.warning(warning)
+    return model
+
+
+_ROOFLINES: dict[tuple, RooflineTiming] = {}
+
+
+def roofline_timing(engine: EngineConfig, worker: WorkerConfig, timing: RooflineTimingConfig) -> RooflineTiming:
+    """servesim's analytic timing (shared by the workers of a role, like its memo)."""
+    model = resolve_model(engine.model)
+    gpu = gpu_for(engine, worker)
+    p = parallel(worker)
+    params = RooflineParams(
+        gemm_efficiency=timing.gemm_efficiency, attention_efficiency=timing.attention_efficiency,
+        memory_efficiency=timing.memory_efficiency, launch_us=timing.launch_us,
+        gemm_floor_us=timing.gemm_floor_us, pass_overhead_ms=timing.pass_overhead_ms)
+    key = (model, gpu.name, gpu.source, timing.gpu_spec, p, params)
+    found = _ROOFLINES.get(key)
+    if found is None:
+        found = _ROOFLINES[key] = RooflineTiming(model, gpu, tp=p.tp, pp=p.pp, attention_dp=p.attention_dp,
+                                                 moe_tp=p.moe_tp, moe_ep=p.moe_ep, params=params)
+    return found
+
+
+def _inline_gpu(name: str, spec: GpuSpecConfig) -> GpuSpec:
+    return spec_from_table(name, spec.model_dump(exclude_none=True), "timing.gpu_spec")
+
+
+def gpu_for(engine: EngineConfig, worker: WorkerConfig) -> GpuSpec:
+    """The GPU constants of a role: a roofline's inline spec or GPU name, else engine.hardware."""
+    systems, _ = systems_dir(engine.aic_systems_path)
+    timing = worker.timing
+    if isinstance(timing, RooflineTimingConfig):
+        name = timing.gpu or engine.hardware
+        if timing.gpu_spec is not None:
+            return _inline_gpu(name, timing.gpu_spec)
+        return resolve_gpu(name, systems)
+    return resolve_gpu(engine.hardware, systems)
+
+
+# -- capacity -------------------------------------------------------------------------------------
+
+def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
+    """The default KV capacity of one rank of a role (servesim's formula; see engine.capacity)."""
+    cap = worker.kv_cache.capacity
+    assert not isinstance(cap, FixedCapacity)
+    systems, how = systems_dir(engine.aic_systems_path)
+    check_systems_dir(systems, how)
+    gpu = gpu_for(engine, worker)
+    try:
+        model = resolve_model(engine.model)
+    except ModelNotFound as exc:
+        raise RunError(f"kv_cache.capacity 'default' needs the model's HF config: {exc}; "
+                       "or set capacity: {type: fixed, blocks: N}") from None
+    aic_model = version = None
+    if model.family is None and systems is not None and gpu.has_aic_data:
+        from servesim.perf import aic
+
+        try:
+            aic_model = aic.aic_model_name(engine.model)
+            version, _ = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
+        except aic.AicUnavailable:
+            aic_model = version = None
+    return kv_blocks(
+        model, gpu, engine.backend, parallel(worker),
+        block_size=worker.kv_cache.block_size_for(engine.backend),
+        max_batched_tokens=worker.scheduler.max_batched_tokens,
+        max_sequences=worker.scheduler.max_sequences_for(role),  # type: ignore[arg-type]
+        fraction=cap.memory_fraction_for(engine.backend),
+        aic_model=aic_model, version=version, systems_path=str(systems) if systems else None)
+
+
+def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
+    """KV blocks per scheduler rank of one role's workers."""
+    cap = worker.kv_cache.capacity
+    if isinstance(cap, FixedCapacity):
+        return cap.blocks
+    measured = calibrated_kv_blocks(worker, worker.kv_cache.block_size_for(engine.backend))
+    if measured is not None:
+        return measured
+    return capacity(engine, worker, role).blocks

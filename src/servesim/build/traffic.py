@@ -1,0 +1,57 @@
+"""Lowering the `traffic:` section: the resolved source and load (`servesim.traffic.spec`)."""
+
+from __future__ import annotations
+
+from servesim.config.schema import (
+    ConcurrencyLoad,
+    ConstantRateLoad,
+    PoissonLoad,
+    SyntheticSessionSource,
+    SyntheticSource,
+    TraceSource,
+    TraceTimestampsLoad,
+    TrafficConfig,
+    request_count,
+)
+from servesim.traffic.spec import LoadSpec, SyntheticSpec, TraceSpec, TrafficSpec
+
+
+def traffic_spec(traffic: TrafficConfig, frontend_ms: float = 0.0) -> TrafficSpec:
+    """The run's traffic with every default resolved (request counts included); requests reach
+    the engine `frontend_ms` after their clients send them."""
+    timeout = traffic.client_timeout_seconds
+    return TrafficSpec(_source(traffic), _load(traffic), frontend_ms=frontend_ms,
+                       client_timeout_ms=1000 * timeout if timeout is not None else None)
+
+
+def _source(traffic: TrafficConfig) -> SyntheticSpec | TraceSpec:
+    source = traffic.source
+    if isinstance(source, SyntheticSource):
+        return SyntheticSpec(_count(traffic), source.input_tokens, source.output_tokens)
+    if isinstance(source, SyntheticSessionSource):
+        s = source.session
+        return SyntheticSpec(_count(traffic), source.new_input_tokens_per_turn, source.output_tokens_per_turn,
+                             turns=s.turns, shared_prefix_ratio=s.shared_prefix_ratio,
+                             prefix_groups=s.prefix_groups, inter_turn_delay_ms=s.inter_turn_delay_ms)
+    assert isinstance(source, TraceSource)
+    return TraceSpec(source.paths[0], source.format, source.trace_block_size)
+
+
+def _count(traffic: TrafficConfig) -> int:
+    count = request_count(traffic)
+    assert count is not None, "the schema requires a stop for synthetic sources"
+    return count
+
+
+def _load(traffic: TrafficConfig) -> LoadSpec:
+    load = traffic.load
+    if isinstance(load, ConcurrencyLoad):
+        return LoadSpec("concurrency", concurrency=load.concurrency)
+    if isinstance(load, PoissonLoad):
+        assert load.rate is not None
+        return LoadSpec("poisson", rate=load.rate, seed=load.seed)
+    if isinstance(load, ConstantRateLoad):
+        assert load.rate is not None
+        return LoadSpec("constant_rate", rate=load.rate)
+    assert isinstance(load, TraceTimestampsLoad)
+    return LoadSpec("trace_timestamps", speedup=load.speedup)

@@ -1,0 +1,12 @@
+"""The replay loop's handler: where requests go and what a finished pass means for them.
+
+`base.Cluster` is what both topologies share; `AggregatedCluster` places every request on one
+pool; `DisaggregatedCluster` moves each request from a prefill pool to a decode pool through
+the reference's KV handoff.
+"""
+
+from servesim.cluster.aggregated import AggregatedCluster
+from servesim.cluster.base import Cluster
+from servesim.cluster.disaggregated import DisaggregatedCluster
+
+__all__ = ["AggregatedCluster", "Cluster", "DisaggregatedCluster"]

@@ -1,0 +1,273 @@
+"""What both topologies share: request registration, the pools and their routers, the one
+path that applies a finished pass, terminal requests, and the scaling hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from servesim.build import LoweredRun, PoolSpec
+from servesim.collect.collector import Collector, RequestRecord, Status
+from servesim.engine.request import EngineRequest
+from servesim.engine.worker import Worker, WorkerPass
+from servesim.placement.base import RouteRequest, Router
+from servesim.placement.factory import make_router
+from servesim.runtime.replay import Pool
+from servesim.scaling.contract import ScalingPolicy
+from servesim.scaling.fleet import Fleet, Transition
+from servesim.scaling.scaler import PoolTraits, Scaler
+from servesim.traffic.driver import Arrival, Driver
+
+INF = float("inf")
+
+KvEvents = list[tuple[str, int]]
+
+
+class ClusterHooks(Protocol):
+    """What a scaling driver hears from the cluster (`servesim.scaling.scaler.Scaler`)."""
+
+    def on_arrivals(self, count: int) -> None:
+        """`count` requests arrived."""
+
+    def on_route(self, prompt_len: int, overlap_tokens: int, block_size: int) -> None:
+        """A request was placed with `overlap_tokens` of its prompt credited as cached."""
+
+    def on_completed(self, record: RequestRecord) -> None:
+        """A request completed (not rejected or failed)."""
+
+    def on_pass(self, pool: str, worker: Worker, outcome: WorkerPass) -> None:
+        """A worker of `pool` finished a pass."""
+
+    def on_transitions(self, transitions: list[Transition], now: float) -> None:
+        """Workers changed lifecycle state."""
+
+
+class NoHooks:
+    """The hooks of a run without scaling."""
+
+    def on_arrivals(self, count: int) -> None:
+        pass
+
+    def on_route(self, prompt_len: int, overlap_tokens: int, block_size: int) -> None:
+        pass
+
+    def on_completed(self, record: RequestRecord) -> None:
+        pass
+
+    def on_pass(self, pool: str, worker: Worker, outcome: WorkerPass) -> None:
+        pass
+
+    def on_transitions(self, transitions: list[Transition], now: float) -> None:
+        pass
+
+
+@dataclass(slots=True)
+class ServingPool:
+    """One pool as the cluster drives it."""
+
+    name: str
+    """The runtime's and the scaler's name: "decode" (also the aggregated pool) or "prefill"."""
+    label: str
+    """What records call it: "agg", "prefill" or "decode"."""
+    spec: PoolSpec
+    router: Router
+    fleet: Fleet
+
+
+def route_request(request: EngineRequest, session_id: str, block_size: int, with_keys: bool) -> RouteRequest:
+    """What the router sees of a request: its prompt's shareable and private full blocks."""
+    full = request.prompt_len // block_size
+    shared = min(full, request.shared_blocks)
+    keys = request.full_block_keys(shared, block_size)[:shared] if with_keys and shared > 0 else []
+    return RouteRequest(request.rid, session_id, request.prompt_len, keys, full - shared)
+
+
+class Cluster:
+    """The replay loop's handler, minus what depends on the topology."""
+
+    isolated_workers = True
+    """Whether a worker's work changes only through arrivals, timers and ticks (see
+    `servesim.runtime.replay.Handler`)."""
+
+    def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool = True,
+                 scaling: ScalingPolicy | None = None) -> None:
+        self.run = run
+        self.driver = driver
+        self.collector = collector
+        self.fast = fast
+        self._scaling = scaling
+        self._open: dict[int, tuple[Arrival, RequestRecord]] = {}
+        self._kv_events: dict[Worker, list[KvEvents]] = {}
+        """Per worker whose router wants them: the blocks each rank cached or evicted this pass."""
+        self.pools: dict[str, Pool] = {}
+        """The runtime's pools: the provisioned workers of each, by name."""
+        self.fleets: dict[str, Fleet] = {}
+        self.serving: list[ServingPool] = []
+        """By pool index (a worker's `order[0]`)."""
+        self.scaler: Scaler | None = None
+        self.hooks: ClusterHooks = NoHooks()
+
+    # -- construction ---------------------------------------------------------------------------
+
+    def _add_pool(self, name: str, label: str, spec: PoolSpec, *, flat: bool = False,
+                  decode: bool = False) -> ServingPool:
+        """Create a pool's router, its initial workers and the fleet that manages them."""
+        if self._scaling is not None:
+            spec = spec.recording_metrics()
+        router = make_router(self.run.router, ranks=spec.dp_size, workers=spec.replicas,
+                             block_size=spec.rank_config.block_size, prefill_time=spec.timing.prefill,
+                             flat=flat, decode=decode)
+        index = len(self.serving)
+        listen = router.wants_kv_events
+
+        def make(w: int) -> Worker:
+            worker = Worker(w, spec.make_ranks(w, lazy_decode=self.fast), w * spec.dp_size, index,
+                            async_scheduling=spec.async_scheduling)
+            if listen:
+                self._listen_for_kv_events(worker)
+            return worker
+
+        workers = [make(w) for w in range(spec.replicas)]
+        pool = self.pools[name] = Pool(name, workers)
+        fleet = self.fleets[name] = Fleet(name, workers, pool.workers, router, make, spec.startup_ms)
+        serving = ServingPool(name, label, spec, router, fleet)
+        self.serving.append(serving)
+        return serving
+
+    def _start_scaling(self) -> None:
+        """Let the scaling policy change the number of workers while the replay runs."""
+        if self._scaling is None:
+            return
+        traits = {p.name: _traits(p.spec) for p in self.serving}
+        self.scaler = Scaler(self._scaling, self.fleets, traits, self.run.disaggregated)
+        self.hooks = self.scaler
+
+    def _listen_for_kv_events(self, worker: Worker) -> None:
+        """Buffer the blocks each rank of `worker` caches and evicts until its pass ends."""
+        buffers: list[KvEvents] = []
+        for rank in worker.ranks:
+            events: KvEvents = []
+            buffers.append(events)
+            rank.pool.listener = lambda kind, key, events=events: events.append((kind, key))
+        self._kv_events[worker] = buffers
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _register(self, arrival: Arrival) -> tuple[RequestRecord, EngineRequest]:
+        record = self.collector.on_arrival(arrival.session_id, arrival.turn_index, arrival.arrival_ms,
+                                           arrival.input_length, arrival.max_output_tokens)
+        self._open[record.rid] = (arrival, record)
+        return record, self._engine_request(record.rid, arrival, 1)
+
+    @staticmethod
+    def _engine_request(rid: int, arrival: Arrival, block_size: int) -> EngineRequest:
+        return EngineRequest(rid, arrival.prompt_runs, arrival.input_length, arrival.max_output_tokens,
+                             arrival.output_base, arrival.output_ids, unique_from=arrival.unique_from,
+                             block_size=block_size)
+
+    def _record(self, request: EngineRequest) -> RequestRecord:
+        return self.collector.records[request.rid]
+
+    def _terminal(self, request: EngineRequest, worker: Worker | None, status: Status, now: float) -> None:
+        arrival, record = self._open.pop(request.rid)
+        self.collector.on_terminal(record, now, status, request.generated, request.token_spans,
+                                   worker.pass_ends if worker is not None else None, request.reject_reason)
+        self.driver.on_terminal(arrival, now, request.generated, ends_session=status == Status.FAILED)
+        if status == Status.COMPLETED:
+            self.hooks.on_completed(record)
+
+    # -- a finished pass ------------------------------------------------------------------------
+
+    def finish_pass(self, worker: Worker, outcome: WorkerPass, now: float, inline: bool) -> bool:
+        """Apply a finished pass (see `servesim.runtime.replay.Handler`): admissions, KV events,
+        first tokens, completions, rejections and (prefill pool) held prompts."""
+        worker.finish_pass()
+        pool = self.serving[worker.order[0]]
+        for _rank, result in outcome.ranks:
+            for request, reused in result.admitted:
+                self.collector.on_admit(self._open[request.rid][1], outcome.start_ms, reused, pool.label)
+        self._flush_kv_events(pool, worker, now)
+        self.hooks.on_pass(pool.name, worker, outcome)
+        if not inline:
+            self._at_pass_boundary(worker, outcome)
+        router = pool.router
+        for end, finished in outcome.early_finishes:
+            for request in finished:
+                router.on_terminal(request.rid, end)
+                self._terminal(request, worker, Status.COMPLETED, end)
+        for _rank, result in outcome.ranks:
+            for request in result.first_tokens:
+                router.on_first_token(request.rid, now)
+            for request in result.finished:
+                router.on_terminal(request.rid, now)
+                self._terminal(request, worker, Status.COMPLETED, now)
+            for request in result.rejected:
+                router.on_terminal(request.rid, now)
+                self._terminal(request, worker, Status.REJECTED, now)
+            for request in result.held:
+                router.on_first_token(request.rid, now)
+                router.on_terminal(request.rid, now)
+                self._held(request, now)
+        return self._after_pass(pool, worker, now)
+
+    def _at_pass_boundary(self, worker: Worker, outcome: WorkerPass) -> None:
+        """What waited for `worker`'s pass to end (not for a pass completed within its start),
+        before its tokens and terminal requests are applied."""
+
+    def _held(self, request: EngineRequest, now: float) -> None:
+        """A prefill rank holds `request`'s prompt KV for the transfer."""
+        raise AssertionError("only a disaggregated prefill pool holds prompts")
+
+    def _after_pass(self, pool: ServingPool, worker: Worker, now: float) -> bool:
+        """What the topology does last; True if completing the pass had an effect of its own."""
+        return False
+
+    def _flush_kv_events(self, pool: ServingPool, worker: Worker, now: float) -> None:
+        """Hand the blocks a worker's ranks cached and evicted during its pass to the router."""
+        buffers = self._kv_events.get(worker)
+        if buffers is None:
+            return
+        for r, events in enumerate(buffers):
+            if events:
+                pool.router.on_kv_events((worker.worker_id, r), events[:], now)
+                events.clear()
+
+    # -- handler protocol: worker lifecycle and scaling ticks -----------------------------------
+
+    def next_timer(self) -> float:
+        return min((f.next_ready() for f in self.fleets.values()), default=INF)
+
+    def fire_timers(self, now: float) -> bool:
+        """Workers whose startup ends now become active (before any other timer)."""
+        ready = [t for fleet in self.fleets.values() for t in fleet.ready(now)]
+        if ready:
+            self.hooks.on_transitions(ready, now)
+        return bool(ready)
+
+    def drive(self, now: float) -> Iterable[Worker]:
+        """Remove draining workers that have finished their last request."""
+        if self.scaler is not None:
+            for fleet in self.fleets.values():
+                self.scaler.on_transitions(fleet.settle_drained(now), now)
+        return ()
+
+    def next_control(self) -> float:
+        return self.scaler.next_tick() if self.scaler is not None else INF
+
+    def control(self, now: float) -> Iterable[Worker]:
+        assert self.scaler is not None
+        return self.scaler.tick(now)
+
+    def in_flight(self) -> int:
+        return len(self._open)
+
+    def done(self) -> bool:
+        return not self._open and self.driver.drained()
+
+
+def _traits(spec: PoolSpec) -> PoolTraits:
+    config = spec.rank_config
+    return PoolTraits(spec.gpus_per_worker, config.block_size, config.max_batched_tokens,
+                      config.max_sequences, config.max_model_len, spec.timing, spec.dp_size,
+                      config.num_blocks)

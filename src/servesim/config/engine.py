@@ -1,0 +1,291 @@
+"""The `engine:` section: topology, backend, and each role's workers (parallelism, scheduler,
+KV cache, timing — its own module, `config.timing` —, speculative decoding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Union
+
+from annotated_types import Ge, Le
+from pydantic import Discriminator, Strict, Tag, field_validator, model_validator
+
+from servesim.config.fields import (
+    BytesPerToken,
+    ContextLength,
+    Fraction,
+    HardwareName,
+    LaxNonNegativeNumber,
+    ModelName,
+    NonNegativeInt,
+    NonNegativeNumber,
+    OpenFraction,
+    PositiveInt,
+    PositiveNumber,
+    RuleViolation,
+    SchemaModel,
+    raise_if,
+    type_tag,
+    without_nulls,
+)
+from servesim.config.timing import DefaultTiming, TimingConfig
+
+EngineMode = Literal["aggregated", "disaggregated"]
+Backend = Literal["vllm", "sglang", "trtllm"]
+Role = Literal["aggregated", "prefill", "decode"]
+
+class ParallelismConfig(SchemaModel):
+    """How many engine instances a role has and how each one is split across GPUs."""
+
+    replicas: PositiveInt = 1
+    """Number of logical workers (engine instances) in this role's pool."""
+    tensor: PositiveInt = 1
+    """Tensor-parallel size; used by AIC timing and for GPU accounting."""
+    pipeline: PositiveInt = 1
+    """Pipeline-parallel size; passed to AIC only, not counted in GPUs per worker."""
+    attention_data: PositiveInt = 1
+    """Attention data-parallel ranks per worker, each with its own scheduler and KV pool."""
+    moe_tensor: PositiveInt = 1
+    """MoE tensor-parallel size; passed to AIC only when moe_tensor x moe_expert > 1."""
+    moe_expert: PositiveInt = 1
+    """MoE expert-parallel size; passed to AIC only when moe_tensor x moe_expert > 1."""
+
+
+_ROLES: tuple[Role, ...] = ("aggregated", "prefill", "decode")
+
+DEFAULT_MAX_SEQUENCES: dict[str, int] = {"aggregated": 256, "prefill": 1, "decode": 256}
+
+
+class SglangSchedulerConfig(SchemaModel):
+    """SGLang scheduler knobs (a servesim extension: the reference's YAML has no such keys)."""
+
+    schedule_policy: Literal["fifo", "lpm"] = "fifo"
+    """Waiting-queue order: 'fifo' (arrival order) or 'lpm' (longest cached prefix first)."""
+    max_prefill_tokens: PositiveInt = 16384
+    """Prompt tokens (cached ones included, in whole pages) one pass may prefill."""
+    chunked_prefill_size: PositiveInt = 8192
+    """Longer prompts are prefilled in chunks of the pass's remaining chunk budget."""
+    clip_max_new_tokens: NonNegativeInt = 4096
+    """Cap on the output tokens admission reserves per request."""
+    schedule_conservativeness: NonNegativeNumber = 1.0
+    """Scales the new-token ratio (initial 0.7 x this) that reserves running requests' outputs."""
+
+
+class SchedulerConfig(SchemaModel):
+    """Per-rank batching limits."""
+
+    max_batched_tokens: PositiveInt = 8192
+    """Token budget of one scheduling pass (vLLM max_num_batched_tokens; ignored by SGLang)."""
+    max_sequences: PositiveInt | None = None
+    """Max running requests per rank (max_num_seqs); omitted = 256, or 1 for the prefill role."""
+    sglang: SglangSchedulerConfig | None = None
+    """SGLang knobs (servesim extension, backend 'sglang' only); omitted = the reference's defaults."""
+    preemption_mode: Literal["lifo", "fifo"] | None = None
+    """vLLM preemption victim (servesim extension, backend 'vllm' only): 'lifo' = the last running request (omitted), 'fifo' = the first."""
+    async_scheduling: bool | None = None
+    """servesim extension: a request reaching a worker while it runs a pass joins the pass after next, as with vLLM's async scheduling (SGLang's and TensorRT-LLM's overlap schedulers work alike: the next pass is planned before the running one ends); omitted = on when the role's timing.mixed_pass is 'fused', else off (the reference)."""
+
+    @field_validator("max_sequences", mode="before")
+    @classmethod
+    def _explicit_null(cls, value: Any) -> Any:
+        """An explicit null is an error: omit the key to get the role default."""
+        if value is None:
+            raise ValueError("must be a positive integer (omit the key for the role default), not null")
+        return value
+
+    def max_sequences_for(self, role: Role) -> int:
+        """The effective max_num_seqs for a worker of `role`."""
+        return self.max_sequences if self.max_sequences is not None else DEFAULT_MAX_SEQUENCES[role]
+
+
+DEFAULT_BLOCK_SIZE: dict[str, int] = {"vllm": 64, "sglang": 1, "trtllm": 32}
+DEFAULT_MEMORY_FRACTION: dict[str, float] = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
+
+
+class DefaultCapacity(SchemaModel):
+    """KV capacity estimated by AIC from the GPU memory left after weights."""
+
+    type: Literal["default"] = "default"
+    """Capacity kind: 'default' = AIC memory estimate."""
+    memory_fraction: OpenFraction | None = None
+    """Fraction of GPU memory usable for KV in (0, 1]; omitted = 0.9 (vLLM, TRT-LLM) or 0.88 (SGLang)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_blocks(cls, data: Any) -> Any:
+        """'blocks' belongs to the fixed capacity kind."""
+        data = without_nulls(data, ("blocks",))
+        if isinstance(data, Mapping) and "blocks" in data:
+            raise RuleViolation([("blocks", "not allowed when type is 'default' (set type: fixed)")])
+        return data
+
+    def memory_fraction_for(self, backend: Backend) -> float:
+        """The effective memory fraction for `backend`."""
+        if self.memory_fraction is not None:
+            return self.memory_fraction
+        return DEFAULT_MEMORY_FRACTION[backend]
+
+
+class FixedCapacity(SchemaModel):
+    """A fixed number of KV blocks per scheduler rank."""
+
+    type: Literal["fixed"] = "fixed"
+    """Capacity kind: 'fixed' = explicit block count."""
+    blocks: PositiveInt
+    """Number of KV blocks per scheduler (attention-DP) rank."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fixed_fields(cls, data: Any) -> Any:
+        """'blocks' is required; 'memory_fraction' belongs to the default kind."""
+        data = without_nulls(data, ("blocks", "memory_fraction"))
+        if not isinstance(data, Mapping):
+            return data
+        problems = []
+        if "blocks" not in data:
+            problems.append(("", "'blocks' is required when type is 'fixed'"))
+        if "memory_fraction" in data:
+            problems.append(("memory_fraction", "not allowed when type is 'fixed'"))
+        raise_if(problems)
+        return data
+
+
+KvCapacityConfig = Annotated[
+    Union[Annotated[DefaultCapacity, Tag("default")], Annotated[FixedCapacity, Tag("fixed")]],
+    Discriminator(type_tag("default")),
+]
+
+
+class KvCacheConfig(SchemaModel):
+    """KV cache block size, prefix caching and capacity."""
+
+    block_size: PositiveInt | None = None
+    """Engine KV block size in tokens; omitted = backend default (vLLM 64, SGLang 1, TRT-LLM 32)."""
+    prefix_caching: bool = True
+    """Reuse cached prompt-prefix blocks across requests."""
+    capacity: KvCapacityConfig = DefaultCapacity()
+    """How many KV blocks each rank has: {type: default, memory_fraction} or {type: fixed, blocks}."""
+
+    def block_size_for(self, backend: Backend) -> int:
+        """The effective block size for `backend`."""
+        return self.block_size if self.block_size is not None else DEFAULT_BLOCK_SIZE[backend]
+
+
+class SpeculativeConfig(SchemaModel):
+    """Speculative (MTP / EAGLE) decoding: several tokens per decode step when drafts are accepted
+    (servesim extension; the reference's engine has it but its YAML does not expose it)."""
+
+    num_speculative_tokens: Annotated[int, Strict(), Ge(1), Le(5)]
+    """Draft tokens per step (nextn), 1..5."""
+    acceptance_rates: list[Fraction] | None = None
+    """Conditional acceptance probability of each draft given the previous ones were accepted;
+    missing entries are 0. Omitted: 0.85, 0.3, 0, 0, 0 (truncated to nextn)."""
+    seed: NonNegativeInt = 42
+    """Seed of the acceptance sampler (rank r of worker w uses seed + w × DP size + r)."""
+
+
+class WorkerConfig(SchemaModel):
+    """Settings shared by every worker of one role."""
+
+    parallelism: ParallelismConfig = ParallelismConfig()
+    """Replicas and GPU split of each worker."""
+    scheduler: SchedulerConfig = SchedulerConfig()
+    """Per-rank batching limits."""
+    kv_cache: KvCacheConfig = KvCacheConfig()
+    """KV cache block size, prefix caching and capacity."""
+    timing: TimingConfig = DefaultTiming()
+    """Pass-duration model: {type: default} (AIC), {type: polynomial}, {type: fixed, prefill_ms, decode_ms} or {type: roofline} (servesim extension)."""
+    startup_seconds: LaxNonNegativeNumber = 0.0
+    """Delay before a newly added worker becomes ready (initial workers are ready at t=0)."""
+    speculative: SpeculativeConfig | None = None
+    """Speculative decoding (servesim extension); omitted = off."""
+
+
+class WorkersConfig(SchemaModel):
+    """Worker pools per role: `aggregated` alone, or `prefill` and `decode` together."""
+
+    aggregated: WorkerConfig | None = None
+    """Workers that prefill and decode (aggregated mode)."""
+    prefill: WorkerConfig | None = None
+    """Prefill-only workers (disaggregated mode)."""
+    decode: WorkerConfig | None = None
+    """Decode-only workers (disaggregated mode)."""
+
+
+class KvTransferConfig(SchemaModel):
+    """Prefill-to-decode KV transfer (disaggregated mode only)."""
+
+    bytes_per_token: BytesPerToken = "auto"
+    """KV bytes per token per rank, or 'auto' to derive it from the model's HF config."""
+    bandwidth_gb_per_second: PositiveNumber | None = None
+    """Transfer bandwidth in decimal GB/s; omitted = transfers take no time."""
+    timing_mode: Literal["full_prompt", "destination_missing"] = "destination_missing"
+    """Bytes moved: the full prompt, or only the blocks missing on the decode worker."""
+
+
+class EngineConfig(SchemaModel):
+    """The serving engine: topology, model, hardware, backend and per-role workers."""
+
+    mode: EngineMode = "aggregated"
+    """Topology: 'aggregated' or 'disaggregated' (separate prefill and decode pools)."""
+    model: ModelName
+    """Model id (HF-style, e.g. Qwen/Qwen3-8B) or a local directory holding config.json."""
+    hardware: HardwareName
+    """AIC system name, e.g. h200_sxm ('auto' is recommendation-only)."""
+    backend: Backend = "vllm"
+    """Scheduler family: vllm, sglang or trtllm."""
+    backend_version: str | None = None
+    """AIC database version; omitted = AIC default for the backend (vLLM 0.19.0, SGLang 0.5.10, TRT-LLM 1.3.0rc10; a database without it uses its current version, with a warning)."""
+    aic_systems_path: str | None = None
+    """servesim extension: AIConfigurator systems directory (perf database) for default timing and capacity; omitted = $SERVESIM_AIC_SYSTEMS_PATH, else the aiconfigurator-core package's own."""
+    context_length: ContextLength = "max"
+    """Max model length (vLLM only); 'max' = from the model's HF config."""
+    workers: WorkersConfig
+    """Worker pools per role."""
+    kv_transfer: KvTransferConfig | None = None
+    """KV transfer between prefill and decode (disaggregated mode only)."""
+
+    @model_validator(mode="after")
+    def _topology_rules(self) -> EngineConfig:
+        """Mode vs. roles, backend support, kv_transfer placement, block sizes."""
+        problems: list[tuple[str, str]] = []
+        w = self.workers
+        if self.mode == "aggregated":
+            if w.aggregated is None:
+                problems.append(("workers.aggregated", "is required when mode is 'aggregated'"))
+            problems += [(f"workers.{r}", "not allowed when mode is 'aggregated'") for r in ("prefill", "decode") if getattr(w, r) is not None]
+            if self.kv_transfer is not None:
+                problems.append(("kv_transfer", "only allowed when mode is 'disaggregated'"))
+        else:
+            problems += [(f"workers.{r}", "is required when mode is 'disaggregated'") for r in ("prefill", "decode") if getattr(w, r) is None]
+            if w.aggregated is not None:
+                problems.append(("workers.aggregated", "not allowed when mode is 'disaggregated'"))
+            if self.backend == "trtllm":
+                problems.append(("backend", "'trtllm' does not support mode 'disaggregated'"))
+        if self.backend != "sglang":
+            problems += [(f"workers.{role}.scheduler.sglang", f"only allowed when backend is 'sglang' (backend is '{self.backend}')")
+                         for role, worker in self.roles.items() if worker.scheduler.sglang is not None]
+        if self.backend != "vllm":
+            problems += [(f"workers.{role}.scheduler.preemption_mode", f"only allowed when backend is 'vllm' (backend is '{self.backend}')")
+                         for role, worker in self.roles.items() if worker.scheduler.preemption_mode is not None]
+        if self.backend in ("vllm", "trtllm"):
+            for role, worker in self.roles.items():
+                size = worker.kv_cache.block_size_for(self.backend)
+                if size < 2:
+                    problems.append((f"workers.{role}.kv_cache.block_size", f"must be >= 2 for backend '{self.backend}' (got {size})"))
+        raise_if(problems)
+        return self
+
+    @property
+    def roles(self) -> dict[Role, WorkerConfig]:
+        """The configured worker roles in a fixed order (aggregated, prefill, decode)."""
+        found: dict[Role, WorkerConfig] = {}
+        for role in _ROLES:
+            worker = getattr(self.workers, role)
+            if worker is not None:
+                found[role] = worker
+        return found
+
+    def block_size(self, role: Role) -> int:
+        """Effective KV block size of `role`."""
+        return self.roles[role].kv_cache.block_size_for(self.backend)

@@ -1,0 +1,322 @@
+"""The `traffic:` section: what arrives (source), when (load) and until when (stop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Union
+
+from annotated_types import Ge
+from pydantic import Discriminator, Strict, Tag, field_validator, model_validator
+
+from servesim.config.fields import (
+    Fraction,
+    NonNegativeInt,
+    NonNegativeNumber,
+    PositiveInt,
+    PositiveNumber,
+    RuleViolation,
+    SchemaModel,
+    raise_if,
+    type_tag,
+    without_nulls,
+)
+
+TraceFormat = Literal["mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo"]
+
+class SyntheticSource(SchemaModel):
+    """Single-turn requests of constant length."""
+
+    type: Literal["synthetic"] = "synthetic"
+    """Source kind: 'synthetic'."""
+    input_tokens: PositiveInt = 1024
+    """Prompt length of every request."""
+    output_tokens: PositiveInt = 128
+    """Output length of every request."""
+
+
+class SessionConfig(SchemaModel):
+    """Shape of each synthetic multi-turn session."""
+
+    turns: Annotated[int, Strict(), Ge(2)] = 4
+    """Turns per session (>= 2)."""
+    shared_prefix_ratio: Fraction = 0.0
+    """Fraction of each turn's blocks taken from the session's prefix group, in [0, 1]."""
+    prefix_groups: NonNegativeInt = 0
+    """Number of prefix groups sessions are spread over (> 0 when shared_prefix_ratio > 0)."""
+    inter_turn_delay_ms: NonNegativeNumber = 0.0
+    """Think time between a turn's completion and the next turn."""
+
+    @model_validator(mode="after")
+    def _groups_for_sharing(self) -> SessionConfig:
+        """Prefix sharing needs at least one group."""
+        if self.shared_prefix_ratio > 0 and self.prefix_groups <= 0:
+            raise RuleViolation([("prefix_groups", "must be > 0 when shared_prefix_ratio > 0")])
+        return self
+
+
+class SyntheticSessionSource(SchemaModel):
+    """Multi-turn sessions whose prompts accumulate the conversation so far."""
+
+    type: Literal["synthetic-session"] = "synthetic-session"
+    """Source kind: 'synthetic-session'."""
+    new_input_tokens_per_turn: PositiveInt = 1024
+    """New prompt tokens added by each turn."""
+    output_tokens_per_turn: PositiveInt = 128
+    """Output length of each turn."""
+    session: SessionConfig
+    """Session shape (turns, prefix sharing, think time)."""
+
+
+DEFAULT_TRACE_BLOCK_SIZE = 512
+
+
+class TraceSource(SchemaModel):
+    """Requests replayed from JSONL trace files."""
+
+    type: Literal["trace"] = "trace"
+    """Source kind: 'trace'."""
+    paths: list[str]
+    """Trace files (relative paths are resolved against the config's folder); exactly one unless format is dynamo."""
+    format: TraceFormat = "mooncake"
+    """Trace format: mooncake, mooncake-delta, agentic_mooncake, applied_compute_agentic or dynamo."""
+    block_size: PositiveInt | None = None
+    """Tokens per trace hash id; omitted = 512 (dynamo: the block size embedded in the trace)."""
+
+    @field_validator("paths")
+    @classmethod
+    def _non_empty_paths(cls, paths: list[str]) -> list[str]:
+        """At least one path and no empty path."""
+        if not paths or any(p == "" for p in paths):
+            raise ValueError("must be a non-empty list of non-empty paths")
+        return paths
+
+    @model_validator(mode="after")
+    def _one_path(self) -> TraceSource:
+        """Only the dynamo format reads several files."""
+        if self.format != "dynamo" and len(self.paths) != 1:
+            raise RuleViolation([("paths", f"format '{self.format}' requires exactly one path (got {len(self.paths)})")])
+        return self
+
+    @property
+    def trace_block_size(self) -> int | None:
+        """Tokens per trace hash id: the configured value, else 512; None = taken from a dynamo trace."""
+        if self.block_size is not None:
+            return self.block_size
+        return None if self.format == "dynamo" else DEFAULT_TRACE_BLOCK_SIZE
+
+
+SourceConfig = Annotated[
+    Union[
+        Annotated[SyntheticSource, Tag("synthetic")],
+        Annotated[SyntheticSessionSource, Tag("synthetic-session")],
+        Annotated[TraceSource, Tag("trace")],
+    ],
+    Discriminator(type_tag(None)),
+]
+
+# --------------------------------------------------------------------------------------------
+# traffic.load
+# --------------------------------------------------------------------------------------------
+
+_LOAD_KEYS = ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup")
+_RATE_KEYS = ("requests_per_second", "sessions_per_second")
+
+
+def _load_fields(data: Any, kind: str, own: tuple[str, ...], nullable: tuple[str, ...]) -> Any:
+    """Reject load keys that belong to other load types; drop nulls that mean "not given"."""
+    if not isinstance(data, Mapping):
+        return data
+    foreign = tuple(k for k in _LOAD_KEYS if k not in own)
+    data = without_nulls(data, foreign + nullable)
+    raise_if([(k, f"not allowed when load type is '{kind}'") for k in foreign if k in data])
+    return data
+
+
+class ConcurrencyLoad(SchemaModel):
+    """Closed loop: keep a fixed number of requests (sessions) in flight."""
+
+    type: Literal["concurrency"] = "concurrency"
+    """Load kind: 'concurrency' (the default)."""
+    concurrency: PositiveInt = 10
+    """Requests (or sessions) kept in flight."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields(cls, data: Any) -> Any:
+        """Only `concurrency` is accepted."""
+        return _load_fields(data, "concurrency", ("concurrency",), ())
+
+
+class PoissonLoad(SchemaModel):
+    """Open loop with exponential inter-arrival gaps."""
+
+    type: Literal["poisson"] = "poisson"
+    """Load kind: 'poisson'."""
+    requests_per_second: PositiveNumber | None = None
+    """Mean arrival rate of requests (synthetic sources)."""
+    sessions_per_second: PositiveNumber | None = None
+    """Mean arrival rate of sessions (synthetic-session sources)."""
+    seed: NonNegativeInt = 42
+    """Seed of the arrival-time generator."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields(cls, data: Any) -> Any:
+        """Only the rates and `seed` are accepted."""
+        return _load_fields(data, "poisson", _RATE_KEYS + ("seed",), _RATE_KEYS + ("seed",))
+
+    @property
+    def rate(self) -> float | None:
+        """Whichever rate is set (requests or sessions per second)."""
+        return self.requests_per_second if self.requests_per_second is not None else self.sessions_per_second
+
+
+class ConstantRateLoad(SchemaModel):
+    """Open loop with evenly spaced arrivals."""
+
+    type: Literal["constant_rate"] = "constant_rate"
+    """Load kind: 'constant_rate'."""
+    requests_per_second: PositiveNumber | None = None
+    """Arrival rate of requests (synthetic sources)."""
+    sessions_per_second: PositiveNumber | None = None
+    """Arrival rate of sessions (synthetic-session sources)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields(cls, data: Any) -> Any:
+        """Only the rates are accepted."""
+        return _load_fields(data, "constant_rate", _RATE_KEYS, _RATE_KEYS)
+
+    @property
+    def rate(self) -> float | None:
+        """Whichever rate is set (requests or sessions per second)."""
+        return self.requests_per_second if self.requests_per_second is not None else self.sessions_per_second
+
+
+class TraceTimestampsLoad(SchemaModel):
+    """Open loop on the trace's own timestamps (trace sources only)."""
+
+    type: Literal["trace_timestamps"] = "trace_timestamps"
+    """Load kind: 'trace_timestamps'."""
+    speedup: PositiveNumber = 1.0
+    """Divides every arrival time and inter-turn delay."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields(cls, data: Any) -> Any:
+        """Only `speedup` is accepted."""
+        return _load_fields(data, "trace_timestamps", ("speedup",), ("speedup",))
+
+
+LoadConfig = Annotated[
+    Union[
+        Annotated[ConcurrencyLoad, Tag("concurrency")],
+        Annotated[PoissonLoad, Tag("poisson")],
+        Annotated[ConstantRateLoad, Tag("constant_rate")],
+        Annotated[TraceTimestampsLoad, Tag("trace_timestamps")],
+    ],
+    Discriminator(type_tag("concurrency")),
+]
+
+# --------------------------------------------------------------------------------------------
+# traffic.stop and the section
+# --------------------------------------------------------------------------------------------
+
+REQUEST_STOPS = ("requests", "requests_per_load_unit")
+SESSION_STOPS = ("sessions", "sessions_per_load_unit")
+
+
+class StopConfig(SchemaModel):
+    """When the workload ends: a request/session count (synthetic) or a time cap (trace)."""
+
+    requests: PositiveInt | None = None
+    """Number of requests (synthetic)."""
+    requests_per_load_unit: PositiveNumber | None = None
+    """Requests per unit of load (concurrency or rate): count = max(1, round(ratio x unit))."""
+    sessions: PositiveInt | None = None
+    """Number of sessions (synthetic-session)."""
+    sessions_per_load_unit: PositiveNumber | None = None
+    """Sessions per unit of load (concurrency or rate): count = max(1, round(ratio x unit))."""
+    max_virtual_time_seconds: PositiveNumber | None = None
+    """Simulated-time cap (trace sources only)."""
+
+    def given(self, keys: tuple[str, ...]) -> list[str]:
+        """Which of `keys` are set."""
+        return [k for k in keys if getattr(self, k) is not None]
+
+
+class TrafficConfig(SchemaModel):
+    """What arrives, when, and until when."""
+
+    source: SourceConfig
+    """Where requests come from: synthetic, synthetic-session or trace."""
+    load: LoadConfig
+    """When requests arrive: concurrency, poisson, constant_rate or trace_timestamps."""
+    stop: StopConfig | None = None
+    """When the workload ends (required for synthetic sources)."""
+    client_timeout_seconds: PositiveNumber | None = None
+    """servesim extension: clients abort a request still unfinished this long after sending it (as load generators do, e.g. inference-perf's 300 s); it is reported as 'timed_out', its KV freed at the worker's next pass boundary, and it is left out of the latency statistics. Aggregated deployments only; omitted = clients wait for ever (the reference)."""
+
+    @model_validator(mode="after")
+    def _combination_rules(self) -> TrafficConfig:
+        """Source, load and stop must fit together."""
+        if isinstance(self.source, TraceSource):
+            problems = _trace_rules(self.source, self.load, self.stop)
+        else:
+            problems = _synthetic_rules(self.source, self.load, self.stop)
+        raise_if(problems)
+        return self
+
+
+def _trace_rules(source: TraceSource, load: Any, stop: StopConfig | None) -> list[tuple[str, str]]:
+    """Loads and stops a trace source accepts."""
+    problems = []
+    if not isinstance(load, (TraceTimestampsLoad, ConcurrencyLoad)):
+        problems.append(("load.type", f"trace sources need 'trace_timestamps' or 'concurrency' load (got '{load.type}')"))
+    if stop is not None:
+        problems += [(f"stop.{k}", "not allowed for trace sources (only max_virtual_time_seconds)") for k in stop.given(REQUEST_STOPS + SESSION_STOPS)]
+    if source.format == "agentic_mooncake":
+        if not isinstance(load, TraceTimestampsLoad):
+            problems.append(("load.type", f"format 'agentic_mooncake' requires 'trace_timestamps' load (got '{load.type}')"))
+        if stop is not None and stop.max_virtual_time_seconds is not None:
+            problems.append(("stop.max_virtual_time_seconds", "not supported with format 'agentic_mooncake'"))
+    if source.format == "applied_compute_agentic" and not isinstance(load, ConcurrencyLoad):
+        problems.append(("load.type", f"format 'applied_compute_agentic' requires 'concurrency' load (got '{load.type}')"))
+    return problems
+
+
+def _synthetic_rules(source: SyntheticSource | SyntheticSessionSource, load: Any, stop: StopConfig | None) -> list[tuple[str, str]]:
+    """Loads and stops synthetic sources accept."""
+    sessions = isinstance(source, SyntheticSessionSource)
+    problems = []
+    if isinstance(load, TraceTimestampsLoad):
+        problems.append(("load.type", f"'trace_timestamps' load needs a trace source (source is '{source.type}')"))
+    if isinstance(load, (PoissonLoad, ConstantRateLoad)):
+        problems += _rate_rules(load, "sessions_per_second" if sessions else "requests_per_second", source.type)
+    if stop is None:
+        problems.append(("stop", f"is required for '{source.type}' sources"))
+        return problems
+    if stop.max_virtual_time_seconds is not None:
+        problems.append(("stop.max_virtual_time_seconds", "is trace-only"))
+    wanted, unwanted = (SESSION_STOPS, REQUEST_STOPS) if sessions else (REQUEST_STOPS, SESSION_STOPS)
+    problems += [(f"stop.{k}", f"not allowed for '{source.type}' sources (use {' or '.join(wanted)})") for k in stop.given(unwanted)]
+    if len(stop.given(wanted)) != 1:
+        problems.append(("stop", f"exactly one of {', '.join(wanted)} is required for '{source.type}' sources"))
+    return problems
+
+
+def _rate_rules(load: PoissonLoad | ConstantRateLoad, wanted: str, source_type: str) -> list[tuple[str, str]]:
+    """Open-loop loads need the rate whose unit matches the source."""
+    other = "requests_per_second" if wanted == "sessions_per_second" else "sessions_per_second"
+    problems = []
+    if getattr(load, other) is not None:
+        problems.append((f"load.{other}", f"rate unit does not match source '{source_type}' (use {wanted})"))
+    elif getattr(load, wanted) is None:
+        problems.append((f"load.{wanted}", f"is required for '{load.type}' load with source '{source_type}'"))
+    return problems
+
+
+def default_traffic() -> TrafficConfig:
+    """The traffic used when the section is omitted: 1024/128 synthetic, concurrency 10, 100 requests."""
+    return TrafficConfig(source=SyntheticSource(), load=ConcurrencyLoad(), stop=StopConfig(requests=100))

@@ -1,0 +1,7 @@
+"""The performance model: how long a pass takes and how much KV fits.
+
+Timing models (`aic`: AIConfigurator's measured kernel database, `roofline`: servesim's analytic
+model, `timing`: fixed and polynomial), the hardware and model descriptions they need
+(`hardware`, `models`) and the default KV capacity of a rank (`capacity`). Nothing here knows the
+schedulers or the user's config; `servesim.build` picks and parameterises these models.
+"""

@@ -1,0 +1,304 @@
+"""`timing.type: default` — pass times from the AIConfigurator ("AIC") performance database.
+
+The reference builds one AIC engine per worker role and asks it, on every pass::
+
+    prefill_ms = eng.predict_prefill_latency(count, Σisl // count, Σprefix // count)
+    decode_ms  = eng.predict_decode_latency(n_ready, Σlen // n_ready, 2)
+
+each value quantised to whole nanoseconds. `AicTiming` makes exactly these calls through the
+``aiconfigurator-core`` package and memoises the quantised results on their integer arguments,
+so every value is bit-identical to a direct call. With ``interpolate_context: B`` (opt-in) the
+decode latency is instead interpolated linearly between the exact values at the multiples of B
+tokens of context (spec/timing.md §2.5: ≤ 0.21 % error at B = 256; docs/timing.md).
+
+The engine is compiled as the reference compiles it (engine.md §6.3)::
+
+    compile_engine(model, hardware, backend, backend_version=V, tp_size, pp_size,
+                   attention_dp_size, moe_tp_size, moe_ep_size, nextn=0,
+                   kv_block_size=block_size, systems_path=S)
+
+``V`` defaults to the reference's backend default (vLLM 0.19.0, SGLang 0.5.10, TRT-LLM
+1.3.0rc10). A database without that version's data falls back to its current version with a
+warning naming both. ``S`` is the systems directory chosen in `servesim.perf.hardware`. A
+model or GPU the database cannot serve falls back to the roofline model, with a warning.
+
+The package is imported only here, and only when such a config runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servesim.perf.models import find_model_files, ModelNotFound
+from servesim.perf.timing import quantize_ms
+from servesim.errors import RunError
+
+log = logging.getLogger("servesim")
+
+DEFAULT_BACKEND_VERSIONS = {"vllm": "0.19.0", "sglang": "0.5.10", "trtllm": "1.3.0rc10"}
+_SLOT_ALIASES = ("current", "previous", "next")
+
+
+class AicUnavailable(Exception):
+    """The database cannot time this model/GPU/backend (the caller falls back to the roofline)."""
+
+
+@dataclass(frozen=True)
+class AicKey:
+    """Everything an AIC engine is compiled from."""
+
+    model: str
+    system: str
+    backend: str
+    version: str
+    tp: int
+    pp: int
+    attention_dp: int
+    moe_tp: int | None
+    moe_ep: int | None
+    block_size: int
+    systems_path: str | None
+    nextn: int = 0
+
+
+# -- the database's versions ---------------------------------------------------------------------
+
+def _version_key(text: str) -> tuple:
+    parts = re.findall(r"\d+|[A-Za-z]+", text)
+    return tuple((0, int(p)) if p.isdigit() else (-1, p) for p in parts)
+
+
+def _data_dir(systems: Path, system: str) -> Path:
+    try:
+        data = yaml.safe_load((systems / f"{system}.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        data = {}
+    return systems / str(data.get("data_dir", f"data/{system}"))
+
+
+def gemm_versions(systems: Path, system: str, backend: str) -> list[str]:
+    """Versions of `backend` on `system` with GEMM data (every model needs GEMMs), oldest first."""
+    folder = _data_dir(systems, system) / "gemm" / backend
+    if not folder.is_dir():
+        return []
+    found = [p.name for p in folder.iterdir() if p.is_dir() and any(p.glob("*.parquet"))]
+    return sorted(found, key=_version_key)
+
+
+def _slots(systems: Path, system: str, backend: str) -> dict[str, str] | None:
+    """The database's queryable-version slots (None for a tree without a slots file)."""
+    try:
+        doc = yaml.safe_load((systems / "query_versions.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    entry = ((doc.get("overrides") or {}).get(system) or {}).get(backend) or (doc.get("defaults") or {}).get(backend)
+    if not entry or not entry.get("current"):
+        return None
+    slots = {"current": str(entry["current"])}
+    if entry.get("previous"):
+        slots["previous"] = str(entry["previous"])
+    return slots
+
+
+def current_version(systems: Path, system: str, backend: str) -> str | None:
+    """The database's current version: its `current` slot, else its newest version with data."""
+    slots = _slots(systems, system, backend)
+    if slots is not None:
+        return slots["current"]
+    versions = gemm_versions(systems, system, backend)
+    return versions[-1] if versions else None
+
+
+def resolve_version(systems: Path, system: str, backend: str, requested: str | None) -> tuple[str, str | None]:
+    """(the literal version to compile, a warning or None).
+
+    `requested` None means the reference's default for the backend. A version the database
+    has no data for, or does not allow (its slots), falls back to the current version.
+    """
+    wanted = requested if requested is not None else DEFAULT_BACKEND_VERSIONS.get(backend, "current")
+    slots = _slots(systems, system, backend)
+    if wanted in _SLOT_ALIASES:
+        literal = (slots or {}).get(wanted) if wanted != "current" else current_version(systems, system, backend)
+        if literal is None:
+            raise AicUnavailable(f"the database has no {wanted!r} {backend} version for {system}")
+        return literal, None
+    available = wanted in gemm_versions(systems, system, backend)
+    allowed = (slots is None or wanted in slots.values()
+               or os.environ.get("AIC_ALLOW_UNLISTED_VERSIONS", "").lower() in ("1", "true", "yes"))
+    if available and allowed:
+        return wanted, None
+    current = current_version(systems, system, backend)
+    if current is None:
+        raise AicUnavailable(f"the database at {systems} has no {backend} data for {system}")
+    why = "no data for" if not available else "no queryable slot for"
+    return current, (f"servesim: warning: the AIConfigurator database ({systems}) has {why} {backend} "
+                     f"{wanted} on {system}; using its current version {current} instead "
+                     "(SERVESIM_AIC_SYSTEMS_PATH or engine.aic_systems_path can name a database that has it)")
+
+
+# -- models --------------------------------------------------------------------------------------
+
+_MATERIALISED: dict[str, str] = {}
+
+
+def aic_model_name(model: str) -> str:
+    """The name to hand AIC: the model itself, or a directory holding its bundled config.
+
+    AIC reads local directories and its default model list offline; a bundled config outside
+    that list would make it try a download, so servesim hands it a temporary copy instead.
+    """
+    source, config, quant = find_model_files(model)
+    if source == "local":
+        return model
+    from aiconfigurator_core.sdk.common import DefaultHFModels
+
+    if model in DefaultHFModels:
+        return model
+    if model not in _MATERIALISED:
+        folder = Path(tempfile.mkdtemp(prefix="servesim-model-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        (folder / "config.json").write_bytes(config.read_bytes())
+        if quant is not None:
+            (folder / "hf_quant_config.json").write_bytes(quant.read_bytes())
+        _MATERIALISED[model] = str(folder)
+    return _MATERIALISED[model]
+
+
+# -- engines -------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def quiet_aic() -> Iterator[None]:
+    """Silence AIC's informational log lines (fallback rows, attention-lane defaults)."""
+    logger = logging.getLogger("aiconfigurator_core")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+_ENGINES: dict[AicKey, Any] = {}
+
+
+def aic_engine(key: AicKey) -> Any:
+    """A compiled AIC engine (one per key per process), checked with two probe queries."""
+    engine = _ENGINES.get(key)
+    if engine is not None:
+        return engine
+    try:
+        import aiconfigurator_core
+        from aiconfigurator_core.sdk.engine import compile_engine
+    except ImportError as exc:  # pragma: no cover - it is a dependency
+        raise AicUnavailable(f"aiconfigurator-core cannot be imported ({exc})") from None
+    with quiet_aic():
+        try:
+            spec = compile_engine(
+                key.model, key.system, key.backend, backend_version=key.version, tp_size=key.tp,
+                pp_size=key.pp, attention_dp_size=key.attention_dp, moe_tp_size=key.moe_tp,
+                moe_ep_size=key.moe_ep, nextn=key.nextn, kv_block_size=key.block_size,
+                systems_path=key.systems_path)
+            engine = aiconfigurator_core.AicEngine.from_spec(spec, key.systems_path)
+            probes = (engine.predict_prefill_latency(1, 128, 0), engine.predict_decode_latency(1, 128, 2))
+        except Exception as exc:  # noqa: BLE001 - any failure means "cannot time this"
+            raise AicUnavailable(_first_line(exc)) from None
+    if not all(p == p and 0.0 < p < float("inf") for p in probes):
+        raise AicUnavailable(f"the database returns {probes} for a probe pass")
+    _ENGINES[key] = engine
+    return engine
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+# -- the timing model ----------------------------------------------------------------------------
+
+class AicTiming:
+    """Pass times from an AIC engine, memoised on the call's integer arguments.
+
+    `interpolate_context` (tokens, optional) interpolates decode latency linearly along the
+    context length between exact values at its multiples; None keeps every call exact.
+    """
+
+    def __init__(self, engine: Any, *, interpolate_context: int | None = None, label: str = "") -> None:
+        self._engine = engine
+        self._bucket = interpolate_context
+        self._prefill: dict[tuple[int, int, int], float] = {}
+        self._decode: dict[tuple[int, int], float] = {}
+        self._raw_decode: dict[tuple[int, int], float] = {}
+        self.label = label
+        self.calls = 0
+
+    @property
+    def engine(self) -> Any:
+        """The compiled AIC engine behind this model."""
+        return self._engine
+
+    def _checked(self, value: float, what: str) -> float:
+        if not (value == value and 0.0 <= value < float("inf")):
+            raise RunError(f"AIConfigurator returned {value} ms for {what}")
+        return value
+
+    def prefill(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
+        key = (batch, mean_isl, mean_prefix)
+        ms = self._prefill.get(key)
+        if ms is None:
+            self.calls += 1
+            raw = self._engine.predict_prefill_latency(batch, mean_isl, mean_prefix)
+            ms = self._prefill[key] = quantize_ms(self._checked(raw, f"prefill{key}"))
+        return ms
+
+    def _exact_decode(self, batch: int, ctx: int) -> float:
+        key = (batch, ctx)
+        raw = self._raw_decode.get(key)
+        if raw is None:
+            self.calls += 1
+            raw = self._raw_decode[key] = self._checked(
+                self._engine.predict_decode_latency(batch, ctx, 2), f"decode({batch}, {ctx}, 2)")
+        return raw
+
+    def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
+        key = (batch, mean_ctx)
+        ms = self._decode.get(key)
+        if ms is None:
+            bucket = self._bucket
+            if bucket is None or mean_ctx < bucket or mean_ctx % bucket == 0:
+                raw = self._exact_decode(batch, mean_ctx)
+            else:
+                lo = mean_ctx - mean_ctx % bucket
+                a, b = self._exact_decode(batch, lo), self._exact_decode(batch, lo + bucket)
+                raw = a + (b - a) * ((mean_ctx - lo) / bucket)
+            ms = self._decode[key] = quantize_ms(raw)
+        return ms
+
+
+_TIMINGS: dict[tuple[AicKey, int | None], AicTiming] = {}
+
+
+def aic_timing(key: AicKey, interpolate_context: int | None) -> AicTiming:
+    """The shared `AicTiming` of one compiled engine (workers of a role share its memo)."""
+    found = _TIMINGS.get((key, interpolate_context))
+    if found is None:
+        label = f"AIC {key.model} on {key.system}, {key.backend} {key.version}"
+        found = _TIMINGS[(key, interpolate_context)] = AicTiming(
+            aic_engine(key), interpolate_context=interpolate_context, label=label)
+    return found
+
+
+__all__ = ["AicKey", "AicTiming", "AicUnavailable", "DEFAULT_BACKEND_VERSIONS", "aic_engine",
+           "aic_model_name", "aic_timing", "current_version", "gemm_versions", "resolve_version",
+           "ModelNotFound"]

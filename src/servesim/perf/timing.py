@@ -1,0 +1,73 @@
+"""The reference's own timing models (fixed, polynomial) and the nanosecond quantisation of
+pass phases every model applies.
+
+A model answers two questions per pass (`servesim.engine.pass_time.TimingModel`), in
+milliseconds already quantised to whole nanoseconds: ``prefill(batch, mean_isl, mean_prefix)``
+and ``decode(batch, active_kv_tokens, mean_ctx, total_kv_tokens)``. Models memoise what is worth
+memoising for their own inputs.
+"""
+
+from __future__ import annotations
+
+
+def quantize_ms(ms: float) -> float:
+    """`ms` rounded to whole nanoseconds the way the reference's clock does it.
+
+    The value is taken as seconds (``ms / 1000``), its exact binary value rounded to the nearest
+    nanosecond (ties to even), and converted back as ``(s + ns / 1e9) * 1000``.
+    """
+    if ms <= 0.0:
+        if ms < 0.0 or ms != ms:
+            raise ValueError(f"a pass phase cannot take {ms} ms")
+        return 0.0
+    num, den = (ms / 1000.0).as_integer_ratio()
+    q, r = divmod(num * 1_000_000_000, den)
+    twice = 2 * r
+    if twice > den or (twice == den and q & 1):
+        q += 1
+    secs, nanos = divmod(q, 1_000_000_000)
+    return (secs + nanos / 1e9) * 1000.0
+
+
+class FixedTiming:
+    """Constant costs: `prefill_ms` per prefill phase, `max(1, decode_ms)` per decode phase."""
+
+    def __init__(self, prefill_ms: float, decode_ms: float) -> None:
+        self._prefill = quantize_ms(float(prefill_ms))
+        self._decode = quantize_ms(max(1.0, float(decode_ms)))
+
+    def prefill(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
+        return self._prefill
+
+    def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
+        return self._decode
+
+
+class PolynomialTiming:
+    """The reference's built-in polynomial model.
+
+    prefill = 4.209989e-7·T² + 1.518344e-2·T + 16.50142 with T = batch × (mean_isl − mean_prefix);
+    decode = max(1, −25.74·u² + 54.01·u + 5.74) with u = min(1, active / total KV tokens).
+    Float evaluation order follows the reference (square first, sums left to right).
+    """
+
+    def __init__(self) -> None:
+        self._prefill: dict[int, float] = {}
+        self._decode: dict[tuple[int, int], float] = {}
+
+    def prefill(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
+        tokens = batch * (mean_isl - mean_prefix)
+        ms = self._prefill.get(tokens)
+        if ms is None:
+            t = float(tokens)
+            raw = 0.0 if t == 0.0 else max(0.0, (4.209989e-07 * (t * t) + 1.518344e-02 * t) + 16.50142)
+            ms = self._prefill[tokens] = quantize_ms(raw)
+        return ms
+
+    def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
+        key = (active_kv_tokens, total_kv_tokens)
+        ms = self._decode.get(key)
+        if ms is None:
+            u = 1.0 if total_kv_tokens == 0 else min(1.0, active_kv_tokens / total_kv_tokens)
+            ms = self._decode[key] = quantize_ms(max(1.0, (-25.74 * (u * u) + 54.01 * u) + 5.74))
+        return ms
