@@ -29,6 +29,7 @@ from servesim.engine.policy import VllmPolicy
 from servesim.engine.rank import DecodePass, RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.speculative import DraftSampler
+from servesim.engine.vllm_handoff import VllmHandoff
 
 
 class Scheduled(IntEnum):
@@ -41,7 +42,7 @@ class Scheduled(IntEnum):
     """Making room for it preempted the request itself."""
 
 
-class VllmRank:
+class VllmRank(VllmHandoff):
     """Scheduler, KV pool and timing of one rank running the vLLM core."""
 
     def __init__(self, config: RankConfig, timing: TimingModel, *, policy: VllmPolicy | None = None,
@@ -356,16 +357,11 @@ class VllmRank:
 
     def abort(self, request: EngineRequest, pass_index: int) -> None:
         """Drop a request its client gave up on, between passes (`pass_index` is the next one):
-        a running request releases its KV (its full blocks stay cached), a waiting one leaves."""
+        a running request releases its KV like a finished one, a waiting one leaves."""
         if request in self.running:
             if request in self.cohort:
                 self.cohort.leave(request, pass_index)
-            else:
-                self.explicit.remove(request)
-            del self.running[request]
-            self.pool.release(request.lease, request.computed // self.config.block_size)
-            request.lease = []
-            self.handoff.capacity_changed()
+            self._complete([request])
         elif request in self.waiting:
             self.waiting.remove(request)
             request.own_blocks = []
@@ -415,55 +411,3 @@ class VllmRank:
         if len(request.lease) > keep:
             self.pool.release(request.lease[keep:], 0)
             del request.lease[keep:]
-
-    # -- disaggregated serving ---------------------------------------------------------------
-
-    def _hold(self, prompts_done: list[EngineRequest], result: RankPass) -> None:
-        """Prefill role: requests whose prompt is complete leave running, keeping their KV."""
-        if not prompts_done:
-            return
-        for request in prompts_done:
-            self.handoff.hold(request, result)
-            del self.running[request]
-        done = set(prompts_done)
-        self.explicit = [r for r in self.explicit if r not in done]
-
-    def release_held(self, request: EngineRequest) -> None:
-        """Prefill role: free a held request's KV once it has been transferred (or dropped)."""
-        self.pool.release(request.lease, request.computed // self.config.block_size)
-        request.lease = []
-
-    def try_reserve(self) -> tuple[EngineRequest, int] | None:
-        """Decode role: one attempt to reserve KV for the front pending destination.
-
-        Returns the reserved request and how many of its prompt tokens must be transferred (its
-        blocks not already resident here, in whole blocks), or None.
-        """
-        handoff = self.handoff
-        request = handoff.candidate()
-        if request is None:
-            return None
-        if len(self.running) >= self.config.max_sequences:
-            handoff.refuse(request)
-            return None
-        bs, pool = self.config.block_size, self.pool
-        full = min(request.prompt_len // bs, request.shared_blocks)
-        hits = pool.prefix_hits(request.full_block_keys(full, bs), full) if full > 0 else []
-        fresh = -(-request.prompt_len // bs) - len(hits)
-        if fresh > pool.free_blocks - sum(1 for b in hits if b.refs == 0):
-            handoff.refuse(request)
-            return None
-        for block in hits:
-            pool.pin(block)
-        pool.allocate(fresh)
-        request.lease = [*hits, *([None] * fresh)]
-        return handoff.reserved(request, fresh * bs)
-
-    def activate(self, request: EngineRequest) -> None:
-        """Decode role: the transferred prompt becomes cache-visible and the request waits."""
-        bs = self.config.block_size
-        if self.config.prefix_caching:
-            self._cache_completed(request, 0, request.prompt_len // bs)
-        request.computed = request.prompt_len
-        request.prebuilt = True
-        self.waiting.append(request)
