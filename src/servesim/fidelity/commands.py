@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help="write the Markdown tables here (between '<!-- servesim validate: begin/end -->' "
                                "markers if the file has them)")
     validate.add_argument("--components", action="store_true",
-                          help="also check the timing model's pieces against the splitwise and Vidur measurements")
+                          help="also check the timing model's pieces against the splitwise and Vidur measurements, "
+                               "and its decode steps against the runs' drain")
     validate.add_argument("--holdout", action="store_true",
                           help="also calibrate on part of the data and predict the rest (takes minutes)")
     validate.set_defaults(run_command=_validate)
@@ -79,9 +80,11 @@ def _validate(args: argparse.Namespace) -> int:
         results = validate.validate(data, args.aic_systems_path, runs, progress=sys.stderr.isatty())
         text = validate.render(results)
         if args.components:
-            from servesim.fidelity import components
+            from servesim.fidelity import components, steps
 
             text += "\n" + components.render(components.check(data.parent, args.aic_systems_path))
+            bands = [band for run in runs for band in steps.compare(run, data, args.aic_systems_path)]
+            text += "\n" + steps.render(bands)
         if args.holdout:
             from servesim.fidelity import holdout
 
