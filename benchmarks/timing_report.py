@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from servesim.perf import aic  # noqa: E402
-from servesim.perf.hardware import resolve_gpu, systems_dir  # noqa: E402
+from servesim.perf.hardware import package_systems_dir, resolve_gpu  # noqa: E402
 from servesim.perf.models import resolve_model  # noqa: E402
 from servesim.perf.roofline import RooflineTiming  # noqa: E402
 
-SYSTEMS, _ = systems_dir(None)
+SYSTEMS = package_systems_dir()  # vLLM 0.24.0 data, which the package holds too
 TRACE = ROOT.parent / "shared" / "data" / "mooncake-fast25-traces" / "conversation_trace.jsonl"
 OUT = ROOT / "docs" / "timing.md"
 
@@ -190,21 +190,88 @@ compiled per worker role (`compile_engine(model, hardware, backend, backend_vers
 attention_dp, moe_tp/moe_ep, nextn=0, kv_block_size, systems_path)`), cached per process and shared
 by the role's workers.
 
-* **Database.** The `systems` directory of the installed `aiconfigurator-core` (0.12.0), or the one
-  named by `engine.aic_systems_path` / `$SERVESIM_AIC_SYSTEMS_PATH` — e.g. the reference's bundled
-  copy (`../shared/reference/aic-systems-path.sh`), which holds older data such as vLLM 0.19.0.
+* **Database.** By default the reference's own: the AIConfigurator `systems` tree its wheel bundles
+  (*Where the default database comes from*, below), fetched into servesim's cache on first use.
+  `engine.aic_systems_path` / `$SERVESIM_AIC_SYSTEMS_PATH` name another one, e.g. the `systems`
+  directory of the installed `aiconfigurator-core` 0.12.0.
 * **Version.** `engine.backend_version`, else the reference's default (vLLM 0.19.0, SGLang 0.5.10,
-  TRT-LLM 1.3.0rc10). A database without GEMM data for that version (or whose query slots refuse
-  it) falls back to its current version with a one-line warning naming both. The package's own
-  database has vLLM 0.24.0 but not 0.19.0, so a config without `backend_version` runs on 0.24.0
-  data unless the reference's database is selected.
-* **Parity.** With the reference's database, replay case 03 and engine case 07 match exactly; the
-  timing cases 01-02 (vLLM 0.24.0) match exactly with the package's own database
-  (`tests/test_parity_timing.py`).
-* **Fallback.** When the database cannot time a model (an architecture AIC does not model, or a
-  model it cannot read offline) or a GPU (no performance data), servesim warns and uses the roofline
-  (below) with its default parameters. Models resolve like the reference: a local directory with
-  `config.json`, or one of the database's bundled model configs; nothing is downloaded.
+  TRT-LLM 1.3.0rc10). A version the database has no data folder for (in any operation family, as
+  AIC looks them up; for a tree with a `query_versions.yaml`, also one it does not list) is a
+  configuration error (exit 2) naming the versions it has; the reference fails on it too (at run
+  time, exit 1). `current` (servesim extension) is the database's newest version with GEMM data,
+  or the `current` of its `query_versions.yaml`.
+* **Parity.** Out of the box — no environment variable — replay case 03, engine case 07, the six
+  `defaults/` cases (vLLM, SGLang and TRT-LLM without `backend_version`, on h100_sxm and h200_sxm)
+  and the timing cases 01-02 (vLLM 0.24.0) match the reference exactly
+  (`tests/test_parity_timing.py`); so does every version of every backend on h100_sxm and
+  h200_sxm (`benchmarks/difftest_versions.py`: 31 of 33, the other two versions have no GEMM rows
+  — the reference fails on them, servesim falls back to the roofline with a warning). servesim
+  computes with the `aiconfigurator-core` 0.12.0 code, the reference with the AIC build inside its
+  wheel; on the same data they give identical latencies for 110 of the 115 (GPU, backend,
+  version) triples both can time (`benchmarks/aic_code_parity.py`). The five exceptions:
+  l40s vLLM 0.22.0 (up to 3 %), rtx_pro_6000_server SGLang 0.5.12 (up to 10 %; that version
+  borrows its tables from 0.5.14, which the two builds resolve differently), and below 4·10⁻⁵ on
+  l40s SGLang 0.5.12 and rtx_pro_6000_server SGLang 0.5.14 and 0.5.16.
+* **Fallback.** When the database cannot time a model (an architecture AIC does not model) or a GPU
+  (no performance data), servesim warns and uses the roofline (below) with its default parameters.
+  Models resolve like the reference: a local directory with `config.json`, one of the database's
+  bundled model configs, else the model's `config.json` from the Hugging Face Hub (nothing else is
+  downloaded; `servesim.perf.hub`).
+
+## Where the default database comes from
+
+The reference (AISimulate 0.1.0.dev2) times engines from the AIConfigurator performance database
+bundled in its wheel, `aiconfigurator_core/systems` in `aisimulate-0.1.0.dev2-cp311-abi3-*.whl` on
+PyPI: 2,212 files, 194 MB (166 MB compressed in the 171.5 MB wheel). It is not the tree of
+`aiconfigurator-core` 0.12.0, servesim's dependency: 1,025 files (96 MB) are only in the
+reference's — vLLM 0.19.0, the reference's default version, on every GPU among them — and 70
+common files differ. So the reference's default numbers need the reference's tree.
+
+*Licence and provenance.* Apache-2.0: the wheel's `LICENSE` file and the SPDX header of every
+system file (`SPDX-License-Identifier: Apache-2.0`, NVIDIA); the data is AIConfigurator's
+(Apache-2.0). servesim neither installs nor imports `aisimulate`; it copies data files out of the
+published wheel, unchanged. Published wheels of 0.1.0.dev2 (sha256):
+`manylinux_2_28_x86_64` 4b1ff69fc511d1996e8866f875e39de1e0d69cfca7b513b270c10f6b95aef120,
+`manylinux_2_28_aarch64` b34f19c5f22dace8124d508aaa30be180977b242e810fc6f6b75487c82b2f0e3,
+`macosx_11_0_arm64` a8fa85642ce9a8ac685140c3d8844e9aec056ce549990e7b36a8799463c442d3.
+
+*How it is carried.* Options weighed (sizes measured on the tree above):
+
+| option | servesim install | first run |
+|---|---|---|
+| the tree inside servesim's wheel | +166 MB download, +194 MB on disk | nothing to do |
+| an xz archive of the delta against aiconfigurator-core, in the package, unpacked on first use | +75 MB (and a 2 MB limit on tracked files: not committable) | unpack ~96 MB |
+| a separate data package built from this repo | +75 to 166 MB, one more package to publish | nothing to do |
+| **fetch from the published wheel on first use (chosen)** | nothing | the parts a run needs: one GPU is 19-30 MB |
+
+servesim (`servesim.perf.aicdata`) reads the wheel where PyPI serves it (a pinned URL) with
+HTTP range requests: the last MiB (zip directory and `RECORD`), then only what a run needs —
+the top-level files (GPU constants, support matrix; 1 MB compressed) and `data/<gpu>/` of the
+GPU that default timing (or the database's memory model) uses. Every byte is checked: `RECORD`'s lines for
+the tree must hash to the digest servesim pins (3be64cfb57b99f504dc6745f847c6fbb932caf14825f193016cd42436d9e1714,
+the same in all three platform wheels), and every file must match its `RECORD` sha256. Each part
+is unpacked into a staging folder and renamed into
+`$SERVESIM_CACHE_DIR/aic-systems/aisimulate-0.1.0.dev2/systems` (default `~/.cache/servesim`)
+under a file lock, so concurrent runs download once and never see half a part. A server without
+range support gets the wheel downloaded whole, once, and every part unpacked.
+`SERVESIM_AIC_DATA_URL` names a mirror's URL of the wheel (or a local file);
+`servesim data fetch [--gpu NAME]... [--from WHEEL_OR_URL]` fills the cache ahead of time, e.g. on
+an air-gapped machine from a wheel fetched elsewhere with `pip download aisimulate==0.1.0.dev2
+--no-deps`. Without network and without a cache, a run that needs the database stops with exit
+code 1 and says how to get it.
+
+Measured 2026-12-01 on the development machine (2 cores shared with other jobs — load average
+about 9 — so wall times are inflated; CPU times are steadier), fresh virtual environments with
+the README's `pip install -e .`:
+
+| | before (aiconfigurator-core's tree) | after |
+|---|---|---|
+| install (site-packages) | 627 MB | 656 MB (+29 MB: huggingface_hub and its dependencies) |
+| servesim's cache after the quick start | — | 42 MB (top-level files 14 MB, h200_sxm 27.5 MB); every GPU: 197 MB |
+| fetch for one GPU (`servesim data fetch --gpu h200_sxm`: 26 MB) | — | 3.7-4.2 s wall, 0.5-0.6 s CPU |
+| every GPU (`servesim data fetch`: 166 MB) | — | 13.9 s wall, 2.3 s CPU |
+| quick start without `backend_version`, first run | 7.3-7.8 s wall, 2.0-2.2 s CPU; vLLM 0.24.0 data with a warning: mean TTFT 177.23 ms, ITL 32.37 ms | 9.8-11.2 s wall, 2.7-2.8 s CPU (fetch included); vLLM 0.19.0: mean TTFT 166.21 ms, ITL 27.92 ms — the reference's, field for field |
+| same, cache filled | as above | 6.4-9.2 s wall, 2.0-2.2 s CPU |
 
 ## Cost of a call, and memoisation
 

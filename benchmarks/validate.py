@@ -10,10 +10,8 @@ median and p99 of TTFT, TPOT and E2E.
     python3 benchmarks/validate.py                     # regenerate docs/validation.md
     python3 benchmarks/validate.py --record-reference  # also re-record validation_reference.json
 
-The vLLM 0.19.0 data comes from an AIConfigurator systems directory that holds it:
-$SERVESIM_AIC_SYSTEMS_PATH, else the reference's bundled copy (../shared/reference/
-aic-systems-path.sh) when the reference is installed; without either servesim uses the
-package's current version (0.24.0) and the page says so. The reference columns come from a live
+The vLLM 0.19.0 data comes from servesim's default database, the reference's own (fetched into
+servesim's cache on first use), or from $SERVESIM_AIC_SYSTEMS_PATH. The reference columns come from a live
 run of the reference when it is installed, else from validation_reference.json next to this
 script (recorded once; it states the date and the reference version).
 """
@@ -115,11 +113,7 @@ def systems_with_0190() -> tuple[str | None, str]:
     env = os.environ.get("SERVESIM_AIC_SYSTEMS_PATH")
     if env:
         return env, "$SERVESIM_AIC_SYSTEMS_PATH"
-    if reference_installed():
-        out = subprocess.run([str(REFERENCE / "aic-systems-path.sh")], capture_output=True, text=True)
-        if out.returncode == 0 and Path(out.stdout.strip(), "data").is_dir():
-            return out.stdout.strip(), "the reference's bundled AIConfigurator database"
-    return None, "the aiconfigurator-core package's own database (no vLLM 0.19.0 data: current version used)"
+    return None, "servesim's default database, the reference's own AIConfigurator data"
 
 
 def run_servesim(config: dict, systems: str | None) -> dict:
@@ -133,9 +127,15 @@ def run_servesim(config: dict, systems: str | None) -> dict:
 
 
 def package_systems() -> Path:
-    from servesim.perf.hardware import systems_dir
+    from servesim.perf.hardware import package_systems_dir
 
-    return systems_dir(None)[0]
+    return package_systems_dir()
+
+
+def with_version(config: dict, version: str) -> dict:
+    config = json.loads(json.dumps(config))
+    config["engine"]["backend_version"] = version
+    return config
 
 
 def with_timing(config: dict, timing: dict) -> dict:
@@ -235,7 +235,8 @@ def main() -> int:
         print(f"[validate] {name}: servesim ...", file=sys.stderr)
         res = {"name": name, "real": summary(real_metrics(folder)), "servesim": run_servesim(config, systems)}
         res["alternatives"] = {
-            "default timing, package database (vLLM 0.24.0)": run_servesim(config, str(package_systems())),
+            "default timing, package database (vLLM 0.24.0)": run_servesim(
+                with_version(config, "0.24.0"), str(package_systems())),
             "roofline timing": run_servesim(with_timing(config, {"type": "roofline"}), systems),
         }
         if live:

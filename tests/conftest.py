@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,28 +14,42 @@ import pytest
 
 from servesim import simulate
 from servesim.config import load_config
+from servesim.perf import aicdata
+
+from chromium import Browser, open_browser
 
 CASES = Path(__file__).parent / "cases"
 """The reference's recorded runs (see cases/README.md)."""
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 HOST_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
 """Report fields that measure the host, not the simulation."""
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_real_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite never asks the real Hugging Face Hub: offline, with an empty cache of its own
+    (huggingface_hub reads these when first imported; tests of the Hub run their own server)."""
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_HOME")}
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf-home"))
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def reference_systems() -> Path:
-    """The reference's bundled AIC systems directory (`../shared/reference`); skips the test when
-    it is not installed (never installs anything)."""
-    try:
-        check = subprocess.run([str(REFERENCE / "install.sh"), "--check"], capture_output=True, timeout=60)
-        out = subprocess.run([str(REFERENCE / "aic-systems-path.sh")], capture_output=True, text=True,
-                             timeout=60) if check.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        out = None
-    path = Path(out.stdout.strip()) if out is not None and out.returncode == 0 and out.stdout.strip() else None
-    if path is None or not (path / "data").is_dir():
-        pytest.skip("the reference's AIC systems directory is not installed (../shared/reference)")
-    return path
+    """servesim's copy of the reference's AIC database with the h100_sxm and h200_sxm data —
+    fetched into servesim's cache on first use, as a run would (`servesim.perf.aicdata`)."""
+    return aicdata.ensure(["h100_sxm", "h200_sxm"])
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Browser:
+    """A real headless Chromium for the HTML report tests (see chromium.py)."""
+    return open_browser(tmp_path_factory.mktemp("chromium"))
 
 
 def without_host_fields(report: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from conftest import CASES, canonical
+from conftest import CASES, canonical, without_host_fields
 
 from servesim.cli import main
 
@@ -127,3 +127,44 @@ def test_progress_line_shows_simulated_time_only_on_a_shared_clock(capsys):
     first, second = capsys.readouterr().err.strip("\n").split("\r")[1:]
     assert "0/10 requests" in first and "simulated 12.5 s" in first
     assert "0/10 requests" in second and "simulated" not in second
+
+
+KV_ROUTER = CASES / "dynamo/kv-2w-prefix16-r20/config.yaml"
+PLANNER = CASES / "dynamo/planner-load-kv-burst/config.yaml"
+
+
+@pytest.mark.parametrize("config, section", [(KV_ROUTER, "router"), (PLANNER, "planner")])
+def test_engine_stack_refuses_the_dynamo_sections(tmp_path, capsys, config, section):
+    code, out, err = _run(capsys, "predict", "--stack", "engine", "-c", str(config), "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and out == ""
+    assert f"{section}: config adapter 'engine.{section}' is unavailable" in err and "--stack dynamo" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_stacks_that_accept_a_config_run_it_unchanged(tmp_path, capsys):
+    runs = {}
+    for stack in (None, "engine", "dynamo"):
+        flag = ["--stack", stack] if stack else []
+        code, out, _ = _run(capsys, "predict", *flag, "-c", str(CASE01), "--format", "json",
+                            "--output-dir", str(tmp_path / str(stack)))
+        assert code == 0
+        runs[stack] = without_host_fields(json.loads(out))
+    assert runs[None] == runs["engine"] == runs["dynamo"]
+    code, out, _ = _run(capsys, "predict", "--stack", "dynamo", "-c", str(KV_ROUTER), "--format", "json",
+                        "--output-dir", str(tmp_path / "kv"))
+    assert code == 0 and json.loads(out)["completed_requests"] == 400
+
+
+def test_unknown_stack_exits_2(tmp_path, capsys):
+    code, _, err = _run(capsys, "predict", "--stack", "vllm", "-c", str(CASE01), "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and "stack 'vllm' is unavailable; installed stacks: dynamo, engine" in err
+
+
+def test_unknown_backend_version_exits_2_naming_the_available_ones(tmp_path, capsys, reference_systems, monkeypatch):
+    monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
+    config = CASES / "replay/03-default-timing-aic/config.yaml"
+    code, out, err = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "o"),
+                          "--set", "engine.backend_version='9.9.9'")
+    assert code == 2 and out == ""
+    assert err.startswith(f"servesim: error: {config}: engine.backend_version '9.9.9': ")
+    assert "available: 0.1.dev19262, 0.14.0, 0.18.0, 0.19.0, 0.22.0, 0.24.0 (or 'current')" in err

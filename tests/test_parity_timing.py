@@ -3,9 +3,10 @@
 * timing cases 01-02 (vLLM 0.24.0, data that the aiconfigurator-core package holds): every
   summary field within 0.5 %; in fact servesim matches them exactly (same rules as
   tests/test_parity.py), which is asserted too;
-* replay case 03 and engine case 07 (the reference's default vLLM 0.19.0 data): run against the
-  reference's bundled AIC systems directory and match exactly; skipped when the reference is not
-  installed (`../shared/reference/install.sh --check`).
+* replay case 03, engine case 07 and the `defaults/` cases (no `backend_version`: the reference's
+  defaults vLLM 0.19.0, SGLang 0.5.10 and TRT-LLM 1.3.0rc10 on h100_sxm and h200_sxm, data only
+  the reference's own database holds): run out of the box — servesim's default database is the
+  reference's, fetched into its cache on first use (`servesim.perf.aicdata`) — and match exactly.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 from conftest import CASES, HOST_FIELDS, assert_matches_case
@@ -29,22 +29,19 @@ REFERENCE_DATA_CASES = [
     "replay/03-default-timing-aic/config.yaml",
     "engine/07-default-aic-timing/config.yaml",
     "engine/07-default-aic-timing/config-single.yaml",
+    *sorted(str(p.relative_to(CASES)) for p in (CASES / "defaults").glob("*/config.yaml")),
 ]
 
 
 @lru_cache(maxsize=None)
-def _run(case: str, systems: str | None) -> dict:
-    config = load_config(CASES / case)
-    if systems is not None:
-        engine = config.engine.model_copy(update={"aic_systems_path": systems})
-        config = config.model_copy(update={"engine": engine})
-    return simulate(config, capture_per_request=True).to_dict()
+def _run(case: str) -> dict:
+    return simulate(load_config(CASES / case), capture_per_request=True).to_dict()
 
 
 @pytest.mark.parametrize("case", TIMING_CASES)
 def test_timing_case_within_half_a_percent(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
-    report = _run(case, None)
+    report = _run(case)
     expected = json.loads((CASES / case).with_name("report.json").read_text())
     for field, want in expected.items():
         if field in HOST_FIELDS:
@@ -59,19 +56,17 @@ def test_timing_case_within_half_a_percent(case: str, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("case", TIMING_CASES)
 def test_timing_case_matches_exactly(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
-    assert_matches_case(CASES / case, _run(case, None))
+    assert_matches_case(CASES / case, _run(case))
+
+
+def test_defaults_cover_every_backend_on_h100_and_h200() -> None:
+    configs = [load_config(CASES / case).engine for case in REFERENCE_DATA_CASES if case.startswith("defaults/")]
+    assert {(e.backend, e.hardware) for e in configs} == {
+        (b, h) for b in ("vllm", "sglang", "trtllm") for h in ("h100_sxm", "h200_sxm")}
+    assert all(e.backend_version is None for e in configs)
 
 
 @pytest.mark.parametrize("case", REFERENCE_DATA_CASES)
-def test_reference_data_case_matches_exactly(case: str, reference_systems: Path) -> None:
-    assert_matches_case(CASES / case, _run(case, str(reference_systems)))
-
-
-def test_reference_default_version_without_its_data_still_runs(monkeypatch: pytest.MonkeyPatch,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
-    """Without the reference's database, vLLM 0.19.0 falls back to the package's current version."""
+def test_reference_data_case_matches_exactly(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
-    with caplog.at_level("WARNING", logger="servesim"):
-        report = simulate(load_config(CASES / REFERENCE_DATA_CASES[1])).to_dict()
-    assert report["completed_requests"] == 2
-    assert any("0.19.0" in r.message and "0.24.0" in r.message for r in caplog.records)
+    assert_matches_case(CASES / case, _run(case))

@@ -17,14 +17,19 @@ from typing import Any
 
 from servesim.build import LoweredRun, lower
 from servesim.cluster import AggregatedCluster, Cluster, DisaggregatedCluster
+from servesim.cluster.sampling import StateSampling
 from servesim.collect.collector import Collector, Status
+from servesim.collect.sampler import TimeSeries
 from servesim.config import SimConfig, load_config, parse_config
+from servesim.report.latency import LatencySamples, from_records
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
-from servesim.report.summary import PoolUsage, summarize
+from servesim.report.summary import PoolUsage, Sla, request_timelines, summarize
+from servesim.report.trajectories import trajectory_fields, unreleased_requests
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.scaling.contract import ScalingPolicy
+from servesim.traffic.agentic_driver import AgenticDriver
 from servesim.traffic.workload import Workload
 
 
@@ -66,7 +71,16 @@ class Report:
     per_request: list[dict[str, Any]] | None = None
     extensions: dict[str, Any] | None = None
     """What servesim reports beyond the reference: `workers`, a per-worker breakdown (also
-    written to `workers.json` by the CLI)."""
+    written to `workers.json` by the CLI); for agentic traces, `unreleased`, the requests never
+    released because a request of their play ended without completing (`unreleased.json`,
+    docs/traffic.md)."""
+    timeseries: TimeSeries | None = None
+    """Each worker's queue, batch, KV-cache use and prefix hits over simulated time (with
+    `simulate(..., timeseries=True)`)."""
+    latency: LatencySamples | None = None
+    """Per-request latency arrays (with `timeseries=True`), what `write_html` draws."""
+    sla: Sla | None = None
+    """The run's SLA targets (`evaluation.sla`), drawn on the report's distributions."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""
@@ -78,10 +92,35 @@ class Report:
     def __getitem__(self, key: str) -> Any:
         return self.summary[key]
 
+    def write_html(self, path: str | Path, title: str = "servesim prediction") -> None:
+        """Write the self-contained HTML report (needs `simulate(..., timeseries=True)` and the
+        `report` extra: plotly)."""
+        from servesim.report.html.run import write_run_report
+
+        write_run_report(self, Path(path), title)
+
+    def to_pandas(self) -> Any:
+        """The per-request records as a pandas DataFrame (needs `capture_per_request=True`)."""
+        from servesim.report.tables import to_pandas
+
+        return to_pandas(self._rows())
+
+    def to_polars(self) -> Any:
+        """The per-request records as a polars DataFrame (needs `capture_per_request=True`)."""
+        from servesim.report.tables import to_polars
+
+        return to_polars(self._rows())
+
+    def _rows(self) -> list[dict[str, Any]]:
+        if self.per_request is None:
+            raise ValueError("this report has no per-request records: run simulate(..., capture_per_request=True)")
+        return self.per_request
+
 
 def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_request: bool = False,
              progress: bool = False, fast: bool = True, unservable: str = "reject",
-             scaling: ScalingPolicy | None = None, workload: Workload | None = None) -> Report:
+             scaling: ScalingPolicy | None = None, workload: Workload | None = None,
+             timeseries: bool = False) -> Report:
     """Run one simulation and return its report.
 
     `config` is a validated `SimConfig`, a mapping in the YAML schema, or a path to a YAML file.
@@ -94,7 +133,9 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     `servesim.scaling.contract`); by default the config's `planner` section decides.
     `workload` replays these sessions instead of the ones `traffic.source` describes;
     `traffic.load` still decides when they arrive (with `trace_timestamps`, at the sessions'
-    own `first_arrival_ms`, counted from `Workload.origin_ms`).
+    own `first_arrival_ms`, counted from `Workload.origin_ms`). `timeseries=True` samples every
+    worker's state over simulated time and keeps per-request latency arrays: what
+    `Report.write_html` draws.
     """
     if unservable not in ("reject", "fail"):
         raise ValueError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
@@ -105,16 +146,15 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     run = lower(config, unservable=unservable)
     with _collection_paused():
         return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
-                       scaling=scaling, workload=workload)
+                       scaling=scaling, workload=workload, timeseries=timeseries)
 
 
 def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast: bool,
-            scaling: ScalingPolicy | None, workload: Workload | None) -> Report:
+            scaling: ScalingPolicy | None, workload: Workload | None, timeseries: bool) -> Report:
     """Wire the stages of a lowered run, replay it and build the report."""
     started = time.perf_counter()
-    if workload is None:
-        workload = run.traffic.workload(run.pools[0].rank_config.block_size)
-    driver = run.traffic.driver(workload)
+    source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
+    driver = run.traffic.driver(source)
     collector = Collector()
     if scaling is None and run.planner is not None:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
@@ -122,6 +162,9 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
         scaling = DynamoPlanner(run.planner)
     cluster_type = DisaggregatedCluster if run.disaggregated else AggregatedCluster
     cluster = cluster_type(run, driver, collector, fast=fast, scaling=scaling)
+    sampling = StateSampling() if timeseries else None
+    if sampling is not None:
+        cluster.observers.append(sampling)
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
     pools = list(cluster.pools.values())
     driver.start(0.0)
@@ -133,24 +176,35 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     if meter is not None:
         meter.close()
     wall_ms = (time.perf_counter() - started) * 1000
-    return _report(run, cluster, collector, loop.now, wall_ms, capture_per_request)
+    return _report(run, cluster, collector, loop.now, wall_ms, capture_per_request, sampling)
 
 
 def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: float, wall_ms: float,
-            capture_per_request: bool) -> Report:
-    """The summary, the per-worker breakdown, the planner section and the per-request records."""
+            capture_per_request: bool, sampling: StateSampling | None) -> Report:
+    """The summary, the per-worker breakdown, the planner section, the per-request records and,
+    with `sampling`, the time series and latency arrays."""
     usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
              for p in cluster.serving}
-    summary: dict[str, Any] = summarize(collector.records, usage, wall_ms, run.sla)
+    timelines = request_timelines([r for r in collector.records if r.counted]) if sampling else None
+    summary: dict[str, Any] = summarize(collector.records, usage, wall_ms, run.sla, timelines)
     if run.traffic.client_timeout_ms is not None:
         summary["timed_out_requests"] = sum(1 for r in collector.records if r.status == Status.TIMED_OUT)
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
-    extensions = {"workers": worker_breakdown(collector.records, workers, end_ms)}
+    extensions: dict[str, Any] = {"workers": worker_breakdown(collector.records, workers, end_ms)}
+    driver = cluster.driver
+    if isinstance(driver, AgenticDriver):
+        graph = driver.graph
+        summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block()))
+        extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
-    return Report(summary, per_request, extensions)
+    report = Report(summary, per_request, extensions, sla=run.sla)
+    if sampling is not None:
+        report.timeseries = sampling.finish(cluster, end_ms)
+        report.latency = from_records(collector.records, timelines)
+    return report
 
 
 @contextmanager

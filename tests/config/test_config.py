@@ -162,7 +162,9 @@ def test_case_config_loads_with_reference_defaults(name: str) -> None:
     source = config.traffic.source
     if isinstance(source, TraceSource):
         assert source.trace_block_size == trace_block_size
-        assert all(Path(p).is_absolute() and Path(p).parent == CONFIGS for p in source.paths)
+        # no trace beside these copies nor in the current directory: kept as written (the
+        # reference reads it from the current directory)
+        assert all(not Path(p).is_absolute() and not (CONFIGS / p).exists() for p in source.paths)
     load = config.traffic.load
     assert (load.concurrency if isinstance(load, ConcurrencyLoad) else None) == max_in_flight
     assert runtime_rejections(config) == []
@@ -692,25 +694,6 @@ def test_duplicate_keys_last_wins(tmp_path: Path) -> None:
     path = write(tmp_path, yaml.safe_dump(synthetic()) + "evaluation: {}\nevaluation: {sla: {e2e_ms: 5}}\n")
     sla = load_config(path).evaluation.sla
     assert sla is not None and sla.e2e_ms == 5.0
-
-
-def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
-    folder = tmp_path / "case"
-    (folder / "model").mkdir(parents=True)
-    (folder / "model" / "config.json").write_text("{}")
-    data = edit(trace(), ("traffic.source.paths", ["trace.jsonl"]), ("engine.model", "model"))
-    config = load_config(write(folder, yaml.safe_dump(data)))
-    source = config.traffic.source
-    assert isinstance(source, TraceSource) and source.paths == [str(folder / "trace.jsonl")]
-    assert config.engine.model == str(folder / "model")
-
-
-def test_absolute_paths_and_model_ids_are_kept(tmp_path: Path) -> None:
-    data = edit(trace("dynamo"), ("traffic.source.paths", ["/abs/a.jsonl", "b.jsonl.gz"]))
-    config = load_config(write(tmp_path, yaml.safe_dump(data)))
-    source = config.traffic.source
-    assert isinstance(source, TraceSource) and source.paths == ["/abs/a.jsonl", str(tmp_path / "b.jsonl.gz")]
-    assert config.engine.model == "Qwen/Qwen3-8B"
 
 
 def test_parse_config_keeps_relative_paths_without_base_dir() -> None:

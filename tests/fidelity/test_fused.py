@@ -66,10 +66,11 @@ def test_roofline_fused_pass_is_one_pass_over_all_tokens():
 
 def test_aic_fused_pass_saves_the_decode_weight_read():
     from servesim.perf import aic
-    from servesim.perf.hardware import systems_dir
+    from servesim.perf.hardware import ready_systems_dir, systems_dir
 
-    systems, _ = systems_dir(None)
-    version, _ = aic.resolve_version(systems, "h200_sxm", "vllm", None)
+    systems, how = systems_dir(None)
+    ready_systems_dir(systems, how, "h200_sxm")
+    version = aic.resolve_version(systems, "h200_sxm", "vllm", None)
     key = aic.AicKey(model=LLAMA, system="h200_sxm", backend="vllm", version=version, tp=1, pp=1, attention_dp=1,
                      moe_tp=None, moe_ep=None, block_size=16, systems_path=str(systems))
     timing = aic.aic_timing(key, None)

@@ -72,9 +72,9 @@ def test_validate_one_run(tmp_path, capsys):
 
 
 @needs_data
-def test_docs_hold_the_current_table(reference_systems):
-    # the published table was made with the reference's database (vLLM 0.19.0 data)
-    result = validate.validate_run(openruns.RUNS[1], DATA, str(reference_systems))
+def test_docs_hold_the_current_table():
+    # the published table was made with servesim's default database, the reference's (vLLM 0.19.0 data)
+    result = validate.validate_run(openruns.RUNS[1], DATA)
     table = validate.render([result])
     section = DOC.read_text().split("<!-- servesim validate: begin -->")[1].split("<!-- servesim validate: end -->")[0]
     for line in table.splitlines()[4:]:
@@ -123,10 +123,10 @@ def test_drain_seconds_measure_the_step(tmp_path):
 
 
 @needs_data
-def test_drain_steps_single_out_the_dp_ep_run(reference_systems):
+def test_drain_steps_single_out_the_dp_ep_run():
     from servesim.fidelity import steps
 
-    gaps = {run.name: [b.measured_ms - b.model_ms for b in steps.compare(run, DATA, str(reference_systems))]
+    gaps = {run.name: [b.measured_ms - b.model_ms for b in steps.compare(run, DATA)]
             for run in openruns.RUNS[1:]}
     moe = gaps.pop("RTX PRO 6000 · Qwen3-30B-A3B · DP2 + EP2")
     dense = [g for run in gaps.values() for g in run]

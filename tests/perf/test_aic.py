@@ -12,24 +12,30 @@ from pathlib import Path
 
 import pytest
 
+from servesim.perf import aicdata
 from servesim.config import parse_config
 from servesim.perf import aic
-from servesim.perf.hardware import systems_dir
+from servesim.perf.hardware import package_systems_dir
 from servesim.perf.models import bundled_configs_dir
 from servesim.perf.roofline import RooflineTiming
 from servesim.perf.timing import quantize_ms
-from servesim.errors import RunError
+from servesim.errors import ConfigError, RunError
 from servesim.build.perf import timing_model
 
-PACKAGE_SYSTEMS, _ = systems_dir(None)
+PACKAGE_SYSTEMS = package_systems_dir()
 
 
+@pytest.fixture(autouse=True)
+def _database(reference_systems: Path) -> None:
+    """Every test here may use servesim's default database (fetched once)."""
 
 
 def key(model: str = "Qwen/Qwen3-32B-FP8", system: str = "h200_sxm", version: str = "0.24.0", tp: int = 1,
-        systems: Path | None = PACKAGE_SYSTEMS) -> aic.AicKey:
+        systems: Path | None = None) -> aic.AicKey:
+    """An engine key on `systems` (default: servesim's default database)."""
     return aic.AicKey(model=model, system=system, backend="vllm", version=version, tp=tp, pp=1,
-                      attention_dp=1, moe_tp=None, moe_ep=None, block_size=64, systems_path=str(systems))
+                      attention_dp=1, moe_tp=None, moe_ep=None, block_size=64,
+                      systems_path=str(systems or aicdata.systems_root()))
 
 
 def config(**engine: object) -> dict:
@@ -71,9 +77,9 @@ def test_values_are_bit_identical_to_direct_calls() -> None:
 
 def test_case_07_values_through_the_reference_database(reference_systems: Path) -> None:
     systems = reference_systems
-    version, warning = aic.resolve_version(systems, "h200_sxm", "vllm", None)
-    assert (version, warning) == ("0.19.0", None)
-    timing = aic.AicTiming(aic.aic_engine(key("Qwen/Qwen3-32B", version="0.19.0", systems=systems)))
+    version = aic.resolve_version(systems, "h200_sxm", "vllm", None)
+    assert version == "0.19.0"
+    timing = aic.AicTiming(aic.aic_engine(key("Qwen/Qwen3-32B", version="0.19.0")))
     assert timing.prefill(1, 1000, 0) == quantize_ms(89.90806873877222)
     assert timing.decode(1, 1000, 1000, 0) == quantize_ms(18.286829415206398)
 
@@ -98,22 +104,34 @@ def test_interpolation_is_exact_on_the_grid_and_close_between() -> None:
     assert fresh.calls == 2
 
 
-def test_version_resolution_and_fallback() -> None:
-    assert aic.resolve_version(PACKAGE_SYSTEMS, "h200_sxm", "vllm", "0.24.0") == ("0.24.0", None)
-    assert aic.resolve_version(PACKAGE_SYSTEMS, "h200_sxm", "vllm", "current") == ("0.24.0", None)
-    version, warning = aic.resolve_version(PACKAGE_SYSTEMS, "h200_sxm", "vllm", None)
-    assert version == "0.24.0" and "0.19.0" in warning and "0.24.0" in warning and "\n" not in warning
-    assert aic.resolve_version(PACKAGE_SYSTEMS, "h100_sxm", "vllm", "0.99.0")[0] == "0.24.0"
-    assert "0.24.0" in aic.gemm_versions(PACKAGE_SYSTEMS, "h200_sxm", "vllm")
+def test_version_resolution(reference_systems: Path) -> None:
+    ref = reference_systems
+    for gpu in ("h100_sxm", "h200_sxm"):  # omitted: the reference's defaults, which its database has
+        assert [aic.resolve_version(ref, gpu, b, None) for b in ("vllm", "sglang", "trtllm")] == [
+            "0.19.0", "0.5.10", "1.3.0rc10"]
+    assert aic.data_versions(ref, "h200_sxm", "vllm")[1:] == ["0.14.0", "0.18.0", "0.19.0", "0.22.0", "0.24.0"]
+    assert aic.resolve_version(ref, "h200_sxm", "vllm", "0.18.0") == "0.18.0"
+    assert aic.resolve_version(ref, "h200_sxm", "vllm", "current") == "0.24.0"  # newest with GEMMs
+    assert aic.resolve_version(PACKAGE_SYSTEMS, "h200_sxm", "vllm", "current") == "0.24.0"  # its slot
+    with pytest.raises(ConfigError, match=r"backend_version '0\.18\.0'.*on h100_sxm; available: .*"
+                                          r"0\.14\.0, 0\.19\.0, 0\.22\.0, 0\.24\.0 \(or 'current'\)"):
+        aic.resolve_version(ref, "h100_sxm", "vllm", "0.18.0")
+    with pytest.raises(ConfigError, match=r"'9\.9\.9'.*available: .*1\.3\.0rc10"):
+        aic.resolve_version(ref, "h200_sxm", "trtllm", "9.9.9")
+    # a database without the reference's default version: an error, no silent substitute
+    with pytest.raises(ConfigError, match=r"omitted: the reference's default vllm 0\.19\.0.*available: 0\.24\.0"):
+        aic.resolve_version(PACKAGE_SYSTEMS, "h200_sxm", "vllm", None)
 
 
-def test_default_version_falls_back_with_a_warning(caplog: pytest.LogCaptureFixture,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_omitted_version_times_with_the_reference_default(reference_systems: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
     with caplog.at_level(logging.WARNING, logger="servesim"):
         timing = role_timing(config())
-    assert isinstance(timing, aic.AicTiming) and "0.24.0" in timing.label
-    assert any("vllm 0.19.0" in r.message and "0.24.0" in r.message for r in caplog.records)
+    assert isinstance(timing, aic.AicTiming) and timing.label.endswith("vllm 0.19.0")
+    assert not caplog.records
+    with pytest.raises(ConfigError, match="available"):
+        role_timing(config(backend_version="0.99.0"))
 
 
 def test_unknown_gpu_falls_back_to_roofline(caplog: pytest.LogCaptureFixture) -> None:

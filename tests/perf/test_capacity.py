@@ -19,12 +19,12 @@ from servesim import load_config
 from servesim.config import parse_config
 from servesim.build import lower
 from servesim.perf.capacity import Parallel, estimate, weight_bytes
-from servesim.perf.hardware import resolve_gpu, systems_dir
+from servesim.perf.hardware import package_systems_dir, resolve_gpu
 from servesim.perf.models import ModelNotFound, bundled_configs_dir, model_context_length, resolve_model
 from servesim.errors import RunError
 
 CASES = Path(__file__).parents[1] / "cases"
-SYSTEMS, _ = systems_dir()
+SYSTEMS = package_systems_dir()  # the GPU constants are the same in the reference's database
 
 # model: (h200 TP1, TP2, TP4), (h100 TP1, TP2, TP4) — engine.md §6.4 (block 64, F 0.9, 8192 tokens)
 TABLE = {
@@ -139,7 +139,7 @@ def test_model_resolution(tmp_path: Path) -> None:
     local = resolve_model(str(tmp_path))
     assert local.source == "local" and local.family == "dense"
     assert blocks(str(tmp_path), "h200_sxm", Parallel()) == 12226
-    with pytest.raises(ModelNotFound, match="downloads nothing"):
+    with pytest.raises(ModelNotFound, match="bundled model configs, and no config.json from the Hugging Face Hub"):
         resolve_model("someone/not-a-bundled-model")
     with pytest.raises(RunError, match="context_length"):
         model_context_length("someone/not-a-bundled-model")

@@ -107,7 +107,8 @@ def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
     return LoweredRun(
         pools=pools,
         transfer=transfer,
-        traffic=traffic_spec(config.traffic, frontend_ms(_entry_role(engine))),
+        traffic=traffic_spec(config.traffic, aggregated=engine.mode == "aggregated",
+                             frontend_ms=frontend_ms(_entry_role(engine))),
         router=router_spec(config.router),
         planner=planner_settings(config.planner, sla, transfer is not None),
         time_cap_ms=1000 * cap if cap is not None else None,

@@ -27,7 +27,7 @@ from servesim.config.schema import (
     WorkerConfig,
 )
 from servesim.perf.capacity import Capacity, Parallel, kv_blocks
-from servesim.perf.hardware import GpuSpec, aic_system, check_systems_dir, resolve_gpu, spec_from_table, systems_dir
+from servesim.perf.hardware import GpuSpec, aic_system, ready_systems_dir, resolve_gpu, spec_from_table, systems_dir
 from servesim.perf.models import ModelNotFound, resolve_model
 from servesim.perf.roofline import RooflineParams, RooflineTiming
 from servesim.engine.pass_time import TimingModel
@@ -64,16 +64,14 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
     from servesim.perf import aic  # keeps fixed/polynomial runs free of the import
 
     systems, how = systems_dir(engine.aic_systems_path)
-    check_systems_dir(systems, how)
+    ready_systems_dir(systems, how, engine.hardware)
     par = worker.parallelism
     try:
-        if systems is None:
-            raise aic.AicUnavailable(how)
         gpu = aic_system(engine.hardware, systems)
         if gpu is None or not gpu.has_aic_data:
             raise aic.AicUnavailable(f"the database ({systems}) has no performance data for GPU "
                                      f"{engine.hardware!r}")
-        version, warning = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
+        version = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
         moe = par.moe_tensor * par.moe_expert > 1
         key = aic.AicKey(
             model=aic.aic_model_name(engine.model), system=engine.hardware, backend=engine.backend,
@@ -87,8 +85,6 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
                     "falling back to the roofline model (timing.type: roofline)",
                     engine.model, engine.hardware, engine.backend, exc)
         return roofline_timing(engine, worker, RooflineTimingConfig())
-    if warning:
-        log.warning(warning)
     return model
 
 
@@ -118,14 +114,13 @@ def _inline_gpu(name: str, spec: GpuSpecConfig) -> GpuSpec:
 
 def gpu_for(engine: EngineConfig, worker: WorkerConfig) -> GpuSpec:
     """The GPU constants of a role: a roofline's inline spec or GPU name, else engine.hardware."""
-    systems, _ = systems_dir(engine.aic_systems_path)
     timing = worker.timing
-    if isinstance(timing, RooflineTimingConfig):
-        name = timing.gpu or engine.hardware
-        if timing.gpu_spec is not None:
-            return _inline_gpu(name, timing.gpu_spec)
-        return resolve_gpu(name, systems)
-    return resolve_gpu(engine.hardware, systems)
+    name = (timing.gpu if isinstance(timing, RooflineTimingConfig) else None) or engine.hardware
+    if isinstance(timing, RooflineTimingConfig) and timing.gpu_spec is not None:
+        return _inline_gpu(name, timing.gpu_spec)
+    systems, how = systems_dir(engine.aic_systems_path)
+    ready_systems_dir(systems, how)
+    return resolve_gpu(name, systems)
 
 
 # -- capacity -------------------------------------------------------------------------------------
@@ -134,21 +129,22 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
     """The default KV capacity of one rank of a role (servesim's formula; see engine.capacity)."""
     cap = worker.kv_cache.capacity
     assert not isinstance(cap, FixedCapacity)
-    systems, how = systems_dir(engine.aic_systems_path)
-    check_systems_dir(systems, how)
-    gpu = gpu_for(engine, worker)
     try:
         model = resolve_model(engine.model)
     except ModelNotFound as exc:
         raise RunError(f"kv_cache.capacity 'default' needs the model's HF config: {exc}; "
                        "or set capacity: {type: fixed, blocks: N}") from None
+    systems, how = systems_dir(engine.aic_systems_path)
+    if model.family is None:  # the database's own memory model: it needs the GPU's data
+        ready_systems_dir(systems, how, engine.hardware)
+    gpu = gpu_for(engine, worker)
     aic_model = version = None
-    if model.family is None and systems is not None and gpu.has_aic_data:
+    if model.family is None and gpu.has_aic_data:
         from servesim.perf import aic
 
         try:
             aic_model = aic.aic_model_name(engine.model)
-            version, _ = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
+            version = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
         except aic.AicUnavailable:
             aic_model = version = None
     return kv_blocks(
@@ -157,7 +153,7 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
         max_batched_tokens=worker.scheduler.max_batched_tokens,
         max_sequences=worker.scheduler.max_sequences_for(role),  # type: ignore[arg-type]
         fraction=cap.memory_fraction_for(engine.backend),
-        aic_model=aic_model, version=version, systems_path=str(systems) if systems else None)
+        aic_model=aic_model, version=version, systems_path=str(systems))
 
 
 def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:

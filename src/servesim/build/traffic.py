@@ -16,11 +16,12 @@ from servesim.config.schema import (
 from servesim.traffic.spec import LoadSpec, SyntheticSpec, TraceSpec, TrafficSpec
 
 
-def traffic_spec(traffic: TrafficConfig, frontend_ms: float = 0.0) -> TrafficSpec:
-    """The run's traffic with every default resolved (request counts included); requests reach
-    the engine `frontend_ms` after their clients send them."""
+def traffic_spec(traffic: TrafficConfig, *, aggregated: bool, frontend_ms: float = 0.0) -> TrafficSpec:
+    """The run's traffic with every default resolved (request counts included); `aggregated`
+    tells whether the engines are aggregated (dependency graphs need them); requests reach the
+    engine `frontend_ms` after their clients send them."""
     timeout = traffic.client_timeout_seconds
-    return TrafficSpec(_source(traffic), _load(traffic), frontend_ms=frontend_ms,
+    return TrafficSpec(_source(traffic), _load(traffic), _graph_refusal(traffic, aggregated), frontend_ms=frontend_ms,
                        client_timeout_ms=1000 * timeout if timeout is not None else None)
 
 
@@ -34,7 +35,7 @@ def _source(traffic: TrafficConfig) -> SyntheticSpec | TraceSpec:
                              turns=s.turns, shared_prefix_ratio=s.shared_prefix_ratio,
                              prefix_groups=s.prefix_groups, inter_turn_delay_ms=s.inter_turn_delay_ms)
     assert isinstance(source, TraceSource)
-    return TraceSpec(source.paths[0], source.format, source.trace_block_size)
+    return TraceSpec(tuple(source.paths), source.format, source.trace_block_size)
 
 
 def _count(traffic: TrafficConfig) -> int:
@@ -55,3 +56,15 @@ def _load(traffic: TrafficConfig) -> LoadSpec:
         return LoadSpec("constant_rate", rate=load.rate)
     assert isinstance(load, TraceTimestampsLoad)
     return LoadSpec("trace_timestamps", speedup=load.speedup)
+
+
+def _graph_refusal(traffic: TrafficConfig, aggregated: bool) -> str | None:
+    """Why an agent-aware Dynamo trace (known only once read) cannot be replayed in this run, in
+    the reference's words; the schema refuses the same for `agentic_mooncake` up front."""
+    if isinstance(traffic.load, ConcurrencyLoad):
+        return "agentic Dynamo trace does not support concurrency load"
+    if traffic.stop is not None and traffic.stop.max_virtual_time_seconds is not None:
+        return "agentic Dynamo trace does not support max virtual time"
+    if not aggregated:
+        return "agentic Dynamo trace requires aggregated topology"
+    return None

@@ -2,7 +2,8 @@
 
 `base.Cluster` is what both topologies share; `AggregatedCluster` places every request on one
 pool; `DisaggregatedCluster` moves each request from a prefill pool to a decode pool through
-the reference's KV handoff.
+the reference's KV handoff. `sampling.StateSampling` observes every finished pass for the
+report's time series.
 """
 
 from servesim.cluster.aggregated import AggregatedCluster

@@ -10,7 +10,7 @@ from servesim.collect.collector import Collector, Route, Status
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.scaling.contract import ScalingPolicy
-from servesim.traffic.driver import Arrival, Driver
+from servesim.traffic.driver import Arrival, RequestDriver
 from servesim.traffic.timeouts import spans_until
 
 
@@ -19,7 +19,7 @@ class AggregatedCluster(Cluster):
 
     isolated_workers = True
 
-    def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool = True,
+    def __init__(self, run: LoweredRun, driver: RequestDriver, collector: Collector, *, fast: bool = True,
                  scaling: ScalingPolicy | None = None) -> None:
         super().__init__(run, driver, collector, fast=fast, scaling=scaling)
         self.pool = self._add_pool("decode", "agg", run.pool("aggregated"))
@@ -95,7 +95,7 @@ class AggregatedCluster(Cluster):
         assert self.timeouts is not None
         worker, rank, request = place
         arrival, record = self._open[request.rid]
-        self.driver.on_terminal(arrival, now, request.generated, ends_session=True)
+        self.driver.on_terminal(arrival, now, request.generated, ends_session=True, completed=False)
         self.router.on_terminal(request.rid, now)
         deadline = record.arrival_ms + self.timeouts.timeout_ms  # < now when it reached the engine that late
         if worker.busy:

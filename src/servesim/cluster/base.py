@@ -17,7 +17,7 @@ from servesim.runtime.replay import Pool
 from servesim.scaling.contract import ScalingPolicy
 from servesim.scaling.fleet import Fleet, Transition
 from servesim.scaling.scaler import PoolTraits, Scaler
-from servesim.traffic.driver import Arrival, Driver
+from servesim.traffic.driver import Arrival, RequestDriver
 
 INF = float("inf")
 
@@ -62,6 +62,15 @@ class NoHooks:
         pass
 
 
+class PassObserver(Protocol):
+    """What a reader of engine state hears beside the hooks: each finished pass, with its time
+    (`servesim.cluster.sampling.StateSampling` feeds the report's time series)."""
+
+    def on_pass_end(self, label: str, worker: Worker, outcome: WorkerPass, now: float) -> None:
+        """A worker of the pool records call `label` finished `outcome` at `now`; its ranks
+        already hold the pass's result."""
+
+
 @dataclass(slots=True)
 class ServingPool:
     """One pool as the cluster drives it."""
@@ -90,7 +99,7 @@ class Cluster:
     """Whether a worker's work changes only through arrivals, timers and ticks (see
     `servesim.runtime.replay.Handler`)."""
 
-    def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool = True,
+    def __init__(self, run: LoweredRun, driver: RequestDriver, collector: Collector, *, fast: bool = True,
                  scaling: ScalingPolicy | None = None) -> None:
         self.run = run
         self.driver = driver
@@ -107,6 +116,8 @@ class Cluster:
         """By pool index (a worker's `order[0]`)."""
         self.scaler: Scaler | None = None
         self.hooks: ClusterHooks = NoHooks()
+        self.observers: list[PassObserver] = []
+        """Who hears every finished pass (none unless a report wants time series)."""
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -156,7 +167,8 @@ class Cluster:
 
     def _register(self, arrival: Arrival) -> tuple[RequestRecord, EngineRequest]:
         record = self.collector.on_arrival(arrival.session_id, arrival.turn_index, arrival.arrival_ms,
-                                           arrival.input_length, arrival.max_output_tokens)
+                                           arrival.input_length, arrival.max_output_tokens,
+                                           arrival.request_id, arrival.play_id, arrival.session_index)
         self._open[record.rid] = (arrival, record)
         return record, self._engine_request(record.rid, arrival, 1)
 
@@ -173,7 +185,8 @@ class Cluster:
         arrival, record = self._open.pop(request.rid)
         self.collector.on_terminal(record, now, status, request.generated, request.token_spans,
                                    worker.pass_ends if worker is not None else None, request.reject_reason)
-        self.driver.on_terminal(arrival, now, request.generated, ends_session=status == Status.FAILED)
+        self.driver.on_terminal(arrival, now, request.generated, ends_session=status == Status.FAILED,
+                                completed=status == Status.COMPLETED)
         if status == Status.COMPLETED:
             self.hooks.on_completed(record)
 
@@ -189,6 +202,8 @@ class Cluster:
                 self.collector.on_admit(self._open[request.rid][1], outcome.start_ms, reused, pool.label)
         self._flush_kv_events(pool, worker, now)
         self.hooks.on_pass(pool.name, worker, outcome)
+        for observer in self.observers:
+            observer.on_pass_end(pool.label, worker, outcome, now)
         if not inline:
             self._at_pass_boundary(worker, outcome)
         router = pool.router

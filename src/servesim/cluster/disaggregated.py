@@ -30,7 +30,7 @@ from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.placement.base import Placement
 from servesim.scaling.contract import ScalingPolicy
-from servesim.traffic.driver import Driver
+from servesim.traffic.driver import RequestDriver
 
 
 @dataclass(slots=True)
@@ -82,7 +82,7 @@ class DisaggregatedCluster(Cluster):
     isolated_workers = False
     """Handoffs reach decode workers at their pass boundaries: every pass must be an event."""
 
-    def __init__(self, run: LoweredRun, driver: Driver, collector: Collector, *, fast: bool = True,
+    def __init__(self, run: LoweredRun, driver: RequestDriver, collector: Collector, *, fast: bool = True,
                  scaling: ScalingPolicy | None = None) -> None:
         super().__init__(run, driver, collector, fast=fast, scaling=scaling)
         self.prefill = self._add_pool("prefill", "prefill", run.pool("prefill"), flat=True)

@@ -66,6 +66,11 @@ class RequestRecord:
     source_released_ms: float | None = None
     """Disaggregated handoff: prompt held on the prefill worker, decode KV reserved, request
     activated on the decode worker, prefill KV released."""
+    request_id: str | None = None
+    play_id: str | None = None
+    node: int = -1
+    """Agentic workloads: the trace's request id, the play (trajectory) it belongs to and its
+    node index in the graph (which numbers its UUID)."""
 
     @property
     def counted(self) -> bool:
@@ -91,10 +96,15 @@ class Collector:
         self.records: list[RequestRecord] = []
         self.num_terminal = 0
 
-    def on_arrival(self, session_id: str, turn_index: int, arrival_ms: float,
-                   input_length: int, requested_output: int) -> RequestRecord:
+    def on_arrival(self, session_id: str, turn_index: int, arrival_ms: float, input_length: int,
+                   requested_output: int, request_id: str | None = None,
+                   play_id: str | None = None, node: int = -1) -> RequestRecord:
         record = RequestRecord(len(self.records), session_id, turn_index, arrival_ms,
                                input_length, requested_output)
+        if request_id is not None:
+            record.request_id = request_id
+            record.play_id = play_id
+            record.node = node
         self.records.append(record)
         return record
 

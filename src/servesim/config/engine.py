@@ -229,15 +229,15 @@ class EngineConfig(SchemaModel):
     mode: EngineMode = "aggregated"
     """Topology: 'aggregated' or 'disaggregated' (separate prefill and decode pools)."""
     model: ModelName
-    """Model id (HF-style, e.g. Qwen/Qwen3-8B) or a local directory holding config.json."""
+    """Model id (HF-style, e.g. Qwen/Qwen3-8B; config.json from the AIC bundle, else the Hugging Face Hub) or a local directory holding config.json (relative: the current directory's, else the config folder's)."""
     hardware: HardwareName
     """AIC system name, e.g. h200_sxm ('auto' is recommendation-only)."""
     backend: Backend = "vllm"
     """Scheduler family: vllm, sglang or trtllm."""
     backend_version: str | None = None
-    """AIC database version; omitted = AIC default for the backend (vLLM 0.19.0, SGLang 0.5.10, TRT-LLM 1.3.0rc10; a database without it uses its current version, with a warning)."""
+    """AIC database version; omitted = AIC default for the backend (vLLM 0.19.0, SGLang 0.5.10, TRT-LLM 1.3.0rc10); a version the database has no data for is an error naming those it has; 'current' (servesim extension) = the database's newest."""
     aic_systems_path: str | None = None
-    """servesim extension: AIConfigurator systems directory (perf database) for default timing and capacity; omitted = $SERVESIM_AIC_SYSTEMS_PATH, else the aiconfigurator-core package's own."""
+    """servesim extension: AIConfigurator systems directory (perf database) for default timing and capacity, relative to the config's folder; omitted = $SERVESIM_AIC_SYSTEMS_PATH, else the reference's own database (fetched into servesim's cache on first use)."""
     context_length: ContextLength = "max"
     """Max model length (vLLM only); 'max' = from the model's HF config."""
     workers: WorkersConfig

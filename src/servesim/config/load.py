@@ -7,6 +7,7 @@ problem, ``dotted.key.path: rule``, prefixed by the file when there is one.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,41 +27,49 @@ from servesim.config.schema import (
 )
 from servesim.errors import ConfigError
 
-__all__ = ["apply_overrides", "describe_validation_error", "load_config", "parse_config"]
+__all__ = ["STACKS", "apply_overrides", "describe_validation_error", "load_config", "parse_config"]
 
-STACK = "engine"
-"""The only execution stack servesim has; adapter sections would be looked up as '<stack>.<section>'."""
+log = logging.getLogger("servesim")
+
+STACKS = ("dynamo", "engine")
+"""The reference's execution stacks (``--stack``): ``engine`` has no router or planner."""
+DYNAMO_SECTIONS = ("router", "planner")
 
 
-def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> SimConfig:
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *,
+                stack: str | None = None) -> SimConfig:
     """Read the YAML file at `path`, apply ``--set PATH=VALUE`` overrides in order, validate.
 
-    Relative trace paths (and an ``engine.model`` naming a directory next to the file) are
-    resolved against the file's folder.
+    Relative trace paths and a relative ``engine.model`` directory are read as the reference
+    reads them, from the current directory — or, when only the file's folder has them, from
+    there (with a note on stderr). `stack` is ``--stack`` (None: every section is accepted).
     """
     source = os.fspath(path)
     data = _read_mapping(source)
     try:
         data = apply_overrides(data, overrides)
-        return parse_config(data, base_dir=Path(os.path.abspath(source)).parent)
+        return parse_config(data, base_dir=Path(os.path.abspath(source)).parent, stack=stack)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
 
 
-def parse_config(data: Mapping[str, Any], base_dir: Path | None = None) -> SimConfig:
+def parse_config(data: Mapping[str, Any], base_dir: Path | None = None, *, stack: str | None = None) -> SimConfig:
     """Validate an in-memory configuration document (the parsed YAML mapping).
 
-    With `base_dir`, relative trace paths and a relative model directory are made absolute
-    against it; without it they are kept as written.
+    With `base_dir` (the config's folder), relative trace paths and model directories missing
+    from the current directory are looked up there too; without it they are kept as written.
+    With ``stack="engine"`` the Dynamo sections (router, planner) are refused, as the reference
+    refuses them on its engine stack.
     """
     _check_top_level_keys(data)
+    sections = tuple(k for k in SECTIONS if stack != "engine" or k not in DYNAMO_SECTIONS)
     problems: list[str] = []
     config = None
     try:
-        config = SimConfig.model_validate({k: v for k, v in data.items() if k in SECTIONS})
+        config = SimConfig.model_validate({k: v for k, v in data.items() if k in sections})
     except ValidationError as exc:
         problems += describe_validation_error(exc)
-    problems += _adapter_section_problems(data)
+    problems += _adapter_section_problems(data, sections, stack or "engine")
     if problems or config is None:
         raise ConfigError(_format_problems(problems))
     return _resolve_relative_paths(config, base_dir) if base_dir is not None else config
@@ -148,16 +157,17 @@ def _check_top_level_keys(data: Mapping[Any, Any]) -> None:
         raise ConfigError("\n".join(f"{key}: not in the schema of predict" for key in refused))
 
 
-def _adapter_section_problems(data: Mapping[str, Any]) -> list[str]:
-    """Keys that are not schema sections would be adapter sections; the engine stack has none."""
+def _adapter_section_problems(data: Mapping[str, Any], sections: tuple[str, ...], stack: str) -> list[str]:
+    """Keys that are not schema sections would be adapter sections of the stack; it has none."""
     problems = []
     for key, value in data.items():
-        if key in SECTIONS:
+        if key in sections:
             continue
         if not isinstance(value, Mapping):
             problems.append(f"{key}: adapter section must be a mapping (got {show(value)})")
         else:
-            problems.append(f"{key}: config adapter '{STACK}.{key}' is unavailable; installed adapters: <none>")
+            hint = " (the router and planner sections need --stack dynamo)" if key in DYNAMO_SECTIONS else ""
+            problems.append(f"{key}: config adapter '{stack}.{key}' is unavailable; installed adapters: <none>{hint}")
     return problems
 
 
@@ -166,17 +176,33 @@ def _adapter_section_problems(data: Mapping[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
+_NOTED: set[str] = set()
+
+
+def _locate(path: str, base_dir: Path, key: str, exists: Any) -> str:
+    """`path` as the reference reads it (from the current directory), or the one beside the
+    config when only that exists — said once per path on stderr."""
+    if os.path.isabs(path) or exists(Path(path)) or not exists(base_dir / path):
+        return path
+    beside = str(base_dir / path)
+    if beside not in _NOTED:
+        _NOTED.add(beside)
+        log.warning("servesim: note: %s %r is not in the current directory; using the one beside the "
+                    "config, %s", key, path, beside)
+    return beside
+
+
 def _resolve_relative_paths(config: SimConfig, base_dir: Path) -> SimConfig:
-    """Make trace paths, a model given as a directory next to the config, and the AIC systems
-    directory absolute (relative to the config's folder)."""
+    """Trace paths and a model directory: the current directory's, else the config folder's
+    (`_locate`); the AIC systems directory (servesim's key): relative to the config's folder."""
     source = config.traffic.source
     if isinstance(source, TraceSource):
-        paths = [p if os.path.isabs(p) else str(base_dir / p) for p in source.paths]
+        paths = [_locate(p, base_dir, "traffic.source.paths", Path.exists) for p in source.paths]
         traffic = config.traffic.model_copy(update={"source": source.model_copy(update={"paths": paths})})
         config = config.model_copy(update={"traffic": traffic})
-    model = config.engine.model
-    if not os.path.isabs(model) and (base_dir / model).is_dir():
-        engine = config.engine.model_copy(update={"model": str(base_dir / model)})
+    model = _locate(config.engine.model, base_dir, "engine.model", Path.is_dir)
+    if model != config.engine.model:
+        engine = config.engine.model_copy(update={"model": model})
         config = config.model_copy(update={"engine": engine})
     systems = config.engine.aic_systems_path
     if systems is not None and not os.path.isabs(systems):

@@ -77,7 +77,7 @@ class TraceSource(SchemaModel):
     type: Literal["trace"] = "trace"
     """Source kind: 'trace'."""
     paths: list[str]
-    """Trace files (relative paths are resolved against the config's folder); exactly one unless format is dynamo."""
+    """Trace files (a relative path is read from the current directory, else from the config's folder); exactly one unless format is dynamo."""
     format: TraceFormat = "mooncake"
     """Trace format: mooncake, mooncake-delta, agentic_mooncake, applied_compute_agentic or dynamo."""
     block_size: PositiveInt | None = None

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "(default: ../shared/data/llmservingsim-vllm-validation)")
     validate.add_argument("--aic-systems-path", default=None,
                           help="AIConfigurator systems directory with vLLM 0.19.0 data (default: "
-                               "$SERVESIM_AIC_SYSTEMS_PATH, else the package's own)")
+                               "$SERVESIM_AIC_SYSTEMS_PATH, else servesim's default, the reference's database)")
     validate.add_argument("--runs", default=None, help="comma-separated run numbers (1-4) to validate")
     validate.add_argument("-o", "--output", default=None,
                           help="write the Markdown tables here (between '<!-- servesim validate: begin/end -->' "

@@ -69,12 +69,11 @@ class Ratio:
 
 def _aic_engine(model: str, tp: int, systems: str | None):
     from servesim.perf import aic
-    from servesim.perf.hardware import systems_dir
+    from servesim.perf.hardware import ready_systems_dir, systems_dir
 
     path, how = systems_dir(systems)
-    if path is None:
-        raise RuntimeError(f"no AIConfigurator systems folder ({how})")
-    version, _ = aic.resolve_version(path, "h100_sxm", "vllm", None)
+    ready_systems_dir(path, how, "h100_sxm")
+    version = aic.resolve_version(path, "h100_sxm", "vllm", None)
     key = aic.AicKey(model=model, system="h100_sxm", backend="vllm", version=version, tp=tp, pp=1,
                      attention_dp=1, moe_tp=None, moe_ep=None, block_size=16, systems_path=str(path))
     return aic.aic_engine(key)

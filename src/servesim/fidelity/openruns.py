@@ -63,9 +63,11 @@ RUNS = (
 
 def has_aic_data(run: OpenRun, systems: str | None = None) -> bool:
     """Whether the AIConfigurator database can time the run's GPU (else servesim uses the roofline)."""
-    from servesim.perf.hardware import aic_system, systems_dir
+    from servesim.perf.hardware import aic_system, ready_systems_dir, systems_dir
 
-    gpu = aic_system(run.hardware, systems_dir(systems)[0])
+    path, how = systems_dir(systems)
+    ready_systems_dir(path, how, run.hardware)
+    gpu = aic_system(run.hardware, path)
     return gpu is not None and gpu.has_aic_data
 
 

@@ -18,9 +18,10 @@ The engine is compiled as the reference compiles it (engine.md §6.3)::
                    kv_block_size=block_size, systems_path=S)
 
 ``V`` defaults to the reference's backend default (vLLM 0.19.0, SGLang 0.5.10, TRT-LLM
-1.3.0rc10). A database without that version's data falls back to its current version with a
-warning naming both. ``S`` is the systems directory chosen in `servesim.perf.hardware`. A
-model or GPU the database cannot serve falls back to the roofline model, with a warning.
+1.3.0rc10); a version the database has no data for is a configuration error naming those it
+has. ``S`` is the systems directory chosen in `servesim.perf.hardware` (by default the
+reference's own database, `servesim.perf.aicdata`). A model or GPU the database cannot serve
+falls back to the roofline model, with a warning.
 
 The package is imported only here, and only when such a config runs.
 """
@@ -43,11 +44,12 @@ import yaml
 
 from servesim.perf.models import find_model_files, ModelNotFound
 from servesim.perf.timing import quantize_ms
-from servesim.errors import RunError
+from servesim.errors import ConfigError, RunError
 
 log = logging.getLogger("servesim")
 
 DEFAULT_BACKEND_VERSIONS = {"vllm": "0.19.0", "sglang": "0.5.10", "trtllm": "1.3.0rc10"}
+_BACKEND_DIRS = frozenset({"vllm", "sglang", "trtllm", "nccl", "oneccl"})  # legacy-layout folders
 _SLOT_ALIASES = ("current", "previous", "next")
 
 
@@ -97,6 +99,26 @@ def gemm_versions(systems: Path, system: str, backend: str) -> list[str]:
     return sorted(found, key=_version_key)
 
 
+def data_versions(systems: Path, system: str, backend: str) -> list[str]:
+    """Versions of `backend` on `system` with a data folder for any operation, oldest first.
+
+    These are the versions AIC loads (a version missing some operation borrows it from its
+    neighbours): ``data/<gpu>/<operation>/<backend>/<version>``, or the legacy
+    ``data/<gpu>/<backend>/<version>``.
+    """
+    data = _data_dir(systems, system)
+    if not data.is_dir():
+        return []
+    found: set[str] = set()
+    for entry in data.iterdir():
+        if entry.name.startswith(".") or entry.name in _BACKEND_DIRS and entry.name != backend:
+            continue
+        folder = entry if entry.name == backend else entry / backend
+        if folder.is_dir():
+            found.update(v.name for v in folder.iterdir() if v.is_dir() and not v.name.startswith((".", "_")))
+    return sorted(found, key=_version_key)
+
+
 def _slots(systems: Path, system: str, backend: str) -> dict[str, str] | None:
     """The database's queryable-version slots (None for a tree without a slots file)."""
     try:
@@ -113,7 +135,7 @@ def _slots(systems: Path, system: str, backend: str) -> dict[str, str] | None:
 
 
 def current_version(systems: Path, system: str, backend: str) -> str | None:
-    """The database's current version: its `current` slot, else its newest version with data."""
+    """The database's current version: its `current` slot, else its newest version with GEMM data."""
     slots = _slots(systems, system, backend)
     if slots is not None:
         return slots["current"]
@@ -121,11 +143,13 @@ def current_version(systems: Path, system: str, backend: str) -> str | None:
     return versions[-1] if versions else None
 
 
-def resolve_version(systems: Path, system: str, backend: str, requested: str | None) -> tuple[str, str | None]:
-    """(the literal version to compile, a warning or None).
+def resolve_version(systems: Path, system: str, backend: str, requested: str | None) -> str:
+    """The literal version to compile for `requested` (None: the reference's default).
 
-    `requested` None means the reference's default for the backend. A version the database
-    has no data for, or does not allow (its slots), falls back to the current version.
+    ``current``/``previous`` name the database's slots (servesim's extension). Any other version
+    must have data in the database (and, for a tree with a slots file, be listed there), else
+    it is a `ConfigError` naming the versions there are — as the reference refuses it. A GPU
+    without any data for the backend raises `AicUnavailable` (the caller's roofline fallback).
     """
     wanted = requested if requested is not None else DEFAULT_BACKEND_VERSIONS.get(backend, "current")
     slots = _slots(systems, system, backend)
@@ -133,19 +157,17 @@ def resolve_version(systems: Path, system: str, backend: str, requested: str | N
         literal = (slots or {}).get(wanted) if wanted != "current" else current_version(systems, system, backend)
         if literal is None:
             raise AicUnavailable(f"the database has no {wanted!r} {backend} version for {system}")
-        return literal, None
-    available = wanted in gemm_versions(systems, system, backend)
-    allowed = (slots is None or wanted in slots.values()
-               or os.environ.get("AIC_ALLOW_UNLISTED_VERSIONS", "").lower() in ("1", "true", "yes"))
-    if available and allowed:
-        return wanted, None
-    current = current_version(systems, system, backend)
-    if current is None:
+        return literal
+    versions = data_versions(systems, system, backend)
+    if not versions:
         raise AicUnavailable(f"the database at {systems} has no {backend} data for {system}")
-    why = "no data for" if not available else "no queryable slot for"
-    return current, (f"servesim: warning: the AIConfigurator database ({systems}) has {why} {backend} "
-                     f"{wanted} on {system}; using its current version {current} instead "
-                     "(SERVESIM_AIC_SYSTEMS_PATH or engine.aic_systems_path can name a database that has it)")
+    unlisted_ok = os.environ.get("AIC_ALLOW_UNLISTED_VERSIONS", "").lower() in ("1", "true", "yes")
+    allowed = [v for v in versions if slots is None or unlisted_ok or v in slots.values()]
+    if wanted in allowed:
+        return wanted
+    what = repr(wanted) if requested is not None else f"(omitted: the reference's default {backend} {wanted})"
+    raise ConfigError(f"engine.backend_version {what}: the AIConfigurator database ({systems}) has no "
+                      f"{backend} {wanted} data on {system}; available: {', '.join(allowed)} (or 'current')")
 
 
 # -- models --------------------------------------------------------------------------------------
@@ -300,5 +322,5 @@ def aic_timing(key: AicKey, interpolate_context: int | None) -> AicTiming:
 
 
 __all__ = ["AicKey", "AicTiming", "AicUnavailable", "DEFAULT_BACKEND_VERSIONS", "aic_engine",
-           "aic_model_name", "aic_timing", "current_version", "gemm_versions", "resolve_version",
+           "aic_model_name", "aic_timing", "current_version", "data_versions", "gemm_versions", "resolve_version",
            "ModelNotFound"]

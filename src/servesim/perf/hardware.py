@@ -4,7 +4,7 @@ Which AIConfigurator ``systems`` directory is used (the "database"), first match
 
 1. ``engine.aic_systems_path`` in the config;
 2. the environment variable ``SERVESIM_AIC_SYSTEMS_PATH``;
-3. the ``systems`` directory of the installed ``aiconfigurator-core`` package.
+3. servesim's cached copy of the reference's database (`servesim.perf.aicdata`), fetched on first use.
 
 A GPU (``engine.hardware``) is looked up in that database's ``<name>.yaml`` first (memory
 capacity, bandwidth, peak FLOP/s, the runtime and NCCL memory reserves the KV-capacity formula
@@ -27,6 +27,7 @@ from servesim.errors import RunError
 
 ENV_SYSTEMS_PATH = "SERVESIM_AIC_SYSTEMS_PATH"
 ENV_GPU_SPECS = "SERVESIM_GPU_SPECS"
+REFERENCE_DATABASE = "servesim's copy of the reference's database"
 GIB = 1 << 30
 MIB = 1 << 20
 DEFAULT_OTHER_MEM = 3758096384  # 3.5 GiB, as in every NVIDIA system file of the database
@@ -63,24 +64,34 @@ class GpuSpec:
         return self.nccl_mem[max(smaller)] if smaller else 0
 
 
-def systems_dir(configured: str | None = None) -> tuple[Path | None, str]:
-    """(the AIConfigurator systems directory in use, how it was chosen)."""
+def systems_dir(configured: str | None = None) -> tuple[Path, str]:
+    """(the AIConfigurator systems directory in use, how it was chosen); see `ready_systems_dir`."""
     if configured:
         return Path(configured).expanduser(), "engine.aic_systems_path"
     env = os.environ.get(ENV_SYSTEMS_PATH)
     if env:
         return Path(env).expanduser(), ENV_SYSTEMS_PATH
-    package = aic_package_dir()
-    if package is None:
-        return None, "aiconfigurator-core is not installed"
-    return package / "systems", "the aiconfigurator-core package"
+    from servesim.perf import aicdata  # only runs that need the database load the fetcher
+
+    return aicdata.systems_root(), REFERENCE_DATABASE
 
 
-def check_systems_dir(path: Path | None, how: str) -> None:
-    """A configured systems directory must exist (the package's own is trusted)."""
-    if path is not None and how != "the aiconfigurator-core package" and not (path / "data").is_dir():
+def ready_systems_dir(path: Path, how: str, gpu: str | None = None) -> None:
+    """Make the systems directory usable: a configured one must exist; servesim's copy of the
+    reference's database gets its top-level files and the data of `gpu` fetched if missing."""
+    if how == REFERENCE_DATABASE:
+        from servesim.perf import aicdata
+
+        aicdata.ensure([gpu] if gpu else [])
+    elif not (path / "data").is_dir():
         raise RunError(f"{how}: {str(path)!r} is not an AIConfigurator systems directory "
                        "(it has no data/ folder)")
+
+
+def package_systems_dir() -> Path | None:
+    """The ``systems`` directory of the installed ``aiconfigurator-core`` package (not the default)."""
+    package = aic_package_dir()
+    return package / "systems" if package is not None else None
 
 
 @lru_cache(maxsize=64)

@@ -2,13 +2,14 @@
 
 A model is named the way the reference names it (``engine.model``):
 
-* a local directory holding ``config.json`` (and optionally ``hf_quant_config.json``), or
+* a local directory holding ``config.json`` (and optionally ``hf_quant_config.json``),
 * a Hugging Face id among the model configs bundled with the AIConfigurator database
   (``aiconfigurator_core/model_configs/<org>--<name>_config.json``; the directory can be moved
-  with ``AICONFIGURATOR_MODEL_CONFIGS_PATH``, like AIConfigurator itself allows).
+  with ``AICONFIGURATOR_MODEL_CONFIGS_PATH``, like AIConfigurator itself allows), or
+* any other Hugging Face id: its ``config.json`` is fetched from the Hub (`servesim.perf.hub`).
 
-Nothing is downloaded. The package is located without importing it, so resolving a model costs
-a file read. `ModelSpec` holds the geometry the KV-capacity formula and the roofline need.
+The package is located without importing it, so resolving a bundled model costs a file read.
+`ModelSpec` holds the geometry the KV-capacity formula and the roofline need.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class ModelSpec:
     name: str
     """The model as configured (`engine.model`)."""
     source: str
-    """'local' (a directory) or 'bundled' (AIConfigurator's model_configs)."""
+    """'local' (a directory), 'bundled' (AIConfigurator's model_configs) or 'hub' (fetched)."""
     config: dict[str, Any] = field(repr=False, compare=False, hash=False)
     """The raw config.json (with hf_quant_config.json's section under 'hf_quant')."""
     architecture: str
@@ -146,16 +147,23 @@ def find_model_files(model: str) -> tuple[str, Path, Path | None]:
         if config.is_file():
             quant = folder / f"{stem}_hf_quant_config.json"
             return "bundled", config, quant if quant.is_file() else None
-    hint = "" if folder is not None else " (aiconfigurator-core is not installed)"
+    from servesim.perf.hub import HubUnavailable, hub_config, looks_like_repo_id
+
+    why = "not a Hugging Face model id"
+    if looks_like_repo_id(model):
+        try:
+            return "hub", hub_config(model), None
+        except HubUnavailable as exc:
+            why = f"no config.json from the Hugging Face Hub: {exc}"
     raise ModelNotFound(
-        f"model {model!r}: not a local directory holding config.json and not among the "
-        f"AIConfigurator database's bundled model configs{hint}; servesim downloads nothing - "
-        "give a directory with the model's HF config.json")
+        f"model {model!r}: not a local directory holding config.json, not among the AIConfigurator "
+        f"database's bundled model configs, and {why} - give a directory with the model's HF "
+        "config.json (or set HF_TOKEN for a gated model, HF_ENDPOINT for a mirror)")
 
 
 @lru_cache(maxsize=64)
 def resolve_model(model: str) -> ModelSpec:
-    """Read and parse the HF config of `model` (a local directory or a bundled HF id)."""
+    """Read and parse the HF config of `model` (a local directory, a bundled or a Hub HF id)."""
     source, config_path, quant_path = find_model_files(model)
     try:
         raw = _read_json(config_path)

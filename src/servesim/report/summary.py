@@ -32,7 +32,7 @@ class Sla:
 
 
 @dataclass(slots=True)
-class _Timelines:
+class Timelines:
     """Per counted request: token count, first/second/last token time; plus every token gap of
     every request, as distinct gap values and how many gaps have each."""
 
@@ -45,7 +45,7 @@ class _Timelines:
     gap_counts: np.ndarray
 
 
-def _timelines(counted: Sequence[RequestRecord]) -> _Timelines:
+def request_timelines(counted: Sequence[RequestRecord]) -> Timelines:
     """Read the timelines off the token spans, without materialising one value per token.
 
     A request's tokens are stamped with the ends of runs of consecutive passes of one worker,
@@ -100,7 +100,7 @@ def _timelines(counted: Sequence[RequestRecord]) -> _Timelines:
         values.append(gaps)
         weights.append(counts)
     gaps, counts = _merge_equal(np.concatenate(values), np.concatenate(weights))
-    return _Timelines(arrival, count, first, second, last, gaps, counts)
+    return Timelines(arrival, count, first, second, last, gaps, counts)
 
 
 def _merge_equal(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -116,10 +116,11 @@ def _put(summary: dict[str, float], metric: str, stats: dict[str, float]) -> Non
 
 
 def summarize(records: Sequence[RequestRecord], pools: dict[str, PoolUsage],
-              wall_time_ms: float, sla: Sla | None = None) -> dict[str, float | int]:
-    """The reference's summary fields for a finished replay."""
+              wall_time_ms: float, sla: Sla | None = None, timelines: Timelines | None = None) -> dict[str, float | int]:
+    """The reference's summary fields for a finished replay (`timelines`: those of the counted
+    records, when the caller already has them)."""
     counted = [r for r in records if r.counted]
-    tl = _timelines(counted)
+    tl = timelines if timelines is not None else request_timelines(counted)
     total_in = sum(r.input_length for r in counted)
     total_out = sum(r.output_length for r in counted)
     duration = max((r.terminal_ms for r in counted if r.terminal_ms is not None), default=0.0)
@@ -169,7 +170,7 @@ def summarize(records: Sequence[RequestRecord], pools: dict[str, PoolUsage],
     return summary
 
 
-def _goodput(counted: Sequence[RequestRecord], tl: _Timelines, sla: Sla, ds: float) -> dict[str, float | int]:
+def _goodput(counted: Sequence[RequestRecord], tl: Timelines, sla: Sla, ds: float) -> dict[str, float | int]:
     good = good_tokens = 0
     for i, record in enumerate(counted):
         n = int(tl.count[i])

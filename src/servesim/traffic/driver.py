@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 from servesim.traffic.workload import GENERATED_BASE, NEVER, Run, Session, Workload, output_runs
 
@@ -33,6 +34,40 @@ class Arrival:
     """First token position no other request can have (NEVER when all may be shared)."""
     output_ids: list[int] | None = None
     """Authored output token ids, if the trace gives them."""
+    request_id: str | None = None
+    """The trace's request id (agentic workloads only)."""
+    play_id: str | None = None
+    """The play (trajectory) the request belongs to (agentic workloads only)."""
+
+
+class RequestDriver(Protocol):
+    """What the runtime and the cluster ask of a driver (`Driver`, or
+    `servesim.traffic.agentic_driver.AgenticDriver` for dependency graphs)."""
+
+    fixed_arrivals: bool
+    """True when completions never release requests (every arrival time is known up front)."""
+    frontend_ms: float
+    """Latency from a request's send (its arrival time) to its release (servesim extension)."""
+
+    @property
+    def total_requests(self) -> int:
+        """Requests in the workload (an upper bound on those that will arrive)."""
+
+    def next_ready_time(self) -> float:
+        """Earliest time a not yet released request becomes ready (inf if none is known)."""
+
+    def drained(self) -> bool:
+        """True when no request will be released any more."""
+
+    def start(self, now: float) -> None:
+        """Release what is ready at the start of the replay."""
+
+    def release(self, now: float) -> list[Arrival]:
+        """Every request ready at or before `now`, in release order."""
+
+    def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
+                    completed: bool = True) -> None:
+        """A released request ended (`completed` False: rejected or failed)."""
 
 
 class _SessionProgress:
@@ -134,8 +169,10 @@ class Driver:
             else:
                 return out
 
-    def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False) -> None:
-        """A released turn reached a terminal state after emitting `emitted` tokens."""
+    def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
+                    completed: bool = True) -> None:
+        """A released turn reached a terminal state after emitting `emitted` tokens (a rejected
+        turn, `completed` False, still lets its session go on)."""
         s = arrival.session_index
         progress = self._progress[s]
         session = self._sessions[s]

@@ -11,56 +11,14 @@ from __future__ import annotations
 import json
 import math
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from collections import Counter
-from itertools import chain, islice
+from itertools import chain
 from typing import Any
 
 from servesim.errors import TraceError
+from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
-
-
-def read_jsonl(path: str, chunk_lines: int = 4096) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(1-based line number, object) for every non-blank line of a JSONL file.
-
-    Lines are parsed a chunk at a time in one `json.loads` call (several times faster than line
-    by line, with bounded memory); a chunk that does not parse cleanly is re-read line by line
-    to name the first bad line.
-    """
-    try:
-        with open(path, encoding="utf-8") as handle:
-            number = 0
-            while True:
-                chunk = list(islice(handle, chunk_lines))
-                if not chunk:
-                    return
-                numbered = [(number + i, line) for i, line in enumerate(chunk, start=1) if not line.isspace()]
-                number += len(chunk)
-                yield from _parse_chunk(path, numbered)
-    except UnicodeDecodeError as exc:
-        raise TraceError(path, None, f"not UTF-8 text: {exc.reason}") from None
-    except OSError as exc:
-        raise TraceError(path, None, f"cannot read trace: {exc.strerror or exc}") from None
-
-
-def _parse_chunk(path: str, numbered: list[tuple[int, str]]) -> list[tuple[int, dict[str, Any]]]:
-    try:
-        rows = json.loads("[" + ",".join(line for _, line in numbered) + "]")
-    except json.JSONDecodeError:
-        rows = None
-    if rows is None or len(rows) != len(numbered):
-        rows = [_parse_line(path, number, line) for number, line in numbered]
-    for (number, _), row in zip(numbered, rows, strict=True):
-        if not isinstance(row, dict):
-            raise TraceError(path, number, "each line must be a JSON object")
-    return [(number, row) for (number, _), row in zip(numbered, rows, strict=True)]
-
-
-def _parse_line(path: str, number: int, line: str) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise TraceError(path, number, f"invalid JSON: {exc.msg}") from None
 
 
 def _pick(row: Mapping[str, Any], *names: str) -> Any:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servesim.errors import RunError
-from servesim.traffic.driver import Driver
-from servesim.traffic.mooncake import read_mooncake
+from servesim.traffic.agentic import AgenticGraph
+from servesim.traffic.agentic_driver import AgenticDriver
+from servesim.traffic.driver import Driver, RequestDriver
 from servesim.traffic.synthetic import constant_rate_schedule, poisson_schedule, synthetic_workload
 from servesim.traffic.workload import Workload
 
@@ -28,12 +29,12 @@ class SyntheticSpec:
 
 @dataclass(frozen=True, slots=True)
 class TraceSpec:
-    """A trace file and how to read it."""
+    """Trace files (several only for `dynamo` shards) and how to read them."""
 
-    path: str
+    paths: tuple[str, ...]
     format: str
     block_size: int | None
-    """Tokens per trace hash id."""
+    """Tokens per trace hash id (None only for `dynamo`: the trace's embedded one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,26 +56,34 @@ class TrafficSpec:
 
     source: SyntheticSpec | TraceSpec
     load: LoadSpec
+    graph_refusal: str | None = None
+    """Why a dependency graph (an agent-aware Dynamo trace) cannot be replayed in this run, as
+    the reference says it at run time; None when it can."""
     frontend_ms: float = 0.0
     """Latency from a client's send to the engine seeing the request (servesim extension)."""
     client_timeout_ms: float | None = None
     """Clients abandon a request unfinished this long after sending it (servesim extension)."""
 
-    def workload(self, block_size: int) -> Workload:
-        """The source's sessions (synthetic prompts are made of blocks of `block_size`)."""
+    def workload(self, block_size: int) -> Workload | AgenticGraph:
+        """The source's sessions, or the dependency graph of an agentic trace (synthetic prompts
+        are made of blocks of `block_size`)."""
         source = self.source
         if isinstance(source, SyntheticSpec):
             return synthetic_workload(source.count, source.input_tokens, source.output_tokens, block_size,
                                       turns=source.turns, shared_prefix_ratio=source.shared_prefix_ratio,
                                       prefix_groups=source.prefix_groups,
                                       inter_turn_delay_ms=source.inter_turn_delay_ms)
-        if source.format not in ("mooncake", "mooncake-delta") or source.block_size is None:
-            raise RunError(f"trace format {source.format!r} is not supported yet")
-        return read_mooncake(source.path, source.block_size, accumulate=source.format == "mooncake-delta")
+        speedup = self.load.speedup if self.load.kind == "trace_timestamps" else 1.0
+        return read_trace(source.format, list(source.paths), source.block_size, speedup)
 
-    def driver(self, workload: Workload) -> Driver:
-        """The driver releasing `workload`'s turns under this load."""
-        load, lag = self.load, self.frontend_ms
+    def driver(self, workload: Workload | AgenticGraph) -> RequestDriver:
+        """The driver releasing `workload`'s requests under this load."""
+        lag = self.frontend_ms
+        if isinstance(workload, AgenticGraph):
+            if self.graph_refusal is not None:
+                raise RunError(self.graph_refusal)
+            return AgenticDriver(workload, frontend_ms=lag)
+        load = self.load
         n = len(workload.sessions)
         if load.kind == "concurrency":
             return Driver(workload, concurrency=load.concurrency, frontend_ms=lag)
@@ -93,3 +102,41 @@ def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
     origin = workload.origin_ms if workload.origin_ms is not None else min(present) if present else 0.0
     return [0.0 if s.first_arrival_ms is None else (s.first_arrival_ms - origin) / speedup
             for s in workload.sessions]
+
+
+def read_trace(fmt: str, paths: list[str], block_size: int | None, speedup: float) -> Workload | AgenticGraph:
+    """Read the trace files of a `trace` source (docs/traffic.md): sessions, or a dependency graph
+    for `agentic_mooncake` and agent-aware `dynamo` traces.
+
+    `block_size` is the trace block size (None only for `dynamo`: the embedded one); `speedup`
+    divides the times of agentic graphs (session workloads are sped up by the driver).
+    """
+    if fmt == "dynamo":
+        return _read_dynamo(paths, block_size, speedup)
+    if block_size is None:
+        raise RunError(f"trace format {fmt!r} needs a block size")
+    if fmt in ("mooncake", "mooncake-delta"):
+        from servesim.traffic.mooncake import read_mooncake
+
+        return read_mooncake(paths[0], block_size, accumulate=fmt == "mooncake-delta")
+    if fmt == "agentic_mooncake":
+        from servesim.traffic.agentic_mooncake import read_agentic_mooncake
+
+        return read_agentic_mooncake(paths[0], block_size, speedup=speedup)
+    if fmt == "applied_compute_agentic":
+        from servesim.traffic.applied_compute import read_applied_compute
+
+        return read_applied_compute(paths[0], block_size)
+    raise RunError(f"trace format {fmt!r} is not supported")
+
+
+def _read_dynamo(paths: list[str], block_size: int | None, speedup: float) -> Workload | AgenticGraph:
+    """Standard Dynamo traces are sessions; agent-aware ones (agent_context everywhere) graphs."""
+    from servesim.traffic.dynamo import read_dynamo, standard_workload
+
+    requests, tools, embedded = read_dynamo(paths, block_size)
+    if requests[0].agent_context is not None:
+        from servesim.traffic.dynamo_agentic import agentic_graph
+
+        return agentic_graph(requests, tools, embedded, speedup)
+    return standard_workload(requests, embedded)

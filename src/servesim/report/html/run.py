@@ -1,0 +1,147 @@
+"""The report of one simulation: headline, latency distributions, state over time, planner."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from servesim.collect.sampler import TimeSeries, WorkerSeries
+from servesim.report.html.charts import cdf_chart, lines_chart, within
+from servesim.report.html.page import Page, plotly_modules
+from servesim.report.html.planner import planner_section
+from servesim.report.latency import METRICS, SUMMARY_NAMES, LatencySamples, rate_per_second
+from servesim.report.summary import Sla
+
+if TYPE_CHECKING:
+    from servesim.api import Report
+
+MAX_WORKER_LINES = 12
+"""Pools with more workers show their total and their busiest worker instead of every line."""
+POOL_TITLES = {"agg": "", "prefill": "prefill pool: ", "decode": "decode pool: "}
+
+
+def write_run_report(report: Report, path: Path, title: str = "servesim prediction") -> None:
+    """Write `report` as a self-contained HTML file."""
+    if report.timeseries is None or report.latency is None:
+        raise ValueError("the HTML report needs the run's time series: simulate(..., timeseries=True)")
+    plotly_modules()  # fail early, with the install hint, if plotly is missing
+    run_page(report.summary, report.latency, report.timeseries, report.sla, title).write(path)
+
+
+def sla_targets(sla: Sla | None) -> dict[str, float | None]:
+    """The threshold drawn on each distribution: a request's TPOT (its mean gap) is what the
+    ITL target bounds; the ITL chart shows the same line for reference."""
+    if sla is None:
+        return dict.fromkeys(METRICS)
+    return {"ttft_ms": sla.ttft_ms, "tpot_ms": sla.itl_ms, "itl_ms": sla.itl_ms, "e2e_ms": sla.e2e_ms}
+
+
+def run_page(summary: Mapping[str, Any], latency: LatencySamples, series: TimeSeries,
+             sla: Sla | None, title: str) -> Page:
+    """The page of one run."""
+    subtitle = (f"{summary['num_requests']:,} requests · {summary['duration_ms'] / 1000:,.1f} s simulated · "
+                f"{summary['gpu_hours']:.3g} GPU-hours")
+    page = Page(title, subtitle)
+    headline(page, summary, latency, sla)
+    page.section("Latency distributions")
+    page.note("Empirical CDFs over completed requests; dashed lines mark the SLA targets "
+              "(the ITL target bounds each request's TPOT, its mean inter-token gap).")
+    if not summary["completed_requests"]:
+        page.note("No request completed: the distributions are empty.")
+    targets = sla_targets(sla)
+    page.charts_grid([cdf_chart(m, [("run", latency)], targets[m]) for m in METRICS])
+    over_time(page, latency, series)
+    if summary.get("planner"):
+        planner_section(page, summary["planner"])
+    return page
+
+
+def headline(page: Page, summary: Mapping[str, Any], latency: LatencySamples, sla: Sla | None) -> None:
+    """The key figures and the latency table."""
+    page.section("Headline")
+    done, total = summary["completed_requests"], summary["num_requests"]
+    rows: list[tuple[str, str]] = [
+        ("Requests completed", f"{done:,} of {total:,}" + (f" ({total - done:,} not completed)" if done < total else "")),
+        ("Simulated duration", f"{summary['duration_ms'] / 1000:,.2f} s"),
+        ("Request throughput", f"{summary['request_throughput_rps']:,.2f} req/s"),
+        ("Output throughput", f"{summary['output_throughput_tok_s']:,.1f} tok/s"),
+        ("GPU-hours", f"{summary['gpu_hours']:.4g}"),
+        ("Prefix-cache reused ratio", f"{summary['prefix_cache_reused_ratio']:.1%}"),
+    ]
+    if "goodput_completed_requests" in summary:
+        good = summary["goodput_completed_requests"]
+        share = good / done if done else 0.0
+        rows.insert(2, ("Goodput (every SLA target met)",
+                        f"{good:,} requests ({share:.1%}) · {summary['goodput_request_throughput_rps']:,.2f} req/s"
+                        f" · {summary['goodput_output_throughput_tok_s']:,.1f} tok/s"))
+    page.table(("", "value"), rows)
+    targets = sla_targets(sla)
+    table, classes = [], []
+    for metric in METRICS:
+        key = SUMMARY_NAMES[metric]
+        if f"mean_{key}" not in summary:
+            continue
+        stats = [f"{summary[f'{s}_{key}']:,.2f}" for s in ("mean", "median", "p90", "p99", "max")]
+        target = targets[metric]
+        values, weights = latency.values(metric)
+        share = within(values, weights, target) if target is not None else None
+        table.append([metric.removesuffix("_ms").upper() + " (ms)", *stats,
+                      f"{target:g}" if target is not None else "—",
+                      f"{share:.1%}" if share is not None and not math.isnan(share) else "—"])
+        verdict = "" if target is None else ("good" if summary[f"p90_{key}"] <= target else "bad")
+        classes.append(["", "", "", verdict, "", "", "", ""])
+    page.table(("latency", "mean", "p50", "p90", "p99", "max", "SLA", "within SLA"), table, classes)
+
+
+def over_time(page: Page, latency: LatencySamples, series: TimeSeries) -> None:
+    """Traffic, queues, batches, KV-cache use and prefix hits over simulated time."""
+    x = (series.start_ms + series.width_ms / 2) / 1000
+    edges = np.append(series.start_ms, series.start_ms[-1] + series.width_ms)
+    page.section("Over simulated time")
+    page.note(f"Each point is a {series.width_ms / 1000:.3g} s bucket: time-weighted means of what "
+              "each worker held between its pass ends; prefix-hit rate over the prompt tokens admitted "
+              "in the bucket.")
+    traffic = lines_chart("Arrivals and completions", x,
+                          [("arrivals/s", rate_per_second(latency.arrival_ms, edges)),
+                           ("completions/s", rate_per_second(latency.completion_ms, edges))], "requests per second")
+    charts = [traffic]
+    for pool in series.pools():
+        workers = series.of_pool(pool)
+        prefix = POOL_TITLES.get(pool, f"{pool} pool: ")
+        charts += [
+            lines_chart(prefix + "waiting requests", x, _lines(workers, "waiting", np.nansum), "requests"),
+            lines_chart(prefix + "running requests", x, _lines(workers, "running", np.nansum), "requests"),
+            lines_chart(prefix + "KV-cache use", x, _lines(workers, "kv_usage", np.nanmean), "blocks in use",
+                        percent=True),
+            lines_chart(prefix + "prefix-cache hit rate", x, _hit_lines(workers), "prompt tokens from cache",
+                        percent=True, mode="lines+markers"),
+        ]
+    page.charts_grid(charts)
+
+
+def _lines(workers: list[WorkerSeries], name: str, combine: Any) -> list[tuple[str, np.ndarray]]:
+    """One line per worker, or for a large pool its combined line and its busiest worker."""
+    arrays = [getattr(w, name) for w in workers]
+    if len(workers) <= MAX_WORKER_LINES:
+        return [(f"worker {w.worker_id}", a) for w, a in zip(workers, arrays, strict=True)]
+    stacked = np.vstack(arrays)
+    observed = ~np.all(np.isnan(stacked), axis=0)
+    total = np.full(stacked.shape[1], np.nan)
+    peak = np.full(stacked.shape[1], np.nan)
+    total[observed] = combine(stacked[:, observed], axis=0)
+    peak[observed] = np.nanmax(stacked[:, observed], axis=0)
+    label = "all workers (sum)" if combine is np.nansum else "all workers (mean)"
+    return [(label, total), ("busiest worker", peak)]
+
+
+def _hit_lines(workers: list[WorkerSeries]) -> list[tuple[str, np.ndarray]]:
+    if len(workers) <= MAX_WORKER_LINES:
+        return [(f"worker {w.worker_id}", w.hit_rate) for w in workers]
+    hits = np.sum([w.prefix_hits for w in workers], axis=0)
+    tokens = np.sum([w.prompt_tokens for w in workers], axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return [("all workers", np.where(tokens > 0, hits / tokens, np.nan))]

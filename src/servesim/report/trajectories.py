@@ -1,0 +1,76 @@
+"""Trajectory (play) fields of an agentic run's summary.
+
+A play is complete when every one of its requests completed; its end-to-end latency is its last
+terminal time minus its first dispatch. Statistics are over complete plays, with the exact
+percentile rule of every other latency (`servesim.report.stats`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from servesim.collect.collector import RequestRecord, Status
+from servesim.report.stats import exact_stats
+
+
+def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str, int],
+                      graph_block: Mapping[str, Any]) -> dict[str, Any]:
+    """`{total,completed,incomplete}_trajectories`, the trajectory E2E statistics and the
+    `agentic_graph` block; `play_sizes` is the number of requests of every play."""
+    completed: dict[str, int] = {}
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for r in records:
+        play = r.play_id
+        if play is None:
+            continue
+        if r.status == Status.COMPLETED:
+            completed[play] = completed.get(play, 0) + 1
+        first[play] = min(first.get(play, r.arrival_ms), r.arrival_ms)
+        if r.terminal_ms is not None:
+            last[play] = max(last.get(play, r.terminal_ms), r.terminal_ms)
+    done = [play for play, size in play_sizes.items() if completed.get(play, 0) == size]
+    out: dict[str, Any] = {
+        "total_trajectories": len(play_sizes),
+        "completed_trajectories": len(done),
+        "incomplete_trajectories": len(play_sizes) - len(done),
+        "agentic_graph": dict(graph_block),
+    }
+    stats = exact_stats([last[p] - first[p] for p in done])
+    for name, value in stats.items():
+        out[f"{name}_trajectory_e2e_latency_ms"] = float(value)
+    out["p50_trajectory_e2e_latency_ms"] = out["median_trajectory_e2e_latency_ms"]
+    return out
+
+
+def unreleased_requests(unreleased: Sequence[tuple[str, str, str, str | None]],
+                        records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """servesim's account of the requests an agentic run never released (the reference drops
+    them silently): each one's request, play and session ids, the request whose end aborted its
+    play (`blocked_by`) and how that request ended."""
+    ended = {r.request_id: r.status.value for r in records if r.request_id is not None and r.status is not None}
+    requests = [{"request_id": request_id, "play_id": play_id, "session_id": session_id, "blocked_by": by,
+                 "blocked_by_status": ended.get(by) if by is not None else None}
+                for request_id, play_id, session_id, by in unreleased]
+    return {"count": len(requests), "requests": requests}
+
+
+def unreleased_warning(account: Mapping[str, Any]) -> str | None:
+    """One line saying how many requests were never released and why (None if none were)."""
+    if not account["count"]:
+        return None
+    causes = {r["blocked_by"]: r["blocked_by_status"] for r in account["requests"] if r["blocked_by"] is not None}
+    by_status: dict[str, list[str]] = {}
+    for request_id, status in causes.items():
+        by_status.setdefault(status, []).append(request_id)
+    why = "; ".join(f"{len(ids)} {status}: {_some(ids)}" for status, ids in sorted(by_status.items()))
+    count = account["count"]
+    were = "request was" if count == 1 else "requests were"
+    return (f"{count} agentic {were} never released, so not counted in num_requests nor recorded per "
+            f"request: a request of the same play did not complete ({why})")
+
+
+def _some(ids: list[str], shown: int = 5) -> str:
+    more = len(ids) - shown
+    return ", ".join(ids[:shown]) + (f" and {more} more" if more > 0 else "")
