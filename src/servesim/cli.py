@@ -1,7 +1,7 @@
 """`servesim predict`: parse options, load the config, simulate, write the outputs;
 `servesim data fetch`: fill the cache with the reference's AIConfigurator database;
-`servesim compare`: runs side by side in one HTML page. (`servesim validate` and `servesim
-calibrate` are registered by `servesim.fidelity.commands`.)
+`servesim compare`: runs side by side in one HTML page. (`servesim recommend` is registered by
+`servesim.search.cli`, `servesim validate` and `servesim calibrate` by `servesim.fidelity.commands`.)
 
 Exit codes follow the reference: 0 success, 2 configuration or usage errors, 1 when the
 simulation itself fails, 130 on interrupt.
@@ -21,22 +21,29 @@ from servesim.errors import ConfigError, RunError
 
 DEFAULT_OUTPUT_DIR = "servesim-output"
 _KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "requests.parquet", "workers.json", "unreleased.json",
-                  "report.html")
+                  "report.html", "recommendation.json", "recommendation.csv", "pareto.csv")
 _RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
+
+
+def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs: str) -> None:
+    """The options `predict` and `recommend` share, as in the reference's CLI."""
+    command.add_argument("-c", "--config", required=True, help=f"YAML config (the reference's {schema} schema)")
+    command.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
+                         help="override a config value before validation (repeatable)")
+    command.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
+                         help=f"where {outputs} go (default: ./{DEFAULT_OUTPUT_DIR})")
+    command.add_argument("--overwrite", action="store_true", help="replace servesim outputs already in --output-dir")
+    command.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
+    command.add_argument("--stack", default=None, metavar="{engine,dynamo}",
+                         help="execution stack, as in the reference: 'engine' (no router/planner "
+                              "sections) or 'dynamo'; default: every section is accepted")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving.")
     sub = parser.add_subparsers(dest="command", required=True)
     predict = sub.add_parser("predict", help="replay a workload against a deployment and report latencies")
-    predict.add_argument("-c", "--config", required=True, help="YAML config (the reference's predict schema)")
-    predict.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
-                         help="override a config value before validation (repeatable)")
-    predict.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
-                         help=f"where prediction.json (and requests.jsonl) go (default: ./{DEFAULT_OUTPUT_DIR})")
-    predict.add_argument("--overwrite", action="store_true",
-                         help="replace servesim outputs already in --output-dir")
-    predict.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
+    add_common_arguments(predict, "predict", "prediction.json (and requests.jsonl)")
     predict.add_argument("--capture-per-request", action="store_true",
                          help="add per-request records to the report and write requests.jsonl")
     predict.add_argument("--per-request-format", choices=("jsonl", "parquet"), default="jsonl",
@@ -48,9 +55,6 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(default), or fails the run as in the reference")
-    predict.add_argument("--stack", default=None, metavar="{engine,dynamo}",
-                         help="execution stack, as in the reference: 'engine' (no router/planner "
-                              "sections) or 'dynamo'; default: every section is accepted")
     data = sub.add_parser("data", help="the reference's AIConfigurator database in servesim's cache")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     fetch = data_sub.add_parser("fetch", help="fetch (or unpack) it ahead of time; prints where it is")
@@ -67,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     for target in ("ttft", "itl", "e2e"):
         compare.add_argument(f"--sla-{target}-ms", type=float, default=None,
                              help=f"mark this {target.upper()} target on the distributions")
+    from servesim.search.cli import add_parser
+
+    add_parser(sub)
     from servesim.fidelity.commands import register
 
     register(sub)
@@ -209,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if hasattr(args, "run_command"):
             return args.run_command(args)
+        if args.command == "recommend":
+            from servesim.search.cli import main as recommend
+
+            return recommend(args)
         if args.command == "data":
             return _data_fetch(args)
         if args.command == "compare":

@@ -97,21 +97,22 @@ def _read_mapping(source: str) -> dict[str, Any]:
     return data
 
 
-def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str], *,
+                    refused: Sequence[str] = NOT_IN_SCHEMA) -> dict[str, Any]:
     """Return a copy of `data` with each ``PATH=YAML_VALUE`` override applied in order.
 
     PATH is dot-separated mapping keys; missing intermediate mappings are created; the value
     is parsed as YAML. Rejected: no '=', an empty or purely numeric key, a path that crosses
-    a non-mapping value, and a first key that is not in the schema (optimization/optimizer).
+    a non-mapping value, and a first key in `refused` (for predict: optimization/optimizer).
     """
     result = copy.deepcopy(dict(data))
     for override in overrides:
-        keys, value = _parse_override(override)
+        keys, value = _parse_override(override, refused)
         _set_path(result, keys, value, override)
     return result
 
 
-def _parse_override(override: str) -> tuple[list[str], Any]:
+def _parse_override(override: str, refused: Sequence[str]) -> tuple[list[str], Any]:
     """Split ``PATH=VALUE`` into its keys and parsed YAML value."""
     path, sep, text = override.partition("=")
     if not sep:
@@ -121,7 +122,7 @@ def _parse_override(override: str) -> tuple[list[str], Any]:
         raise ConfigError(f"invalid --set path {path!r}: empty key (paths are dot-separated mapping keys)")
     if any(key.isdigit() for key in keys):
         raise ConfigError(f"invalid --set path {path!r}: sequence indexes are unsupported")
-    if keys[0] in NOT_IN_SCHEMA:
+    if keys[0] in refused:
         raise ConfigError(f"--set path {path!r}: '{keys[0]}' is not in the schema of predict")
     try:
         value = yaml.safe_load(text)

@@ -103,7 +103,7 @@ def search_page(ledger: Mapping[str, Any], link_prefix: str = "") -> Page:
 
 def _search_rows(ledger: Mapping[str, Any], candidates: list, feasible: list) -> list[tuple[str, str]]:
     sla = ledger.get("sla") or {}
-    budget = ledger.get("constraints") or {}
+    budget = ledger.get("constraints") or ledger.get("gpu_budget") or {}
     rows = [("Target", str(ledger.get("target", "?"))),
             ("Candidates", f"{len(candidates)} ({len(feasible)} feasible)"),
             ("SLA", ", ".join(f"{k} ≤ {v:g}" for k, v in sla.items() if v is not None) or "none"),
@@ -159,17 +159,17 @@ def _top_rows(feasible: Sequence[Mapping[str, Any]], link_prefix: str) -> list[l
     rows = []
     for c in sorted(feasible, key=_rank_key)[:TOP_N]:
         metrics = c.get("metrics") or {}
-        link = c.get("recommendation")
+        link = c.get("recommendation", c.get("config_path"))
         config = (f'<a href="{html.escape(link_prefix + link)}">{html.escape(Path(link).name)}</a>'
                   if link else "—")
-        rows.append([html.escape(str(c.get("rank", "—"))), html.escape(_knobs(c)), html.escape(str(c.get("gpus", "—"))),
+        rows.append([html.escape(str(c.get("rank", "—"))), html.escape(_knobs(c)), html.escape(str(c.get("gpus", c.get("used_gpus", "—")))),
                      _fmt(c.get("score")), _fmt(throughput_per_gpu(metrics)), _fmt(throughput_per_user(metrics)),
                      _fmt(metrics.get("p90_ttft_ms")), _fmt(metrics.get("p90_itl_ms")), config])
     return rows
 
 
 def _label(c: Mapping[str, Any]) -> str:
-    return f"#{c.get('id', c.get('rank', '?'))}"
+    return f"#{c.get('id', c.get('trial', c.get('rank', '?')))}"
 
 
 def _knobs(c: Mapping[str, Any]) -> str:

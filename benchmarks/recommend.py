@@ -1,0 +1,165 @@
+"""`servesim recommend` against the reference's `aisimulate recommend` at the same max_trials.
+
+For every case in benchmarks/recommend/ both tools search (whole processes, wall time measured
+around each), then the reference's own `predict` scores each tool's recommendation 0001.yaml
+with the case's target (pareto: the hypervolume of each tool's front above (0, 0), every front
+config scored by the reference). Prints a table; `--write-readme` puts it in benchmarks/README.md.
+
+    python3 benchmarks/recommend.py [-k NAME] [--write-readme] [--rerun-reference]
+
+The reference's side takes minutes per case (its Vizier search); its wall time and quality are
+kept in benchmarks/recommend/reference-results.json, keyed by the case's config text, and reused
+until the config changes or --rerun-reference is given.
+
+Needs the reference (../shared/reference/install.sh). Until servesim's default timing uses the
+reference's database, SERVESIM_AIC_SYSTEMS_PATH is pointed at it for servesim's runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REFERENCE = HERE.parents[1] / "shared" / "reference"
+CASES = HERE / "recommend"
+README = HERE / "README.md"
+REFERENCE_RESULTS = CASES / "reference-results.json"
+
+
+def reference_bin() -> Path:
+    venv = subprocess.run([str(REFERENCE / "install.sh"), "--check"], capture_output=True, text=True)
+    if venv.returncode != 0:
+        sys.exit("the reference is not installed: ../shared/reference/install.sh")
+    return Path(venv.stdout.strip()) / "bin" / "aisimulate"
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode not in (0, 1):
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return wall, done.stdout
+
+
+def score(aisimulate: Path, config: Path, target: str, env: dict[str, str]) -> dict[str, float]:
+    """The reference's predict of one config, reduced to the objective(s) of `target`."""
+    with tempfile.TemporaryDirectory() as out:
+        _, text = timed([str(aisimulate), "predict", "-c", str(config), "--output-dir", out, "--overwrite",
+                         "--format", "json"], config.parent, env)
+    s = json.loads(text)
+    gpus = s["gpu_hours"] / (s["duration_ms"] / 3_600_000) if s["gpu_hours"] > 0 else 0.0
+    values = {"throughput": s["output_throughput_tok_s"], "goodput": s.get("goodput_output_throughput_tok_s", 0.0),
+              "throughput_per_gpu": s["output_throughput_tok_s"] / gpus if gpus else 0.0,
+              "goodput_per_gpu": s.get("goodput_output_throughput_tok_s", 0.0) / gpus if gpus else 0.0,
+              "throughput_per_user": s["mean_output_token_throughput_per_user"]}
+    return values
+
+
+def hypervolume(points: list[tuple[float, float]]) -> float:
+    """Area dominated by `points` (both maximised) above the origin."""
+    area, best_y = 0.0, 0.0
+    for x, y in sorted(points, reverse=True):
+        if y > best_y:
+            area += x * (y - best_y)
+            best_y = y
+    return area
+
+
+def quality(aisimulate: Path, out: Path, target: str, env: dict[str, str]) -> float:
+    folder = out / "recommendations"
+    configs = sorted(folder.glob("*.yaml"))
+    if not configs:
+        return float("nan")
+    if target == "pareto":
+        points = [score(aisimulate, c, target, env) for c in configs]
+        return hypervolume([(p["throughput_per_gpu"], p["throughput_per_user"]) for p in points])
+    return score(aisimulate, configs[0], target, env)[target]
+
+
+def reference_side(path: Path, aisimulate: Path, target: str, rerun: bool) -> dict[str, float]:
+    """The reference's wall time and quality on a case (cached by the config's text)."""
+    cache = json.loads(REFERENCE_RESULTS.read_text()) if REFERENCE_RESULTS.exists() else {}
+    entry = cache.get(path.stem)
+    if entry is not None and entry["config"] == path.read_text() and not rerun:
+        return entry
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ref"
+        wall, _ = timed([str(aisimulate), "recommend", "-c", str(path), "--output-dir", str(out), "--overwrite",
+                         "--format", "json"], path.parent, dict(os.environ))
+        entry = {"config": path.read_text(), "wall_s": wall,
+                 "quality": quality(aisimulate, out, target, dict(os.environ))}
+    cache[path.stem] = entry
+    REFERENCE_RESULTS.write_text(json.dumps(cache, indent=1) + "\n")
+    return entry
+
+
+def run_case(path: Path, aisimulate: Path, rerun: bool) -> dict[str, object]:
+    cfg = yaml.safe_load(path.read_text())
+    target = cfg["optimization"]["target"]
+    env = dict(os.environ)
+    if "SERVESIM_AIC_SYSTEMS_PATH" not in env:
+        env["SERVESIM_AIC_SYSTEMS_PATH"] = subprocess.run([str(REFERENCE / "aic-systems-path.sh")],
+                                                         capture_output=True, text=True).stdout.strip()
+    ref = reference_side(path, aisimulate, target, rerun)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ours"
+        wall, _ = timed([sys.executable, "-m", "servesim", "recommend", "-c", str(path), "--output-dir", str(out),
+                         "--overwrite", "--format", "json"], path.parent, env)
+        ledger = json.loads((out / "recommendation.json").read_text())
+        replayed = sum(e["eval_seconds"] is not None for e in ledger["candidates"])
+        trials = cfg["optimizer"]["max_trials"]
+        return {
+            "case": path.stem, "target": target, "max_trials": trials, "algorithm": ledger["algorithm"],
+            "ref_s": ref["wall_s"], "ours_s": wall, "ratio": wall / ref["wall_s"],
+            "ref_quality": ref["quality"], "ours_quality": quality(aisimulate, out, target, dict(os.environ)),
+            "ref_cpm": trials / ref["wall_s"] * 60, "ours_cpm": replayed / wall * 60, "ours_replayed": replayed,
+        }
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    head = ("| case | target | trials | servesim (s) | reference (s) | ratio | quality servesim | "
+            "quality reference | candidates/min servesim | candidates/min reference |\n"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    def q(value: object) -> str:
+        return "no recommendation" if value != value else f"{value:,.1f}"
+
+    lines = [f"| {r['case']} | {r['target']} | {r['max_trials']} ({r['algorithm']}) | {r['ours_s']:.1f} | "
+             f"{r['ref_s']:.1f} | {r['ratio']:.2f} | {q(r['ours_quality'])} | {q(r['ref_quality'])} | "
+             f"{r['ours_cpm']:.0f} | {r['ref_cpm']:.0f} |" for r in rows]
+    return head + "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-k", default="", help="only cases whose name contains this")
+    parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--rerun-reference", action="store_true", help="do not reuse cached reference results")
+    args = parser.parse_args()
+    aisimulate = reference_bin()
+    rows = []
+    for path in sorted(CASES.glob("*.yaml")):
+        if args.k in path.stem:
+            rows.append(run_case(path, aisimulate, args.rerun_reference))
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    text = table(rows)
+    print(text)
+    if args.write_readme:
+        readme = README.read_text()
+        block = f"<!-- recommend:begin -->\n{text}<!-- recommend:end -->"
+        readme = re.sub(r"<!-- recommend:begin -->.*<!-- recommend:end -->", block, readme, flags=re.S)
+        README.write_text(readme)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""`servesim recommend`: read the config, search, write the outputs, print the ranking.
+
+Exit codes follow the reference: 0 with at least one feasible candidate, 1 when none was found
+or the search failed, 2 for configuration errors, 130 when interrupted (the ledger of the
+candidates that finished is written first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from servesim.errors import ConfigError
+
+def add_parser(sub: Any) -> None:
+    """Register the `recommend` subcommand."""
+    from servesim.cli import add_common_arguments
+
+    p = sub.add_parser("recommend", help="search deployments for the best one under a GPU budget and an SLA")
+    add_common_arguments(p, "recommend", "recommendations/ and the ledger")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="replay candidates in local worker processes (default) or as Ray tasks")
+    p.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local instance)")
+    p.add_argument("--report", action="store_true",
+                   help="also write report.html: every candidate on the Pareto chart, the top ten (needs plotly)")
+
+
+def load_recommend_config(path: str, overrides: list[str]) -> Any:
+    """Read, override and validate a recommend config (ConfigError naming the keys)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from servesim.config.load import apply_overrides, describe_validation_error
+    from servesim.search.schema import RecommendConfig
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"could not read configuration: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"malformed YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("the configuration must be one YAML mapping")
+    data = apply_overrides(data, overrides, refused=())
+    try:
+        return RecommendConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("\n".join(describe_validation_error(exc))) from None
+
+
+def _check_stack(cfg: Any, stack: str | None) -> None:
+    """`--stack`: known, and on the engine stack no router or planner section (as the reference)."""
+    from servesim.config.load import STACKS
+
+    if stack is not None and stack not in STACKS:
+        raise ConfigError(f"stack {stack!r} is unavailable; installed stacks: {', '.join(STACKS)}")
+    if stack == "engine":
+        found = [name for name in ("router", "planner") if getattr(cfg, name) is not None]
+        if found:
+            raise ConfigError("\n".join(f"{name}: config adapter 'engine.{name}' is unavailable; installed "
+                                         "adapters: <none> (the router and planner sections need --stack dynamo)"
+                                         for name in found))
+
+
+def main(args: argparse.Namespace) -> int:
+    from servesim.cli import _prepare_output_dir
+    from servesim.search import outputs
+    from servesim.search.run import Search, progress_line
+
+    out_dir = Path(args.output_dir)
+    try:
+        cfg = load_recommend_config(args.config, args.overrides)
+        _check_stack(cfg, args.stack)
+        _prepare_output_dir(out_dir, args.overwrite)
+        search = Search(cfg, base_dir=Path(args.config).resolve().parent, executor=args.executor,
+                        ray_address=args.ray_address, progress=progress_line() if sys.stderr.isatty() else None,
+                        on_round=lambda result: outputs.write_ledger(out_dir, result))
+    except ConfigError as exc:
+        print(f"servesim: error: {args.config}: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"servesim: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = search.run()
+    except ConfigError as exc:
+        print(f"servesim: error: {args.config}: {exc}", file=sys.stderr)
+        return 2
+    if sys.stderr.isatty():
+        sys.stderr.write("\n")
+    for note in result.notes:
+        print(f"servesim: note: {note}", file=sys.stderr)
+    outputs.write_recommendations(out_dir, result)
+    outputs.write_ledger(out_dir, result)
+    if args.report:
+        from servesim.report.html.search import write_search_report
+
+        write_search_report(out_dir / "recommendation.json", out_dir / "report.html")
+    if result.interrupted:
+        print(f"servesim: interrupted; ledger of the finished candidates in {out_dir / 'recommendation.json'}",
+              file=sys.stderr)
+        return 130
+    sys.stdout.write(outputs.stdout_json(result) + "\n" if args.format == "json"
+                     else outputs.stdout_table(result, out_dir))
+    if not result.feasible:
+        print("no feasible candidate found", file=sys.stderr)
+        return 1
+    return 0

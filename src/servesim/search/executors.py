@@ -1,0 +1,224 @@
+"""Where candidates are replayed: warm local worker processes, or Ray tasks.
+
+Both executors take a list of jobs ``(key, config mapping)`` and yield ``(key, Outcome)`` as
+they finish. An evaluation is `servesim.simulate` of the mapping; nothing about it depends on
+which executor or how many workers ran it, so the search's results do not either.
+
+The local executor forks its workers from the search process after the simulator's modules are
+imported, and each worker keeps its memoised timing (the AIConfigurator engines and their
+lookups) across the candidates it replays. A candidate that runs past its time limit has its
+worker killed and replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+
+@dataclass
+class Outcome:
+    """How one replay ended: 'ok' with the report summary, 'failed' or 'timed_out' with a reason."""
+
+    status: str
+    summary: dict[str, Any] | None = None
+    reason: str | None = None
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Captured(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage().removeprefix("servesim: warning: "))
+
+
+def evaluate(config: dict[str, Any]) -> Outcome:
+    """Replay one candidate config; warnings are captured into the outcome, not printed."""
+    from servesim.api import simulate
+    from servesim.config import parse_config
+
+    log = logging.getLogger("servesim")
+    handler, propagate = _Captured(), log.propagate
+    log.addHandler(handler)
+    log.propagate = False
+    started = time.perf_counter()
+    try:
+        summary = simulate(parse_config(config)).summary
+        return Outcome("ok", summary, seconds=time.perf_counter() - started, warnings=handler.lines)
+    except Exception as exc:  # noqa: BLE001 - one failing candidate must not stop the search
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return Outcome("failed", reason=reason, seconds=time.perf_counter() - started, warnings=handler.lines)
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
+
+
+Job = tuple[int, dict[str, Any]]
+
+
+class LocalExecutor:
+    """A pool of long-lived worker processes, one candidate at a time each."""
+
+    def __init__(self, workers: int, timeout_s: float) -> None:
+        self.size = max(1, workers)
+        self.timeout_s = timeout_s
+        methods = multiprocessing.get_all_start_methods()
+        self._context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        self._workers: list[_Worker] = []
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[tuple[int, Outcome]]:
+        pending = list(jobs)
+        pending.reverse()
+        while len(self._workers) < min(self.size, len(pending)):
+            self._workers.append(_Worker(self._context))
+        busy: dict[Connection, _Worker] = {}
+        while pending or busy:
+            for worker in self._workers:
+                if pending and worker.job is None:
+                    worker.start(pending.pop())
+                    busy[worker.conn] = worker
+            deadline = min(w.deadline(self.timeout_s) for w in busy.values())
+            ready = wait(list(busy), timeout=max(0.0, deadline - time.monotonic()))
+            for conn in ready:
+                worker = busy.pop(conn)  # type: ignore[call-overload]
+                key, outcome = worker.finish()
+                if not worker.alive:
+                    self._replace(worker)
+                yield key, outcome
+            now = time.monotonic()
+            for conn, worker in list(busy.items()):
+                if worker.deadline(self.timeout_s) <= now:
+                    del busy[conn]
+                    key = worker.job
+                    assert key is not None
+                    worker.kill()
+                    self._replace(worker)
+                    yield key, Outcome("timed_out", reason=f"replay ran longer than {self.timeout_s:g} s "
+                                                           "(optimizer.candidate_timeout_seconds)",
+                                       seconds=self.timeout_s)
+
+    def _replace(self, worker: _Worker) -> None:
+        self._workers[self._workers.index(worker)] = _Worker(self._context)
+
+    def close(self) -> None:
+        """Stop every worker (killing one still replaying)."""
+        for worker in self._workers:
+            worker.kill() if worker.job is not None else worker.stop()
+        self._workers = []
+
+
+class _Worker:
+    """One worker process and the job it is running."""
+
+    def __init__(self, context: Any) -> None:
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_worker_loop, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.job: int | None = None
+        self.started = 0.0
+
+    def start(self, job: Job) -> None:
+        self.job, config = job
+        self.started = time.monotonic()
+        self.conn.send(config)
+
+    def deadline(self, timeout_s: float) -> float:
+        return self.started + timeout_s
+
+    def finish(self) -> tuple[int, Outcome]:
+        """The finished job's outcome; a worker that died is reported as a failed replay."""
+        key = self.job
+        assert key is not None
+        try:
+            outcome = self.conn.recv()
+        except EOFError:
+            self.process.join()
+            outcome = Outcome("failed", reason=f"worker process died (exit code {self.process.exitcode})")
+        self.job = None
+        return key, outcome
+
+    @property
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(timeout=2)
+        if self.process.is_alive():
+            self.kill()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join()
+        self.job = None
+
+
+def _worker_loop(conn: Connection) -> None:
+    """A worker: replay each config received until told to stop (Ctrl-C is the parent's)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        config = conn.recv()
+        if config is None:
+            break
+        conn.send(evaluate(config))
+    conn.close()
+    os._exit(0)
+
+
+class RayExecutor:
+    """Candidates as Ray tasks on a running cluster (`address`) or a local instance."""
+
+    def __init__(self, parallelism: int, timeout_s: float, address: str | None = None) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        self._ray = ray
+        self._task = ray.remote(num_cpus=1, max_retries=0)(evaluate)
+        self.size = max(1, parallelism)
+        self.timeout_s = timeout_s
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[tuple[int, Outcome]]:
+        ray = self._ray
+        pending = list(jobs)
+        pending.reverse()
+        running: dict[Any, tuple[int, float]] = {}
+        while pending or running:
+            while pending and len(running) < self.size:
+                key, config = pending.pop()
+                running[self._task.remote(config)] = (key, time.monotonic())
+            deadline = min(started for _, started in running.values()) + self.timeout_s
+            done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            for ref in done:
+                key, _ = running.pop(ref)
+                try:
+                    yield key, ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a lost task is a failed candidate
+                    yield key, Outcome("failed", reason=f"Ray task failed: {type(exc).__name__}: {exc}")
+            now = time.monotonic()
+            for ref, (key, started) in list(running.items()):
+                if started + self.timeout_s <= now:
+                    del running[ref]
+                    ray.cancel(ref, force=True)
+                    yield key, Outcome("timed_out", reason=f"replay ran longer than {self.timeout_s:g} s "
+                                                           "(optimizer.candidate_timeout_seconds)",
+                                       seconds=self.timeout_s)
+
+    def close(self) -> None:
+        """Leave the cluster running (it may be shared); nothing is held between runs."""

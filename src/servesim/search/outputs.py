@@ -1,0 +1,166 @@
+"""What a recommend run writes: the recommended configs, the ledger, CSV tables, stdout.
+
+    <out>/recommendations/NNNN.yaml   each recommendation as a complete `predict` config, best first
+    <out>/recommendation.json         the ledger: every candidate, its knobs, metrics, score,
+                                      status and reason, plus the target, SLA and GPU budget
+    <out>/recommendation.csv          the ledger as one row per candidate
+    <out>/pareto.csv                  target pareto: the non-dominated set
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servesim.search.run import SearchResult
+from servesim.search.score import REPORT_KEYS
+
+LEDGER_VERSION = 1
+TABLE_ROWS = 10
+
+
+def write_recommendations(out_dir: Path, result: SearchResult) -> None:
+    """`recommendations/NNNN.yaml` for every ranked candidate; sets each entry's config_path."""
+    folder = out_dir / "recommendations"
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in result.ranked():
+        path = folder / f"{entry['rank']:04d}.yaml"
+        path.write_text(yaml.safe_dump(result.configs[entry["trial"]], sort_keys=False, allow_unicode=True))
+        entry["config_path"] = str(path.relative_to(out_dir))
+
+
+def ledger(result: SearchResult) -> dict[str, Any]:
+    """The whole search as one JSON document."""
+    cfg = result.config
+    statuses: dict[str, int] = {}
+    for entry in result.entries:
+        statuses[entry["status"]] = statuses.get(entry["status"], 0) + 1
+    return {
+        "version": LEDGER_VERSION,
+        "target": cfg.optimization.target,
+        "objectives": ["throughput_per_gpu", "throughput_per_user"] if cfg.optimization.target == "pareto"
+        else [cfg.optimization.target],
+        "min_goodput_rps": cfg.optimization.min_goodput_rps,
+        "gpu_hour_price": cfg.optimization.gpu_hour_price,
+        "sla": (cfg.evaluation or {}).get("sla"),
+        "gpu_budget": {"min": cfg.optimization.constraints.min_candidate_gpus,
+                       "max": cfg.optimization.constraints.max_candidate_gpus},
+        "algorithm": result.algorithm,
+        "max_trials": cfg.optimizer.max_trials,
+        "seed": cfg.optimizer.seed,
+        "interrupted": result.interrupted,
+        "wall_seconds": round(result.wall_seconds, 3),
+        "statuses": dict(sorted(statuses.items())),
+        "notes": result.notes,
+        "candidates": result.entries,
+    }
+
+
+def write_ledger(out_dir: Path, result: SearchResult) -> None:
+    """recommendation.json and recommendation.csv (and pareto.csv for target pareto)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(ledger(result), indent=1, allow_nan=False, default=_finite) + "\n"
+    (out_dir / "recommendation.json.tmp").write_text(text)
+    (out_dir / "recommendation.json.tmp").replace(out_dir / "recommendation.json")
+    (out_dir / "recommendation.csv").write_text(ledger_csv(result.entries))
+    if result.config.optimization.target == "pareto":
+        (out_dir / "pareto.csv").write_text(ledger_csv([e for e in result.entries if e["pareto"]], front=True))
+
+
+def _finite(value: Any) -> Any:
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+def ledger_csv(entries: list[dict[str, Any]], front: bool = False) -> str:
+    """One row per entry: trial, status, reason, rank, score, GPUs, metrics, then every knob."""
+    knobs = sorted({k for e in entries for k in e["knobs"]})
+    derived = ["avg_gpus", "throughput_per_gpu", "throughput_per_user", "goodput_per_gpu",
+               "cost_per_million_output_tokens"]
+    head = ["trial", "rank", "status", "reason", "score", "used_gpus", "pareto", "config_path", "eval_seconds"]
+    if front:
+        entries = sorted(entries, key=lambda e: e["metrics"]["throughput_per_user"])
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(head + derived + list(REPORT_KEYS) + knobs)
+    for e in entries:
+        m = e["metrics"] or {}
+        writer.writerow([e.get(k) for k in head] + [m.get(k) for k in derived] + [m.get(k) for k in REPORT_KEYS]
+                        + [e["knobs"].get(k) for k in knobs])
+    return buffer.getvalue()
+
+
+def stdout_json(result: SearchResult) -> str:
+    """The reference's JSON rows (rank, score, objectives, used_gpus, config_path) plus metrics."""
+    pareto = result.config.optimization.target == "pareto"
+    rows = [{"rank": e["rank"], "score": e["score"], "objectives": e["objectives"] if pareto else None,
+             "used_gpus": e["used_gpus"], "config_path": e["config_path"], "metrics": e["metrics"]}
+            for e in result.ranked()]
+    return json.dumps(rows, sort_keys=True, separators=(",", ":"))
+
+
+def stdout_table(result: SearchResult, out_dir: Path) -> str:
+    """The ranked table printed by ``--format table``."""
+    cfg = result.config
+    ranked = result.ranked()
+    lines = [f"servesim recommendations — target {cfg.optimization.target}, algorithm {result.algorithm}"]
+    lines.append(summary_line(result))
+    if not ranked:
+        return "\n".join(lines + ["No feasible candidate found."]) + "\n"
+    target = cfg.optimization.target
+    score_head = "score" if target == "pareto" else target
+    cols = ["rank", score_head, "gpus", "mode", "backend", "parallelism", "tok/s/gpu", "tok/s/user",
+            "goodput tok/s", "mean TTFT ms", "config"]
+    if cfg.optimization.gpu_hour_price is not None:
+        cols.insert(-1, "$/M tok")
+    rows = [_row(e, out_dir, cfg.optimization.gpu_hour_price is not None) for e in ranked[:TABLE_ROWS]]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    if len(ranked) > TABLE_ROWS:
+        lines.append(f"... {len(ranked) - TABLE_ROWS} more in {out_dir / 'recommendation.csv'}")
+    lines.append(f"Ledger of every candidate: {out_dir / 'recommendation.json'}")
+    return "\n".join(lines) + "\n"
+
+
+def summary_line(result: SearchResult) -> str:
+    counts: dict[str, int] = {}
+    for entry in result.entries:
+        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+    parts = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in sorted(counts.items()))
+    tail = " (interrupted)" if result.interrupted else ""
+    return f"{len(result.entries)} candidates: {parts or 'none'}; wall {result.wall_seconds:,.1f} s{tail}"
+
+
+def _row(entry: dict[str, Any], out_dir: Path, priced: bool) -> list[str]:
+    m = entry["metrics"]
+    shapes = " | ".join(f"{role[0].upper()} " + _shape(entry["knobs"], role)
+                        for role in ("aggregated", "prefill", "decode")
+                        if f"engine.workers.{role}.parallelism.replicas" in entry["knobs"])
+    row = [str(entry["rank"]), _num(entry["score"]), str(entry["used_gpus"]), entry["mode"][:5],
+           entry["knobs"]["engine.backend"], shapes, _num(m["throughput_per_gpu"]), _num(m["throughput_per_user"]),
+           _num(m.get("goodput_output_throughput_tok_s")), _num(m.get("mean_ttft_ms"))]
+    if priced:
+        row.append(_num(m.get("cost_per_million_output_tokens")))
+    row.append(str(out_dir / entry["config_path"]) if entry["config_path"] else "-")
+    return row
+
+
+def _shape(knobs: dict[str, Any], role: str) -> str:
+    p = {k.rsplit(".", 1)[1]: v for k, v in knobs.items() if k.startswith(f"engine.workers.{role}.parallelism.")}
+    text = f"{p['replicas']}x tp{p['tensor']}"
+    for key, tag in (("pipeline", "pp"), ("attention_data", "dp"), ("moe_tensor", "mtp"), ("moe_expert", "ep")):
+        if p[key] > 1:
+            text += f" {tag}{p[key]}"
+    return text
+
+
+def _num(value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:,.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
