@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Validation against real GPUs: regenerate docs/validation.md.
+"""Validation against real GPUs: regenerate the reference-parity section of docs/validation.md.
 
 Three real vLLM 0.19.0 runs on RTX PRO 6000 (LLMServingSim's bench, ../shared/data/
 llmservingsim-vllm-validation): the exact 300-request traces, engine settings and measured
@@ -160,8 +160,6 @@ def err(value: float, real: float) -> float:
 
 def render(results: list[dict], systems_note: str, reference_note: str) -> str:
     lines = [
-        "# Validation against real GPUs",
-        "",
         "Three real vLLM 0.19.0 runs on NVIDIA RTX PRO 6000 Blackwell Server GPUs (LLMServingSim's",
         "bench, `../shared/data/llmservingsim-vllm-validation`, MIT): the exact 300-request ShareGPT",
         "traces (~10 req/s, mean ISL ~860, OSL pinned), the engine settings of `vllm/meta.json` (bf16,",
@@ -184,7 +182,7 @@ def render(results: list[dict], systems_note: str, reference_note: str) -> str:
     ]
     verdicts = []
     for res in results:
-        lines += [f"## {res['name']}", "",
+        lines += [f"### {res['name']}", "",
                   "| metric | real | servesim | reference | servesim error | reference error |",
                   "|---|---:|---:|---:|---:|---:|"]
         for m in METRICS:
@@ -208,7 +206,7 @@ def render(results: list[dict], systems_note: str, reference_note: str) -> str:
             lines.append(f"| {variant} | " + " | ".join(f"{err(stats[m]['mean'], res['real'][m]['mean']):+.1f} %"
                                                        for m in METRICS) + " |")
         lines.append("")
-    lines += ["## Bound check (mean errors)", "", "| run | metric | servesim | reference | within bound |",
+    lines += ["### Bound check (mean errors)", "", "| run | metric | servesim | reference | within bound |",
               "|---|---|---:|---:|---|"]
     for name, m, es, er, ok in verdicts:
         lines.append(f"| {name} | {m.upper()} | {es:.1f} % | {er:.1f} % | {'yes' if ok else 'NO'} |")
@@ -258,7 +256,9 @@ def main() -> int:
     else:
         reference_note = (f"numbers recorded on {cache['recorded']} from {cache['reference']} "
                           f"(`benchmarks/{CACHE.name}`)")
-    args.output.write_text(render(results, systems_note, reference_note))
+    from servesim.fidelity.validate import write_section
+
+    write_section(args.output, "reference parity", render(results, systems_note, reference_note))
     print(f"[validate] wrote {args.output}", file=sys.stderr)
     return 0
 

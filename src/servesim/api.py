@@ -19,7 +19,7 @@ from typing import Any
 from servesim.build import LoweredRun, lower
 from servesim.cluster import AggregatedCluster, Cluster, DisaggregatedCluster
 from servesim.cluster.sampling import StateSampling
-from servesim.collect.collector import Collector
+from servesim.collect.collector import Collector, Status
 from servesim.collect.sampler import TimeSeries
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.errors import ConfigError
@@ -204,6 +204,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: flo
     timelines = request_timelines([r for r in collector.records if r.counted]) if sampling else None
     summary: dict[str, Any] = summarize(collector.records, usage, wall_ms, run.sla, timelines)
     summary.update(request_accounting(collector.records, cluster.driver.total_requests))
+    if run.traffic.client_timeout_ms is not None:
+        summary["timed_out_requests"] = sum(1 for r in collector.records if r.status == Status.TIMED_OUT)
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
     extensions: dict[str, Any] = {"workers": worker_breakdown(collector.records, workers, end_ms)}

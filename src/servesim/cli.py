@@ -1,5 +1,7 @@
 """`servesim predict`: parse options, load the config, simulate, write the outputs;
-`servesim data fetch`: fill the cache with the reference's AIConfigurator database.
+`servesim data fetch`: fill the cache with the reference's AIConfigurator database;
+`servesim compare`: runs side by side in one HTML page. (`servesim recommend` is registered by
+`servesim.search.cli`, `servesim validate` and `servesim calibrate` by `servesim.fidelity.commands`.)
 
 Exit codes follow the reference: 0 success, 2 configuration or usage errors, 1 when the
 simulation itself fails (or its results cannot be written), 130 on interrupt (143 on SIGTERM).
@@ -83,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     from servesim.search.cli import add_parser
 
     add_parser(sub)
+    from servesim.fidelity.commands import register
+
+    register(sub)
     return parser
 
 
@@ -266,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:
+        if hasattr(args, "run_command"):
+            return args.run_command(args)
         if args.command == "recommend":
             from servesim.search.cli import main as recommend
 

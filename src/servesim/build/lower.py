@@ -18,6 +18,7 @@ from servesim.engine.interface import HandoffRank
 from servesim.engine.pass_time import TimingModel
 from servesim.engine.rank import RankConfig, SglangSettings, SpeculativeSettings
 from servesim.errors import RunError
+from servesim.fidelity.apply import async_scheduling, frontend_ms
 from servesim.placement.factory import RouterSpec
 from servesim.report.summary import Sla
 from servesim.scaling.planner.settings import PlannerSettings
@@ -35,6 +36,8 @@ class PoolSpec:
     rank_config: RankConfig
     timing: TimingModel
     startup_ms: float = 0.0
+    async_scheduling: bool = False
+    """A request reaching a busy worker joins the pass after next (see `engine.worker.Worker`)."""
 
     def make_ranks(self, worker_id: int, *, lazy_decode: bool = True) -> list[HandoffRank]:
         """The DP ranks of worker `worker_id` (which seeds their speculative-decoding samplers)."""
@@ -104,12 +107,18 @@ def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
     return LoweredRun(
         pools=pools,
         transfer=transfer,
-        traffic=traffic_spec(config.traffic, aggregated=engine.mode == "aggregated"),
+        traffic=traffic_spec(config.traffic, aggregated=engine.mode == "aggregated",
+                             frontend_ms=frontend_ms(_entry_role(engine))),
         router=router_spec(config.router),
         planner=planner_settings(config.planner, sla, transfer is not None),
         time_cap_ms=1000 * cap if cap is not None else None,
         sla=Sla(sla.ttft_ms, sla.itl_ms, sla.e2e_ms) if sla is not None else None,
     )
+
+
+def _entry_role(engine: EngineConfig) -> WorkerConfig:
+    """The role whose workers requests reach first (aggregated, or prefill)."""
+    return next(iter(engine.roles.values()))
 
 
 def _transfer(engine: EngineConfig) -> TransferSpec:
@@ -150,6 +159,7 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str) 
         rank_config=rank,
         timing=_timing_model(engine, worker, role),
         startup_ms=1000 * worker.startup_seconds,
+        async_scheduling=async_scheduling(worker),
     )
 
 

@@ -33,6 +33,7 @@ from servesim.perf.roofline import RooflineParams, RooflineTiming
 from servesim.engine.pass_time import TimingModel
 from servesim.perf.timing import FixedTiming, PolynomialTiming
 from servesim.errors import RunError
+from servesim.fidelity.apply import calibrated_kv_blocks, timing_with_fidelity
 
 log = logging.getLogger("servesim")
 
@@ -53,9 +54,9 @@ def timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> Timin
     if isinstance(timing, PolynomialTimingConfig):
         return PolynomialTiming()
     if isinstance(timing, RooflineTimingConfig):
-        return roofline_timing(engine, worker, timing)
+        return timing_with_fidelity(roofline_timing(engine, worker, timing), engine, worker)
     assert isinstance(timing, DefaultTimingConfig)
-    return default_timing(engine, worker, timing)
+    return timing_with_fidelity(default_timing(engine, worker, timing), engine, worker)
 
 
 def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTimingConfig) -> TimingModel:
@@ -160,4 +161,7 @@ def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
     cap = worker.kv_cache.capacity
     if isinstance(cap, FixedCapacity):
         return cap.blocks
+    measured = calibrated_kv_blocks(worker, worker.kv_cache.block_size_for(engine.backend))
+    if measured is not None:
+        return measured
     return capacity(engine, worker, role).blocks

@@ -16,10 +16,13 @@ from servesim.config.schema import (
 from servesim.traffic.spec import LoadSpec, SyntheticSpec, TraceSpec, TrafficSpec
 
 
-def traffic_spec(traffic: TrafficConfig, *, aggregated: bool) -> TrafficSpec:
+def traffic_spec(traffic: TrafficConfig, *, aggregated: bool, frontend_ms: float = 0.0) -> TrafficSpec:
     """The run's traffic with every default resolved (request counts included); `aggregated`
-    tells whether the engines are aggregated (dependency graphs need them)."""
-    return TrafficSpec(_source(traffic), _load(traffic), _graph_refusal(traffic, aggregated))
+    tells whether the engines are aggregated (dependency graphs need them); requests reach the
+    engine `frontend_ms` after their clients send them."""
+    timeout = traffic.client_timeout_seconds
+    return TrafficSpec(_source(traffic), _load(traffic), _graph_refusal(traffic, aggregated), frontend_ms=frontend_ms,
+                       client_timeout_ms=1000 * timeout if timeout is not None else None)
 
 
 def _source(traffic: TrafficConfig) -> SyntheticSpec | TraceSpec:

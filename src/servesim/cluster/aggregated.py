@@ -1,14 +1,17 @@
-"""Aggregated serving: one pool of workers that both prefill and decode."""
+"""Aggregated serving: one pool of workers that both prefill and decode, and (servesim
+extension) clients that give up (`cluster.timeouts`)."""
 
 from __future__ import annotations
 
 from servesim.build import LoweredRun
 from servesim.cluster.base import Cluster, route_request
-from servesim.collect.collector import Collector, Route
+from servesim.cluster.timeouts import ClientTimeouts, Place, without
+from servesim.collect.collector import Collector, Route, Status
 from servesim.engine.request import EngineRequest
-from servesim.engine.worker import Worker
+from servesim.engine.worker import Worker, WorkerPass
 from servesim.scaling.contract import ScalingPolicy
 from servesim.traffic.driver import Arrival, RequestDriver
+from servesim.traffic.timeouts import spans_until
 
 
 class AggregatedCluster(Cluster):
@@ -23,13 +26,16 @@ class AggregatedCluster(Cluster):
         self.router = self.pool.router
         self.fleet = self.pool.fleet
         self.block_size = self.pool.spec.rank_config.block_size
+        timeout = run.traffic.client_timeout_ms
+        self.timeouts = ClientTimeouts(timeout) if timeout is not None else None
         self._start_scaling()
 
     @property
     def isolated(self) -> bool:
         """Whether each worker's timeline depends only on the requests routed to it, which are
         known before the run (see `servesim.runtime.isolated`)."""
-        return self.driver.fixed_arrivals and self.router.state_free and self.scaler is None
+        return (self.driver.fixed_arrivals and self.router.state_free and self.scaler is None
+                and self.timeouts is None)
 
     def release_arrivals(self, now: float) -> list[Worker]:
         arrivals = self.driver.release(now)
@@ -45,11 +51,14 @@ class AggregatedCluster(Cluster):
         return placed
 
     def route_ahead(self, until: float) -> list[tuple[float, Worker, int, EngineRequest]]:
-        """Register and route every request arriving by `until`: (arrival, worker, rank, request)."""
+        """Register and route every request reaching the engine by `until` (its send time plus
+        the front-end latency): (that time, worker, rank, request)."""
         routed = []
+        lag = self.driver.frontend_ms
         for arrival in self.driver.release(until):
-            worker, rank, request = self._route(arrival, arrival.arrival_ms)
-            routed.append((arrival.arrival_ms, worker, rank, request))
+            seen = arrival.arrival_ms + lag
+            worker, rank, request = self._route(arrival, seen)
+            routed.append((seen, worker, rank, request))
         return routed
 
     def _route(self, arrival: Arrival, now: float) -> tuple[Worker, int, EngineRequest]:
@@ -63,4 +72,61 @@ class AggregatedCluster(Cluster):
         scheduler_id = worker.first_scheduler_id + placement.rank
         self.collector.on_route(record, Route("agg", placement.worker, scheduler_id, placement.rank,
                                               placement.overlap_tokens))
+        if self.timeouts is not None:
+            self.timeouts.watch(record.rid, record.arrival_ms, now, (worker, placement.rank, request))
         return worker, placement.rank, request
+
+    # -- client timeouts ----------------------------------------------------------------------------
+
+    def next_timer(self) -> float:
+        timer = super().next_timer()
+        if self.timeouts is None:
+            return timer
+        return min(timer, self.timeouts.next_time(self._open.__contains__))
+
+    def fire_timers(self, now: float) -> bool:
+        fired = super().fire_timers(now)
+        if self.timeouts is not None:
+            for place in self.timeouts.due(now, self._open.__contains__):
+                self._give_up(place, now)
+                fired = True
+        return fired
+
+    def _give_up(self, place: Place, now: float) -> None:
+        """The client of a request stops waiting: the driver and the router hear of it now; its
+        worker drops it now if idle, else at the end of its running pass."""
+        assert self.timeouts is not None
+        worker, rank, request = place
+        arrival, record = self._open[request.rid]
+        self.driver.on_terminal(arrival, now, request.generated, ends_session=True, completed=False)
+        self.router.on_terminal(request.rid, now)
+        deadline = record.arrival_ms + self.timeouts.timeout_ms  # < now when it reached the engine that late
+        if worker.busy:
+            self.timeouts.defer(place, deadline)
+        else:
+            worker.abort(rank, request)
+            self._close_timed_out(request, worker, deadline)
+
+    def _close_timed_out(self, request: EngineRequest, worker: Worker, deadline: float) -> None:
+        """Record a timed-out request with the tokens its client received before giving up."""
+        _, record = self._open.pop(request.rid)
+        if self.timeouts is not None:
+            self.timeouts.forget(request.rid)
+        spans, tokens = spans_until(request.token_spans, worker.pass_ends, deadline)
+        self.collector.on_terminal(record, deadline, Status.TIMED_OUT, tokens, spans, worker.pass_ends)
+
+    def _at_pass_boundary(self, worker: Worker, outcome: WorkerPass) -> None:
+        """Drop the requests given up on during the pass that just ended."""
+        if self.timeouts is None:
+            return
+        abandoned = self.timeouts.take_abandoned(worker)
+        for (_, rank, request), deadline in abandoned:
+            worker.abort(rank, request)
+            self._close_timed_out(request, worker, deadline)
+        if abandoned:
+            without(outcome.ranks, {place[2].rid for place, _ in abandoned})
+
+    def _terminal(self, request: EngineRequest, worker: Worker | None, status: Status, now: float) -> None:
+        if self.timeouts is not None:
+            self.timeouts.forget(request.rid)
+        super()._terminal(request, worker, status, now)

@@ -133,7 +133,8 @@ class Cluster:
         listen = router.wants_kv_events
 
         def make(w: int) -> Worker:
-            worker = Worker(w, spec.make_ranks(w, lazy_decode=self.fast), w * spec.dp_size, index)
+            worker = Worker(w, spec.make_ranks(w, lazy_decode=self.fast), w * spec.dp_size, index,
+                            async_scheduling=spec.async_scheduling)
             if listen:
                 self._listen_for_kv_events(worker)
             return worker
@@ -202,8 +203,6 @@ class Cluster:
         first tokens, completions, rejections and (prefill pool) held prompts."""
         worker.finish_pass()
         pool = self.serving[worker.order[0]]
-        if not inline:
-            self._at_pass_boundary(worker)
         for _rank, result in outcome.ranks:
             for request, reused in result.admitted:
                 self.collector.on_admit(self._open[request.rid][1], outcome.start_ms, reused, pool.label)
@@ -211,6 +210,8 @@ class Cluster:
         self.hooks.on_pass(pool.name, worker, outcome)
         for observer in self.observers:
             observer.on_pass_end(pool.label, worker, outcome, now)
+        if not inline:
+            self._at_pass_boundary(worker, outcome)
         router = pool.router
         for end, finished in outcome.early_finishes:
             for request in finished:
@@ -231,8 +232,9 @@ class Cluster:
                 self._held(request, now)
         return self._after_pass(pool, worker, now)
 
-    def _at_pass_boundary(self, worker: Worker) -> None:
-        """What waited for `worker`'s pass to end (not for a pass completed within its start)."""
+    def _at_pass_boundary(self, worker: Worker, outcome: WorkerPass) -> None:
+        """What waited for `worker`'s pass to end (not for a pass completed within its start),
+        before its tokens and terminal requests are applied."""
 
     def _held(self, request: EngineRequest, now: float) -> None:
         """A prefill rank holds `request`'s prompt KV for the transfer."""

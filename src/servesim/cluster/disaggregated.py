@@ -27,7 +27,7 @@ from servesim.cluster.base import INF, Cluster, ServingPool, route_request
 from servesim.collect.collector import Collector, Route, Status
 from servesim.engine.interface import HandoffRank
 from servesim.engine.request import EngineRequest
-from servesim.engine.worker import Worker
+from servesim.engine.worker import Worker, WorkerPass
 from servesim.placement.base import Placement
 from servesim.scaling.contract import ScalingPolicy
 from servesim.traffic.driver import RequestDriver
@@ -258,7 +258,7 @@ class DisaggregatedCluster(Cluster):
 
     # -- pass completions ---------------------------------------------------------------------
 
-    def _at_pass_boundary(self, worker: Worker) -> None:
+    def _at_pass_boundary(self, worker: Worker, outcome: WorkerPass) -> None:
         """Activations and source releases deferred to this worker's pass boundary are queued."""
         self._actions.extend(self._deferred.pop(worker, ()))
 

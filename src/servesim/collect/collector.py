@@ -21,6 +21,8 @@ class Status(StrEnum):
     """Refused by a rank (context limit, or it can never fit the KV pool)."""
     FAILED = "failed"
     """Disaggregated: its prompt can never fit the decode pool."""
+    TIMED_OUT = "timed_out"
+    """Its client gave up before it finished (`traffic.client_timeout_seconds`, servesim extension)."""
 
 
 @dataclass(slots=True)

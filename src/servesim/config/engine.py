@@ -1,5 +1,5 @@
 """The `engine:` section: topology, backend, and each role's workers (parallelism, scheduler,
-KV cache, timing, speculative decoding).
+KV cache, timing — its own module, `config.timing` —, speculative decoding).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from servesim.config.fields import (
     ContextLength,
     Fraction,
     HardwareName,
-    LaxDurationMs,
     LaxDurationSeconds,
     ModelName,
     NonNegativeInt,
@@ -31,6 +30,7 @@ from servesim.config.fields import (
     type_tag,
     without_nulls,
 )
+from servesim.config.timing import DefaultTiming, TimingConfig
 from servesim.limits import MAX_WORKERS
 
 EngineMode = Literal["aggregated", "disaggregated"]
@@ -98,6 +98,8 @@ class SchedulerConfig(SchemaModel):
     """SGLang knobs (servesim extension, backend 'sglang' only); omitted = the reference's defaults."""
     preemption_mode: Literal["lifo", "fifo"] | None = None
     """vLLM preemption victim (servesim extension, backend 'vllm' only): 'lifo' = the last running request (omitted), 'fifo' = the first."""
+    async_scheduling: bool | None = None
+    """servesim extension: a request reaching a worker while it runs a pass joins the pass after next, as with vLLM's async scheduling (SGLang's and TensorRT-LLM's overlap schedulers work alike: the next pass is planned before the running one ends); omitted = on when the role's timing.mixed_pass is 'fused', else off (the reference)."""
 
     @field_validator("max_sequences", mode="before")
     @classmethod
@@ -183,124 +185,6 @@ class KvCacheConfig(SchemaModel):
     def block_size_for(self, backend: Backend) -> int:
         """The effective block size for `backend`."""
         return self.block_size if self.block_size is not None else DEFAULT_BLOCK_SIZE[backend]
-
-
-FIXED_TIMING_KEYS = ("prefill_ms", "decode_ms")
-
-
-def _reject_fixed_timing_values(data: Any, kind: str) -> Any:
-    """Non-fixed timing kinds accept no prefill_ms/decode_ms (null counts as absent)."""
-    data = without_nulls(data, FIXED_TIMING_KEYS)
-    if isinstance(data, Mapping):
-        raise_if([(k, f"only allowed when type is 'fixed' (type is '{kind}')") for k in FIXED_TIMING_KEYS if k in data])
-    return data
-
-
-class DefaultTiming(SchemaModel):
-    """Pass durations from the AIConfigurator performance database."""
-
-    type: Literal["default"] = "default"
-    """Timing kind: 'default' = AIC external provider."""
-    interpolate_context: PositiveInt | None = None
-    """servesim extension: interpolate decode latency linearly between exact AIC values at multiples of this many context tokens (e.g. 256: faster, <= 0.21 % error); omitted = every call exact."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_fixed_values(cls, data: Any) -> Any:
-        """prefill_ms/decode_ms belong to the fixed kind."""
-        return _reject_fixed_timing_values(data, "default")
-
-
-class PolynomialTiming(SchemaModel):
-    """Pass durations from the built-in polynomial formulas."""
-
-    type: Literal["polynomial"] = "polynomial"
-    """Timing kind: 'polynomial' = built-in formulas."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_fixed_values(cls, data: Any) -> Any:
-        """prefill_ms/decode_ms belong to the fixed kind."""
-        return _reject_fixed_timing_values(data, "polynomial")
-
-
-class GpuSpecConfig(SchemaModel):
-    """Constants of a GPU for the roofline (and for the default KV capacity of an unknown GPU)."""
-
-    memory_gib: PositiveNumber
-    """Device memory, GiB."""
-    memory_bandwidth_gb_s: PositiveNumber
-    """Peak memory bandwidth, GB/s."""
-    bf16_tflops: PositiveNumber
-    """Dense BF16 tensor-core peak, TFLOP/s."""
-    fp8_tflops: PositiveNumber | None = None
-    """Dense FP8 tensor-core peak, TFLOP/s (omitted = no FP8 units)."""
-    fp4_tflops: PositiveNumber | None = None
-    """Dense FP4 tensor-core peak, TFLOP/s (omitted = no FP4 units)."""
-    interconnect_gb_s: PositiveNumber = 32.0
-    """GPU-to-GPU bandwidth per GPU and direction, GB/s."""
-
-
-class RooflineTiming(SchemaModel):
-    """servesim extension: analytic pass durations from the model's HF config and GPU peak numbers."""
-
-    type: Literal["roofline"] = "roofline"
-    """Timing kind: 'roofline' = analytic roofline (servesim extension)."""
-    gpu: str | None = None
-    """GPU whose constants are used; omitted = engine.hardware (AIC system file, servesim's table or $SERVESIM_GPU_SPECS)."""
-    gpu_spec: GpuSpecConfig | None = None
-    """Inline GPU constants; override the looked-up ones."""
-    gemm_efficiency: OpenFraction = 0.7
-    """Fraction of peak FLOP/s a GEMM reaches."""
-    attention_efficiency: OpenFraction = 0.5
-    """Fraction of peak FLOP/s attention reaches."""
-    memory_efficiency: OpenFraction = 0.8
-    """Fraction of peak bandwidth memory-bound work reaches."""
-    launch_us: NonNegativeNumber = 3.0
-    """Fixed cost per kernel, microseconds."""
-    gemm_floor_us: NonNegativeNumber = 0.0
-    """Minimum time of one GEMM, microseconds (models small-M kernel floors, e.g. ~60 for block FP8)."""
-    pass_overhead_ms: NonNegativeNumber = 0.0
-    """Fixed cost added to each prefill and decode phase, milliseconds."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_fixed_values(cls, data: Any) -> Any:
-        """prefill_ms/decode_ms belong to the fixed kind."""
-        return _reject_fixed_timing_values(data, "roofline")
-
-
-class FixedTiming(SchemaModel):
-    """Constant pass durations."""
-
-    type: Literal["fixed"] = "fixed"
-    """Timing kind: 'fixed' = constant costs."""
-    prefill_ms: LaxDurationMs
-    """Cost (ms) added to a pass that contains prompt tokens."""
-    decode_ms: LaxDurationMs
-    """Cost (ms) of the decode phase of a pass (the engine floors it at 1 ms)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _both_required(cls, data: Any) -> Any:
-        """prefill_ms and decode_ms are both required (null counts as absent)."""
-        data = without_nulls(data, FIXED_TIMING_KEYS)
-        if isinstance(data, Mapping):
-            missing = [k for k in FIXED_TIMING_KEYS if k not in data]
-            if missing:
-                raise RuleViolation([("", "fixed timing requires 'prefill_ms' and 'decode_ms' (missing: " + ", ".join(missing) + ")")])
-        return data
-
-
-TimingConfig = Annotated[
-    Union[
-        Annotated[DefaultTiming, Tag("default")],
-        Annotated[FixedTiming, Tag("fixed")],
-        Annotated[PolynomialTiming, Tag("polynomial")],
-        Annotated[RooflineTiming, Tag("roofline")],
-    ],
-    Discriminator(type_tag("default")),
-]
 
 
 class SpeculativeConfig(SchemaModel):

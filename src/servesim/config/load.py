@@ -228,7 +228,22 @@ def _resolve_relative_paths(config: SimConfig, base_dir: Path) -> SimConfig:
     if systems is not None and not os.path.isabs(systems):
         engine = config.engine.model_copy(update={"aic_systems_path": str(base_dir / systems)})
         config = config.model_copy(update={"engine": engine})
-    return config
+    return _resolve_calibration_paths(config, base_dir)
+
+
+def _resolve_calibration_paths(config: SimConfig, base_dir: Path) -> SimConfig:
+    """Make every role's `timing.calibration` file absolute (relative to the config's folder)."""
+    workers = config.engine.workers
+    updates: dict[str, Any] = {}
+    for role, worker in config.engine.roles.items():
+        path = getattr(worker.timing, "calibration", None)
+        if path is not None and not os.path.isabs(path):
+            timing = worker.timing.model_copy(update={"calibration": str(base_dir / path)})
+            updates[role] = worker.model_copy(update={"timing": timing})
+    if not updates:
+        return config
+    engine = config.engine.model_copy(update={"workers": workers.model_copy(update=updates)})
+    return config.model_copy(update={"engine": engine})
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,6 +29,13 @@ def aggregated_only_format_rules(source: SourceConfig, mode: EngineMode) -> list
     return []
 
 
+def client_timeout_rules(traffic: TrafficConfig, mode: EngineMode) -> list[tuple[str, str]]:
+    """Client timeouts abort requests on aggregated workers only."""
+    if traffic.client_timeout_seconds is not None and mode != "aggregated":
+        return [("traffic.client_timeout_seconds", "is supported with engine.mode 'aggregated' only")]
+    return []
+
+
 def planner_rules(planner: PlannerConfig, engine: EngineConfig, sla: SlaConfig | None) -> list[tuple[str, str]]:
     """Planner rules that involve other sections (the reference adapter's checks, and Dynamo's
     start-up check that the GPU budget holds the minimum fleet)."""

@@ -13,11 +13,12 @@ accepts strings there: ``timing.prefill_ms``/``decode_ms``, ``startup_seconds`` 
 ``kv_cache.prefix_caching``.
 
 The sections live in their own modules — `fields` (value types, rule plumbing), `engine`,
-`traffic`, `evaluation`, `dynamo` (router and planner), `rules` (rules across sections) — and this module,
-the document, re-exports every public name. Cross-field rules raise `RuleViolation`, which
-carries key paths relative to the model that checks them; ``servesim.config.load`` turns them
-into ``dotted.key.path: rule`` lines. The schema does no I/O and imports nothing else from
-servesim but `servesim.limits`.
+`timing` (a role's timing section), `traffic`, `evaluation`, `dynamo` (router and planner),
+`rules` (rules across sections) — and this module, the document, re-exports every public
+name. Cross-field rules raise `RuleViolation`, which carries key paths relative to the model
+that checks them; ``servesim.config.load`` turns them into ``dotted.key.path: rule`` lines.
+The schema does no I/O and imports nothing else from servesim but
+`servesim.limits`.
 """
 
 from __future__ import annotations
@@ -28,29 +29,32 @@ from servesim.config.dynamo import PlannerConfig, PrefillLoadModelConfig, Router
 from servesim.config.engine import (
     Backend,
     DefaultCapacity,
-    DefaultTiming,
     EngineConfig,
     EngineMode,
     FixedCapacity,
-    FixedTiming,
-    GpuSpecConfig,
     KvCacheConfig,
     KvCapacityConfig,
     KvTransferConfig,
     ParallelismConfig,
-    PolynomialTiming,
     Role,
-    RooflineTiming,
     SchedulerConfig,
     SglangSchedulerConfig,
     SpeculativeConfig,
-    TimingConfig,
     WorkerConfig,
     WorkersConfig,
 )
 from servesim.config.evaluation import EvaluationConfig, SlaConfig
 from servesim.config.fields import U64_MAX, RuleViolation, SchemaModel, raise_if, show
-from servesim.config.rules import aggregated_only_format_rules, planner_rules, request_count
+from servesim.config.rules import aggregated_only_format_rules, client_timeout_rules, planner_rules, request_count
+from servesim.config.timing import (
+    DefaultTiming,
+    FixedTiming,
+    GpuSpecConfig,
+    PolynomialTiming,
+    RealServerTiming,
+    RooflineTiming,
+    TimingConfig,
+)
 from servesim.config.traffic import (
     ConcurrencyLoad,
     ConstantRateLoad,
@@ -91,6 +95,7 @@ __all__ = [
     "PoissonLoad",
     "PolynomialTiming",
     "PrefillLoadModelConfig",
+    "RealServerTiming",
     "RouterConfig",
     "Role",
     "RooflineTiming",
@@ -142,6 +147,12 @@ class SimConfig(SchemaModel):
     def _format_needs_aggregated(self) -> SimConfig:
         """Some trace formats replay only on aggregated engines."""
         raise_if(aggregated_only_format_rules(self.traffic.source, self.engine.mode))
+        return self
+
+    @model_validator(mode="after")
+    def _timeouts_need_aggregated(self) -> SimConfig:
+        """Client timeouts abort requests on aggregated workers only."""
+        raise_if(client_timeout_rules(self.traffic, self.engine.mode))
         return self
 
     @model_validator(mode="after")

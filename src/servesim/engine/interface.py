@@ -59,6 +59,11 @@ class Rank(Protocol):
         """Plan and apply one pass; its tokens are credited to worker pass `pass_index`."""
         ...
 
+    def abort(self, request: EngineRequest, pass_index: int) -> None:
+        """Drop a waiting or running request between passes (its client gave up); `pass_index`
+        is the worker's next pass."""
+        ...
+
     def can_run_ahead(self, pass_index: int) -> bool:
         """True when pass `pass_index` would only advance steady decoders."""
         ...

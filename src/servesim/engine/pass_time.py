@@ -1,14 +1,18 @@
 """What the schedulers ask of a timing model: the duration of the two phases of a pass.
 
 This protocol is the engine's only view of the performance model (`servesim.perf` implements
-it; `servesim.build` picks the implementation). Both answers are milliseconds already quantised
+it; `servesim.build` picks the implementation). Every answer is milliseconds already quantised
 to whole nanoseconds. The engine never asks with an empty batch, nor for prefill when
 ``mean_isl == mean_prefix``.
+
+A model that also satisfies `MixedPassTiming` (servesim extension, ``timing.mixed_pass:
+fused``) times a vLLM-core pass holding both prompt chunks and decode tokens as one forward
+pass instead of the reference's prefill + decode.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class TimingModel(Protocol):
@@ -20,4 +24,16 @@ class TimingModel(Protocol):
 
     def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
         """One decode step of `batch` sequences holding `active_kv_tokens` of `total_kv_tokens`."""
+        ...
+
+
+@runtime_checkable
+class MixedPassTiming(TimingModel, Protocol):
+    """A timing model whose mixed passes are one forward pass (`servesim.fidelity.mixed`)."""
+
+    def mixed(self, batch: int, mean_isl: int, mean_prefix: int, decode_batch: int, active_kv_tokens: int,
+              mean_ctx: int, total_kv_tokens: int) -> float:
+        """One forward pass over the prompt chunks `prefill(batch, mean_isl, mean_prefix)` times
+        and the decode tokens `decode(decode_batch, active_kv_tokens, mean_ctx, total_kv_tokens)`
+        times."""
         ...

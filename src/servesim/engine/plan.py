@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servesim.engine.pass_time import MixedPassTiming
 from servesim.engine.rank import RankPass
 from servesim.engine.request import EngineRequest
 
@@ -55,3 +56,21 @@ class PassPlan:
         if count == 0:
             return 0, 0, 0
         return count, total_isl // count, total_prefix // count
+
+    def fused_ms(self, timing: MixedPassTiming, ready: list[EngineRequest], steady: tuple[int, int],
+                 total_kv_tokens: int) -> float:
+        """The pass as one forward pass (`timing.mixed_pass: fused`) over its prompt chunks and
+        its decode tokens: those of the steady decoders (`steady`: members, Σ length) and of the
+        `ready` requests that computed no prompt token in it — a request whose prompt ends in
+        this pass samples its first token from the prefill forward."""
+        n, total = steady
+        batch = self.batch
+        for request in ready:
+            scheduled = batch.get(request)
+            if scheduled is None or scheduled[1] < 0:
+                n += 1
+                total += request.prompt_len + request.generated
+        if n == 0:
+            return self.result.prefill_ms
+        count, mean_isl, mean_prefix = self.prefill_batch()
+        return timing.mixed(count, mean_isl, mean_prefix, n, total, total // n, total_kv_tokens)

@@ -61,6 +61,7 @@ from servesim.engine.radix import RadixCache
 from servesim.engine.rank import DecodePass, RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.sglang_admission import lpm_order, never_admissible
+from servesim.engine.sglang_handoff import SglangHandoff
 from servesim.engine.sglang_kv import PageLeases, SgRequest
 from servesim.engine.speculative import DraftSampler
 from servesim.errors import RunError
@@ -71,7 +72,7 @@ Chunk = tuple[SgRequest, int, int]
 """One prefill chunk of a pass: (request, chunk end, reused tokens)."""
 
 
-class SglangRank:
+class SglangRank(SglangHandoff):
     """Scheduler, radix cache and timing of one rank running the SGLang policy."""
 
     def __init__(self, config: RankConfig, timing: TimingModel, *, sampler_seed: int = 0) -> None:
@@ -393,63 +394,20 @@ class SglangRank:
         retracted.append(r)
         result.preemptions += 1
 
-    # -- disaggregated serving ---------------------------------------------------------------
-
-    def _hold_running(self, result: RankPass) -> None:
-        """Prefill role: the prompts completed this pass have run the decode step for their one
-        output token (its KV page included), but the token is not emitted: they are held with
-        their KV until the transfer is done."""
-        page = self.page
-        for r in self.running:
-            r.length = r.materialized = r.length + 1
-            r.pages = -(-r.length // page)
-            self._hold(r, result)
-        self.running = []
-        self._context = 0
-
-    def _hold(self, r: SgRequest, result: RankPass) -> None:
-        """Prefill role: keep a finished prompt's lease for the transfer."""
-        self._held[r.req] = r
-        self.handoff.hold(r.req, result)
-
-    def release_held(self, request: EngineRequest) -> None:
-        """Prefill role: the transfer is done (or dropped); the prompt's full pages stay cached."""
-        self.leases.finish(self._held.pop(request))
-
-    def try_reserve(self) -> tuple[EngineRequest, int] | None:
-        """Decode role: one attempt to reserve the page-rounded prompt of the front pending
-        destination, reusing its resident full pages.
-
-        Returns the reserved request and how many prompt tokens must be transferred (its pages
-        not already resident, in whole pages), or None. An attempt that fails is not repeated
-        before the capacity generation changes.
-        """
-        handoff = self.handoff
-        request = handoff.candidate()
-        if request is None:
-            return None
-        r = SgRequest(request)
-        if not self.leases.reserve_prompt(r):
-            handoff.refuse(request)
-            return None
-        self._reserved[request] = r
-        return handoff.reserved(request, r.private_pages(self.page) * self.page)
-
-    def activate(self, request: EngineRequest) -> None:
-        """Decode role: the transferred prompt becomes cache-visible and waits to be promoted."""
-        r = self._reserved.pop(request)
-        r.materialized = request.computed = request.prompt_len
-        self.leases.cache_prefix(r)
-        self.ready.append(r)
-
-    def _promote(self, result: RankPass) -> None:
-        """Decode role: activated requests join `running` first (reuse 0, already computed);
-        output-0 requests complete at once without a token (still taking a slot this pass)."""
-        ready = self.ready
-        for _ in range(min(len(ready), self.config.max_sequences - len(self.running))):
-            r = ready.popleft()
-            result.admitted.append((r.req, 0))
-            self._settle(r, result)
+    def abort(self, request: EngineRequest, pass_index: int) -> None:
+        """Drop a request its client gave up on, between passes: a running request frees its
+        private pages and unlocks its cached prefix, a waiting one leaves."""
+        running = next((r for r in self.running if r.req is request), None)
+        if running is not None:
+            self.running.remove(running)
+            self._context -= running.length
+            self.leases.release(running)
+            self.handoff.capacity_changed()
+            return
+        waiting = next((r for r in self.waiting if r.req is request), None)
+        if waiting is not None:
+            self.waiting.remove(waiting)
+            self.leases.release(waiting)
 
     def _roll_back_partial_prefills(self, result: RankPass) -> None:
         """Deadlock breaker: release the KV of every partially prefilled waiting request.
@@ -466,7 +424,6 @@ class SglangRank:
                 result.preemptions += 1
         if result.preemptions:
             self.ratio = self.ratio_init
-
 
     def check(self) -> None:
         """Assert page conservation: free + evictable + protected + private == total."""

@@ -4,7 +4,8 @@ recompute preemption and the rejection gates (vLLM's or TensorRT-LLM's, `engine.
 One call to `run_pass` plans and applies a whole forward pass: the running requests are
 scheduled first (one token each when decoding, the rest of the prompt when mid-prefill), then
 waiting requests are admitted in FCFS order while slots remain; the pass time is the prefill
-time of the batch's prompt chunks plus the decode time of the requests that emit a token.
+time of the batch's prompt chunks plus the decode time of the requests that emit a token (or,
+with a `MixedPassTiming` model, one fused forward pass: `PassPlan.fused_ms`).
 
 Steady decoders form a *cohort* (`engine.cohort`) that is advanced implicitly. The cohort
 always precedes the other ("explicit") running requests in running order, so scheduling it
@@ -22,12 +23,13 @@ from servesim.engine.cohort import DecodeCohort
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.kv import Block, BlockPool
 from servesim.engine.metrics import vllm_metrics
-from servesim.engine.pass_time import TimingModel
+from servesim.engine.pass_time import MixedPassTiming, TimingModel
 from servesim.engine.plan import PassPlan
 from servesim.engine.policy import VllmPolicy
 from servesim.engine.rank import DecodePass, RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.speculative import DraftSampler
+from servesim.engine.vllm_handoff import VllmHandoff
 
 
 class Scheduled(IntEnum):
@@ -40,13 +42,15 @@ class Scheduled(IntEnum):
     """Making room for it preempted the request itself."""
 
 
-class VllmRank:
+class VllmRank(VllmHandoff):
     """Scheduler, KV pool and timing of one rank running the vLLM core."""
 
     def __init__(self, config: RankConfig, timing: TimingModel, *, policy: VllmPolicy | None = None,
                  lazy_decode: bool = True, sampler_seed: int = 0) -> None:
         self.config = config
         self.timing = timing
+        self.mixed = timing if isinstance(timing, MixedPassTiming) else None
+        """The timing of fused mixed passes, when the model has one (`timing.mixed_pass: fused`)."""
         self.policy = policy if policy is not None else VllmPolicy(config)
         spec = config.speculative
         self.drafts = DraftSampler(spec, sampler_seed) if spec is not None else None
@@ -309,7 +313,10 @@ class VllmRank:
             done = [r for r in done if r in self.running]  # a preempted one runs again later
         cohort = self.cohort
         n = len(cohort) + len(ready)
-        if n:
+        if n and self.mixed is not None and result.prefill_ms:
+            result.prefill_ms, result.decode_ms = 0.0, plan.fused_ms(self.mixed, ready, (
+                len(cohort), cohort.length_sum), self.total_kv_tokens)
+        elif n:
             total = cohort.length_sum + sum(r.prompt_len + r.generated for r in ready)
             result.decode_ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
         result.emitted = n
@@ -348,6 +355,17 @@ class VllmRank:
         if self.explicit:
             finished = set(done)
             self.explicit = [r for r in self.explicit if r not in finished]
+
+    def abort(self, request: EngineRequest, pass_index: int) -> None:
+        """Drop a request its client gave up on, between passes (`pass_index` is the next one):
+        a running request releases its KV like a finished one, a waiting one leaves."""
+        if request in self.running:
+            if request in self.cohort:
+                self.cohort.leave(request, pass_index)
+            self._complete([request])
+        elif request in self.waiting:
+            self.waiting.remove(request)
+            request.own_blocks = []
 
     # -- speculative decoding ----------------------------------------------------------------
 
@@ -394,55 +412,3 @@ class VllmRank:
         if len(request.lease) > keep:
             self.pool.release(request.lease[keep:], 0)
             del request.lease[keep:]
-
-    # -- disaggregated serving ---------------------------------------------------------------
-
-    def _hold(self, prompts_done: list[EngineRequest], result: RankPass) -> None:
-        """Prefill role: requests whose prompt is complete leave running, keeping their KV."""
-        if not prompts_done:
-            return
-        for request in prompts_done:
-            self.handoff.hold(request, result)
-            del self.running[request]
-        done = set(prompts_done)
-        self.explicit = [r for r in self.explicit if r not in done]
-
-    def release_held(self, request: EngineRequest) -> None:
-        """Prefill role: free a held request's KV once it has been transferred (or dropped)."""
-        self.pool.release(request.lease, request.computed // self.config.block_size)
-        request.lease = []
-
-    def try_reserve(self) -> tuple[EngineRequest, int] | None:
-        """Decode role: one attempt to reserve KV for the front pending destination.
-
-        Returns the reserved request and how many of its prompt tokens must be transferred (its
-        blocks not already resident here, in whole blocks), or None.
-        """
-        handoff = self.handoff
-        request = handoff.candidate()
-        if request is None:
-            return None
-        if len(self.running) >= self.config.max_sequences:
-            handoff.refuse(request)
-            return None
-        bs, pool = self.config.block_size, self.pool
-        full = min(request.prompt_len // bs, request.shared_blocks)
-        hits = pool.prefix_hits(request.full_block_keys(full, bs), full) if full > 0 else []
-        fresh = -(-request.prompt_len // bs) - len(hits)
-        if fresh > pool.free_blocks - sum(1 for b in hits if b.refs == 0):
-            handoff.refuse(request)
-            return None
-        for block in hits:
-            pool.pin(block)
-        pool.allocate(fresh)
-        request.lease = [*hits, *([None] * fresh)]
-        return handoff.reserved(request, fresh * bs)
-
-    def activate(self, request: EngineRequest) -> None:
-        """Decode role: the transferred prompt becomes cache-visible and the request waits."""
-        bs = self.config.block_size
-        if self.config.prefix_caching:
-            self._cache_completed(request, 0, request.prompt_len // bs)
-        request.computed = request.prompt_len
-        request.prebuilt = True
-        self.waiting.append(request)

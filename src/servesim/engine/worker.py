@@ -4,6 +4,10 @@ Every rank that has work runs its own pass from the same start; the worker's pas
 slowest rank's end, and every token of the pass is stamped with that end. The worker keeps the
 end time of every pass it ran (`pass_ends`), which is how request timelines are stored: a
 request records the indices of the passes that gave it a token.
+
+With async scheduling (servesim extension) the engine plans its next pass while the running one
+executes, so a request reaching a busy worker is held in an inbox until the next pass has been
+planned: it joins the pass after next. A worker with nothing planned takes it at once.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ class WorkerPass:
 class Worker:
     """One logical worker with `len(ranks)` scheduler ranks."""
 
-    def __init__(self, worker_id: int, ranks: list[HandoffRank], first_scheduler_id: int, pool_index: int = 0) -> None:
+    def __init__(self, worker_id: int, ranks: list[HandoffRank], first_scheduler_id: int, pool_index: int = 0, *,
+                 async_scheduling: bool = False) -> None:
         self.worker_id = worker_id
         self.order = (pool_index, worker_id)
         """Pass-start order among workers at one instant."""
@@ -46,16 +51,31 @@ class Worker:
         self.parked = False
         self.busy_ms = 0.0
         """Simulated time spent in passes (the sum of pass durations)."""
+        self.async_scheduling = async_scheduling
+        self.inbox: list[tuple[int, EngineRequest]] = []
+        """Async scheduling: (rank, request) that reached the worker during its running pass."""
 
     def enqueue(self, rank: int, request: EngineRequest) -> None:
         """Route a request to one of this worker's ranks (wakes a parked worker)."""
-        self.ranks[rank].enqueue(request)
+        if self.busy and self.async_scheduling:
+            self.inbox.append((rank, request))
+        else:
+            self.ranks[rank].enqueue(request)
         self.parked = False
+
+    def abort(self, rank: int, request: EngineRequest) -> None:
+        """Drop a request between passes (its client gave up), wherever it is on this worker."""
+        if (rank, request) in self.inbox:
+            self.inbox.remove((rank, request))
+        else:
+            self.ranks[rank].abort(request, len(self.pass_ends))
 
     def runnable(self) -> bool:
         return not self.busy and not self.parked and self.holds_requests()
 
     def holds_requests(self) -> bool:
+        if self.inbox:
+            return True
         for rank in self.ranks:
             if rank.has_work():
                 return True
@@ -71,9 +91,27 @@ class Worker:
         `through_finishes` (nobody needs to hear of a completion before the horizon); then the
         earlier completions travel in `WorkerPass.early_finishes`.
         """
+        if self.inbox:
+            return self._pass_then_inbox(now)
         if horizon > now and len(self.ranks) == 1 and self.ranks[0].can_run_ahead(len(self.pass_ends)):
             return self._run_ahead(now, horizon, through_finishes)
         return self._one_pass(now)
+
+    def _pass_then_inbox(self, now: float) -> WorkerPass:
+        """Async scheduling: plan the next pass without the inbox (unless nothing else is
+        planned), then hand the inbox to the ranks for the pass after."""
+        inbox, self.inbox = self.inbox, []
+        if any(rank.has_work() for rank in self.ranks):
+            outcome = self._one_pass(now)
+            outcome.has_effect = True  # the ranks' queues changed
+            self._deliver(inbox)
+            return outcome
+        self._deliver(inbox)
+        return self._one_pass(now)
+
+    def _deliver(self, inbox: list[tuple[int, EngineRequest]]) -> None:
+        for rank, request in inbox:
+            self.ranks[rank].enqueue(request)
 
     def _run_ahead(self, now: float, horizon: float, through_finishes: bool) -> WorkerPass:
         rank = self.ranks[0]

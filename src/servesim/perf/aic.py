@@ -265,6 +265,11 @@ class AicTiming:
         self.label = label
         self.calls = 0
 
+    @property
+    def engine(self) -> Any:
+        """The compiled AIC engine behind this model."""
+        return self._engine
+
     def _checked(self, value: float, what: str) -> float:
         if not (value == value and 0.0 <= value < float("inf")):
             raise RunError(f"AIConfigurator returned {value} ms for {what}")

@@ -143,12 +143,15 @@ class RooflineTiming:
         per_layer = self._layer_dense_part(tokens) + attention
         return self._layers * per_layer + self._per_pass(tokens, batch)
 
-    def decode_seconds(self, batch: int, active_kv_tokens: int) -> float:
+    def _decode_attention(self, batch: int, active_kv_tokens: int) -> float:
+        """One layer's decode attention: memory-bound reads of the batch's KV."""
         heads_dim = self._q
         flops = 4.0 * heads_dim * active_kv_tokens
         traffic = active_kv_tokens * self._kv_token_bytes + 2.0 * batch * heads_dim * 2.0
-        attention = max(flops / self._attn_peak, traffic / self._bw) + self._launch
-        per_layer = self._layer_dense_part(batch) + attention
+        return max(flops / self._attn_peak, traffic / self._bw) + self._launch
+
+    def decode_seconds(self, batch: int, active_kv_tokens: int) -> float:
+        per_layer = self._layer_dense_part(batch) + self._decode_attention(batch, active_kv_tokens)
         return self._layers * per_layer + self._per_pass(batch, batch)
 
     def prefill(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
@@ -164,6 +167,24 @@ class RooflineTiming:
         if ms is None:
             ms = self._decode_memo[key] = quantize_ms(1000.0 * self.decode_seconds(batch, active_kv_tokens))
         return ms
+
+    def mixed_seconds(self, batch: int, mean_isl: int, mean_prefix: int, decode_batch: int,
+                      active_kv_tokens: int, decode_attention_factor: float = 1.0) -> float:
+        """One forward pass over a prefill and `decode_batch` decode tokens (`mixed_pass: fused`).
+
+        The per-layer dense work and the per-pass work are done once for all the pass's tokens
+        (one read of the weights); each phase keeps its own attention, the decode tokens' costing
+        `decode_attention_factor` times what it costs in a decode-only pass.
+        """
+        prefill_tokens = batch * max(mean_isl - mean_prefix, 0)
+        tokens = prefill_tokens + decode_batch
+        dense = self._layer_dense_part
+        shared = self._layers * (dense(prefill_tokens) + dense(decode_batch) - dense(tokens))
+        once = (self._per_pass(prefill_tokens, batch) + self._per_pass(decode_batch, decode_batch)
+                - self._per_pass(tokens, batch + decode_batch))
+        separate = self.prefill_seconds(batch, mean_isl, mean_prefix) + self.decode_seconds(decode_batch, active_kv_tokens)
+        excess = (decode_attention_factor - 1.0) * self._layers * self._decode_attention(decode_batch, active_kv_tokens)
+        return separate - shared - once + excess
 
 
 def expected_distinct_experts(local_experts: int, pairs: float) -> float:

@@ -39,8 +39,10 @@ class Unreleased(NamedTuple):
 class AgenticDriver:
     """Releases the nodes of an agentic graph in dependency order (open loop only)."""
 
-    def __init__(self, graph: AgenticGraph) -> None:
+    def __init__(self, graph: AgenticGraph, frontend_ms: float = 0.0) -> None:
         self.graph = graph
+        self.frontend_ms = frontend_ms
+        """A node dispatched (sent) at t is released at t + frontend_ms and keeps t as its arrival."""
         nodes = graph.nodes
         self._waiting = [len(p) for p in graph.parents]
         self._ready_at = [n.not_before_ms for n in nodes]
@@ -64,7 +66,7 @@ class AgenticDriver:
 
     def next_ready_time(self) -> float:
         self._drop_aborted()
-        return self._ready[0][0] if self._ready else INF
+        return self._ready[0][0] + self.frontend_ms if self._ready else INF
 
     def drained(self) -> bool:
         """True when nothing is scheduled (what is still blocked waits on in-flight requests,
@@ -78,8 +80,8 @@ class AgenticDriver:
     def release(self, now: float) -> list[Arrival]:
         """Every node ready at or before `now`, ordered by (ready time, node index)."""
         out: list[Arrival] = []
-        ready = self._ready
-        while self._drop_aborted() and ready[0][0] <= now:
+        ready, lag = self._ready, self.frontend_ms
+        while self._drop_aborted() and ready[0][0] + lag <= now:
             t, i = heapq.heappop(ready)
             out.append(self._emit(i, t))
             self._fire(i, t, "dispatch")

@@ -47,6 +47,8 @@ class RequestDriver(Protocol):
 
     fixed_arrivals: bool
     """True when completions never release requests (every arrival time is known up front)."""
+    frontend_ms: float
+    """Latency from a request's send (its arrival time) to its release (servesim extension)."""
 
     @property
     def total_requests(self) -> int:
@@ -107,7 +109,11 @@ class Driver:
         concurrency: int | None = None,
         delay_scale: float = 1.0,
         prompt_limit: int | None = None,
+        frontend_ms: float = 0.0,
     ) -> None:
+        self.frontend_ms = frontend_ms
+        """Latency from a turn's send (its arrival) to the engine seeing it: a turn sent at t is
+        released at t + frontend_ms and keeps t as its arrival time."""
         self._sessions: Sequence[Session] = workload.sessions
         self._num_sessions = len(workload.sessions)
         self._accumulate = workload.accumulate
@@ -141,7 +147,7 @@ class Driver:
         t = self._ready[0][0] if self._ready else INF
         if self._next_first is not None and self._next_first[0] < t:
             t = self._next_first[0]
-        return t
+        return t + self.frontend_ms
 
     def drained(self) -> bool:
         """True once every session has finished."""
@@ -159,11 +165,12 @@ class Driver:
     def release(self, now: float) -> list[Arrival]:
         """Every turn ready at or before `now`, ordered by (ready time, session, turn)."""
         out: list[Arrival] = []
-        ready = self._ready
+        ready, lag = self._ready, self.frontend_ms
         while True:
             first = self._next_first
-            from_ready = bool(ready) and ready[0][0] <= now
-            if first is not None and first[0] <= now and (not from_ready or (first[0], first[1], 0) < ready[0]):
+            from_ready = bool(ready) and ready[0][0] + lag <= now
+            if (first is not None and first[0] + lag <= now
+                    and (not from_ready or (first[0], first[1], 0) < ready[0])):
                 t, s = first
                 self._next_first = next(self._first, None)
                 self._progress[s] = _SessionProgress(self._sessions[s])

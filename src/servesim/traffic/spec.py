@@ -59,6 +59,10 @@ class TrafficSpec:
     graph_refusal: str | None = None
     """Why a dependency graph (an agent-aware Dynamo trace) cannot be replayed in this run, as
     the reference says it at run time; None when it can."""
+    frontend_ms: float = 0.0
+    """Latency from a client's send to the engine seeing the request (servesim extension)."""
+    client_timeout_ms: float | None = None
+    """Clients abandon a request unfinished this long after sending it (servesim extension)."""
 
     def workload(self, block_size: int) -> Workload | AgenticGraph:
         """The source's sessions, or the dependency graph of an agentic trace (synthetic prompts
@@ -76,22 +80,23 @@ class TrafficSpec:
     def driver(self, workload: Workload | AgenticGraph, prompt_limit: int | None = None) -> RequestDriver:
         """The driver releasing `workload`'s requests under this load (see `Driver` for
         `prompt_limit`)."""
+        lag = self.frontend_ms
         if isinstance(workload, AgenticGraph):
             if self.graph_refusal is not None:
                 raise RunError(self.graph_refusal)
-            return AgenticDriver(workload)
+            return AgenticDriver(workload, frontend_ms=lag)
         load = self.load
         n = len(workload.sessions)
         if load.kind == "concurrency":
-            return Driver(workload, concurrency=load.concurrency, prompt_limit=prompt_limit)
+            return Driver(workload, concurrency=load.concurrency, frontend_ms=lag, prompt_limit=prompt_limit)
         if load.kind == "poisson":
             times = poisson_schedule(n, load.rate, load.seed)
         elif load.kind == "constant_rate":
             times = constant_rate_schedule(n, load.rate)
         else:
             return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup), delay_scale=load.speedup,
-                          prompt_limit=prompt_limit)
-        return Driver(workload, first_arrivals=times, prompt_limit=prompt_limit)
+                          frontend_ms=lag, prompt_limit=prompt_limit)
+        return Driver(workload, first_arrivals=times, frontend_ms=lag, prompt_limit=prompt_limit)
 
 
 def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:

@@ -1,0 +1,123 @@
+"""The `servesim validate` and `servesim calibrate` subcommands.
+
+Exit codes as for `predict`: 0 success, 2 usage or configuration errors (a missing data
+folder, a bad option), 1 when a run or a measurement file fails (the message names the file
+and line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from servesim.errors import ConfigError, RunError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `validate` and `calibrate` to the `servesim` command."""
+    validate = sub.add_parser("validate", help="compare sum and fused timing with the open real vLLM runs")
+    validate.add_argument("--data", default=None, help="the LLMServingSim validation data folder "
+                          "(default: ../shared/data/llmservingsim-vllm-validation)")
+    validate.add_argument("--aic-systems-path", default=None,
+                          help="AIConfigurator systems directory with vLLM 0.19.0 data (default: "
+                               "$SERVESIM_AIC_SYSTEMS_PATH, else servesim's default, the reference's database)")
+    validate.add_argument("--runs", default=None, help="comma-separated run numbers (1-4) to validate")
+    validate.add_argument("-o", "--output", default=None,
+                          help="write the Markdown tables here (between '<!-- servesim validate: begin/end -->' "
+                               "markers if the file has them)")
+    validate.add_argument("--components", action="store_true",
+                          help="also check the timing model's pieces against the splitwise and Vidur measurements, "
+                               "and its decode steps against the runs' drain")
+    validate.add_argument("--holdout", action="store_true",
+                          help="also calibrate on part of the data and predict the rest (takes minutes)")
+    validate.set_defaults(run_command=_validate)
+
+    calibrate = sub.add_parser("calibrate", help="fit a calibration file to measurements of a real deployment")
+    calibrate.add_argument("-c", "--config", required=True, help="YAML config of the measured deployment")
+    calibrate.add_argument("-m", "--measurements", required=True,
+                           help="per-request measurements: LLMServingSim JSONL, AIPerf profile_export.jsonl "
+                                "or a vllm bench serve --save-detailed JSON")
+    calibrate.add_argument("--format", choices=("auto", "llmservingsim", "aiperf", "vllm"), default="auto")
+    calibrate.add_argument("-o", "--output", required=True, help="calibration file to write (YAML)")
+    calibrate.add_argument("--keep-traffic", action="store_true",
+                           help="replay the config's own traffic section instead of the measured requests")
+    calibrate.set_defaults(run_command=_calibrate)
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"servesim: error: {message}", file=sys.stderr)
+    return code
+
+
+def _selected_runs(text: str | None):
+    from servesim.fidelity.openruns import RUNS
+
+    if text is None:
+        return RUNS
+    try:
+        picks = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--runs {text!r}: expected comma-separated numbers 1-{len(RUNS)}") from None
+    bad = [p for p in picks if not 1 <= p <= len(RUNS)]
+    if bad:
+        raise ConfigError(f"--runs: no run {bad[0]} (there are {len(RUNS)})")
+    return tuple(RUNS[p - 1] for p in picks)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from servesim.fidelity import openruns, validate
+
+    data = openruns.data_folder(args.data)
+    try:
+        runs = _selected_runs(args.runs)
+    except ConfigError as exc:
+        return _fail(2, str(exc))
+    missing = [str(p) for run in runs for p in run.files(data) if not p.is_file()]
+    if missing:
+        return _fail(2, f"--data {data}: not the LLMServingSim validation data (missing {missing[0]})")
+    try:
+        results = validate.validate(data, args.aic_systems_path, runs, progress=sys.stderr.isatty())
+        text = validate.render(results)
+        if args.components:
+            from servesim.fidelity import components, steps
+
+            text += "\n" + components.render(components.check(data.parent, args.aic_systems_path))
+            bands = [band for run in runs for band in steps.compare(run, data, args.aic_systems_path)]
+            text += "\n" + steps.render(bands)
+        if args.holdout:
+            from servesim.fidelity import holdout
+
+            progress = sys.stderr.isatty()
+            text += "\n" + holdout.render(holdout.by_load(data, args.aic_systems_path, runs, progress),
+                                          "Calibrated on a run's first third of requests, predicting the rest")
+            text += "\n" + holdout.render(holdout.by_model(data, args.aic_systems_path, progress=progress),
+                                          "Calibrated on one run, predicting another on the same GPU type")
+    except RunError as exc:
+        return _fail(1, str(exc))
+    sys.stdout.write(text)
+    if args.output:
+        validate.write_section(Path(args.output), "servesim validate", text)
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from servesim.config import load_config
+    from servesim.fidelity.calibrate import calibrate
+    from servesim.fidelity.measured import load_measured
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        message = str(exc)
+        return _fail(2, message if message.startswith(f"{args.config}:") else f"{args.config}: {message}")
+    try:
+        measured = load_measured(args.measurements, args.format)
+        result = calibrate(config, measured, keep_traffic=args.keep_traffic, progress=sys.stderr.isatty())
+    except ConfigError as exc:
+        return _fail(2, str(exc))
+    except RunError as exc:
+        return _fail(1, str(exc))
+    Path(args.output).write_text(result.calibration.to_yaml())
+    sys.stdout.write(result.describe())
+    return 0
