@@ -68,6 +68,8 @@ def worker(draw: st.DrawFn, backend: str) -> dict[str, Any]:
         "timing": draw(st.one_of(
             st.fixed_dictionaries({"type": st.just("fixed"), "prefill_ms": _ms(50), "decode_ms": _ms(10)}),
             st.just({"type": "polynomial"}),
+            st.fixed_dictionaries({"type": st.just("roofline"), "mixed_pass": st.sampled_from(["sum", "fused"]),
+                                   "frontend_ms": _ms(20)}),
         )),
     }
     if draw(st.integers(0, 5)) == 0:
@@ -178,6 +180,8 @@ def case(draw: st.DrawFn, folder: Path) -> tuple[dict[str, Any], list[str] | Non
                              "max_num_gpus": draw(_small_int(-1, 8)), "min_workers": draw(_small_int(0, 2))}
     if draw(st.integers(0, 5)) == 0:
         config["evaluation"] = {"sla": {"ttft_ms": draw(st.floats(0.1, 1000)), "itl_ms": draw(st.floats(0.1, 100))}}
+    if draw(st.integers(0, 5)) == 0:
+        config["traffic"]["client_timeout_seconds"] = draw(st.floats(0.001, 5))
     for _ in range(draw(st.sampled_from([0, 0, 0, 1, 1, 2, 3]))):
         _mutate(config, draw)
     args = ["--unservable", draw(st.sampled_from(["reject", "fail"]))]

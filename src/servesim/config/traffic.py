@@ -260,7 +260,7 @@ class TrafficConfig(SchemaModel):
     """When requests arrive: concurrency, poisson, constant_rate or trace_timestamps."""
     stop: StopConfig | None = None
     """When the workload ends (required for synthetic sources)."""
-    client_timeout_seconds: PositiveNumber | None = None
+    client_timeout_seconds: PositiveSeconds | None = None
     """servesim extension: clients abort a request still unfinished this long after sending it (as load generators do, e.g. inference-perf's 300 s); it is reported as 'timed_out', its KV freed at the worker's next pass boundary, and it is left out of the latency statistics. Aggregated deployments only; omitted = clients wait for ever (the reference)."""
 
     @model_validator(mode="after")
