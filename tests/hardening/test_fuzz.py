@@ -252,15 +252,21 @@ def _bounded(seconds: float, extra_memory: int):
 
 
 def _input_requests(config: dict[str, Any], rows: list[str] | None) -> int | None:
-    """Requests the input holds (None when the config's shape does not say)."""
-    source = config["traffic"]["source"]
-    if rows is not None:
-        return sum(1 for row in rows if row.strip())
-    stop = config["traffic"].get("stop", {})
-    if source["type"] == "synthetic":
-        return stop.get("requests")
-    turns, sessions = source["session"].get("turns"), stop.get("sessions")
-    return turns * sessions if isinstance(turns, int) and isinstance(sessions, int) else None
+    """Requests the input holds, for a config that validated (None when its shape does not say,
+    e.g. a mutation removed a section the defaults then filled)."""
+    traffic = config.get("traffic")
+    source = traffic.get("source") if isinstance(traffic, dict) else None
+    if not isinstance(source, dict):
+        return None
+    if source.get("type") == "trace":
+        return sum(1 for row in rows if row.strip()) if rows is not None else None
+    stop = traffic.get("stop") or {}
+    if source.get("type") == "synthetic":
+        count = stop.get("requests")
+        return count if type(count) is int else None
+    session = source.get("session") or {}
+    turns, sessions = session.get("turns", 4), stop.get("sessions")
+    return turns * sessions if type(turns) is int and type(sessions) is int else None
 
 
 def run_case(folder: Path, config: dict[str, Any], rows: list[str] | None, args: list[str]) -> tuple[int, str]:
