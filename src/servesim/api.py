@@ -229,11 +229,15 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: flo
 @contextmanager
 def _collection_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: the replay allocates many long-lived objects and
-    no reference cycles worth collecting, so collections would only cost time."""
+    no reference cycles worth collecting, so collections would only cost time. Afterwards the
+    objects made meanwhile join the oldest generation at once (`gc.freeze` then `unfreeze`):
+    otherwise the first young collection would walk every one of them."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
+        gc.unfreeze()
         if enabled:
             gc.enable()

@@ -15,6 +15,7 @@ it (every member back to an explicit request) before a pass it cannot advance wh
 from __future__ import annotations
 
 from enum import IntEnum
+from heapq import heappop, heappush
 
 from servesim.engine.kv import BlockPool
 from servesim.engine.rank import RankConfig
@@ -47,6 +48,8 @@ class DecodeCohort:
         """Σ squared sequence length of the members at the start of the next pass."""
         self._events: dict[int, list[tuple[Event, EngineRequest, int]]] = {}
         """Member events by pass index: (kind, request, epoch); stale epochs are skipped."""
+        self._event_passes: list[int] = []
+        """Heap of the pass indices with events (some may have been consumed already)."""
 
     def __len__(self) -> int:
         return len(self.members)
@@ -58,6 +61,17 @@ class DecodeCohort:
         """A request's true (computed, generated) at the start of pass `pass_index`."""
         steps = pass_index - request.anchor if request in self.members else 0
         return request.computed + steps, request.generated + steps
+
+    def next_event(self, pass_index: int) -> int:
+        """The first pass from `pass_index` on with a member event (passes before it only
+        advance the members); a huge number when there is none."""
+        heap, events = self._event_passes, self._events
+        while heap:
+            first = heap[0]
+            if first >= pass_index and first in events:
+                return first
+            heappop(heap)
+        return 1 << 62
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -96,11 +110,11 @@ class DecodeCohort:
                 r.lease[block] = pool.store(key)
                 self._schedule(r, pass_index + 1, Event.ALLOC)
 
-    def advance(self) -> None:
-        """Every member gained its token: update the length sums."""
+    def advance(self, passes: int = 1) -> None:
+        """Every member gained a token in each of `passes` passes: update the length sums."""
         n = len(self.members)
-        self.length_sq_sum += 2 * self.length_sum + n
-        self.length_sum += n
+        self.length_sq_sum += passes * (2 * self.length_sum + n * passes)
+        self.length_sum += n * passes
 
     def finish(self, pass_index: int) -> list[EngineRequest]:
         """Members whose last token is this pass's, in running order; they leave the cohort."""
@@ -157,6 +171,7 @@ class DecodeCohort:
         for r in list(self.members):
             self.leave(r, pass_index)
         self._events.clear()
+        self._event_passes.clear()
         self.length_sum = self.length_sq_sum = 0
 
     def _schedule(self, r: EngineRequest, at: int, kind: Event) -> None:
@@ -166,6 +181,7 @@ class DecodeCohort:
         events = self._events.get(at)
         if events is None:
             self._events[at] = [(kind, r, r.epoch)]
+            heappush(self._event_passes, at)
         else:
             events.append((kind, r, r.epoch))
 

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from array import array
 from typing import Protocol
 
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.kv import KvListener
-from servesim.engine.rank import DecodePass, RankPass
+from servesim.engine.rank import DecodePass, DecodeRun, RankPass
 from servesim.engine.request import EngineRequest
 
 
@@ -74,6 +75,14 @@ class Rank(Protocol):
 
     def decode_pass(self, pass_index: int) -> DecodePass:
         """Run pass `pass_index`, which `can_run_ahead` said only advances steady decoders."""
+        ...
+
+    def decode_passes(self, pass_index: int, start_ms: float, horizon_ms: float, through_finishes: bool,
+                      ends: array) -> DecodeRun:
+        """Decode-only passes from `pass_index` (which `can_run_ahead`) back to back from
+        `start_ms`, appending each end to `ends`, while the next would still end by
+        `horizon_ms`, only advance steady decoders and — unless `through_finishes` — the last
+        one finished nothing."""
         ...
 
 

@@ -37,3 +37,14 @@ class MixedPassTiming(TimingModel, Protocol):
         and the decode tokens `decode(decode_batch, active_kv_tokens, mean_ctx, total_kv_tokens)`
         times."""
         ...
+
+
+def decode_durations(timing: TimingModel, batch: int, active: range, total_kv_tokens: int) -> list[float]:
+    """`timing.decode` of `batch` sequences at each active-token count of `active` (the passes
+    of a steady decode batch); a model may answer the whole series at once with
+    ``decode_series(batch, active, total_kv_tokens)``."""
+    series = getattr(timing, "decode_series", None)
+    if series is not None:
+        return series(batch, active, total_kv_tokens)  # type: ignore[no-any-return]
+    decode = timing.decode
+    return [decode(batch, a, a // batch, total_kv_tokens) for a in active]

@@ -7,7 +7,9 @@ interface in `engine.interface`; `engine.factory.make_rank` builds one.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from servesim.engine.metrics import ForwardPassMetrics
 from servesim.engine.request import EngineRequest
@@ -108,4 +110,61 @@ class DecodePass:
                         emitted=self.emitted, metrics=self.metrics)
 
 
-__all__ = ["DecodePass", "ForwardPassMetrics", "RankConfig", "RankPass", "SglangSettings", "SpeculativeSettings"]
+@dataclass(slots=True)
+class DecodeRun:
+    """Decode-only passes run back to back (`Rank.decode_passes`)."""
+
+    last_start_ms: float
+    end_ms: float
+    last: DecodePass | None = None
+    """The last pass (its finishes are the run's finishes)."""
+    early: list[tuple[float, list[EngineRequest]]] = field(default_factory=list)
+    """Requests finished by the earlier passes, with those passes' ends."""
+
+    def add(self, step: DecodePass, ends: array) -> None:
+        """One more pass, after the last."""
+        self._settle_last()
+        self.last_start_ms = self.end_ms
+        self.end_ms += step.duration_ms
+        ends.append(self.end_ms)
+        self.last = step
+
+    def add_many(self, sums: list[float], count: int, last: DecodePass, ends: array) -> None:
+        """`count` more passes ending at ``sums[1 : count + 1]`` (``sums[0]`` is the run's end);
+        the last of them did `last`."""
+        self._settle_last()
+        ends.extend(sums[1:count + 1])
+        self.last_start_ms = sums[count - 1]
+        self.end_ms = sums[count]
+        self.last = last
+
+    def _settle_last(self) -> None:
+        """Another pass follows the last one: its finishes become early ones."""
+        if self.last is not None and self.last.finished:
+            self.early.append((self.end_ms, self.last.finished))
+
+
+class DecodesOnePass(Protocol):
+    """A rank that runs decode-only passes one at a time."""
+
+    def can_run_ahead(self, pass_index: int) -> bool: ...
+
+    def next_decode_ms(self) -> float: ...
+
+    def decode_pass(self, pass_index: int) -> DecodePass: ...
+
+
+def decode_one_by_one(rank: DecodesOnePass, pass_index: int, start_ms: float, horizon_ms: float,
+                      through_finishes: bool, ends: array) -> DecodeRun:
+    """`Rank.decode_passes` one `decode_pass` at a time."""
+    run = DecodeRun(start_ms, start_ms)
+    while True:
+        run.add(rank.decode_pass(pass_index), ends)
+        pass_index += 1
+        if run.last is not None and run.last.finished and not through_finishes:
+            return run
+        if not rank.can_run_ahead(pass_index) or run.end_ms + rank.next_decode_ms() > horizon_ms:
+            return run
+
+
+__all__ = ["DecodePass", "DecodeRun", "DecodesOnePass", "decode_one_by_one", "ForwardPassMetrics", "RankConfig", "RankPass", "SglangSettings", "SpeculativeSettings"]

@@ -52,13 +52,14 @@ and the run ends in the reference's "effect-free zero-duration pass" error).
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.metrics import sglang_metrics
 from servesim.engine.pass_time import TimingModel
 from servesim.engine.radix import RadixCache
-from servesim.engine.rank import DecodePass, RankConfig, RankPass
+from servesim.engine.rank import DecodePass, DecodeRun, RankConfig, RankPass, decode_one_by_one
 from servesim.engine.request import EngineRequest
 from servesim.engine.sglang_admission import lpm_order, never_admissible
 from servesim.engine.sglang_handoff import SglangHandoff
@@ -148,6 +149,11 @@ class SglangRank(SglangHandoff):
         """Pass `pass_index` when it only decodes (`can_run_ahead`)."""
         result = self.run_pass(pass_index)
         return DecodePass(result.prefill_ms + result.decode_ms, result.emitted, result.finished, result.metrics)
+
+    def decode_passes(self, pass_index: int, start_ms: float, horizon_ms: float, through_finishes: bool,
+                      ends: array) -> DecodeRun:
+        """Decode-only passes back to back (`Worker.start_pass`), one `decode_pass` at a time."""
+        return decode_one_by_one(self, pass_index, start_ms, horizon_ms, through_finishes, ends)
 
     def _growth(self) -> int:
         """Pages the running requests need for their next tokens (without speculative decoding

@@ -26,9 +26,10 @@ from servesim.engine.metrics import vllm_metrics
 from servesim.engine.pass_time import MixedPassTiming, TimingModel
 from servesim.engine.plan import PassPlan
 from servesim.engine.policy import VllmPolicy
-from servesim.engine.rank import DecodePass, RankConfig, RankPass
+from servesim.engine.rank import RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.speculative import DraftSampler
+from servesim.engine.vllm_ahead import VllmRunAhead
 from servesim.engine.vllm_handoff import VllmHandoff
 
 
@@ -42,7 +43,7 @@ class Scheduled(IntEnum):
     """Making room for it preempted the request itself."""
 
 
-class VllmRank(VllmHandoff):
+class VllmRank(VllmHandoff, VllmRunAhead):
     """Scheduler, KV pool and timing of one rank running the vLLM core."""
 
     def __init__(self, config: RankConfig, timing: TimingModel, *, policy: VllmPolicy | None = None,
@@ -88,38 +89,6 @@ class VllmRank(VllmHandoff):
 
     def num_waiting(self) -> int:
         return len(self.waiting)
-
-    def can_run_ahead(self, pass_index: int) -> bool:
-        """Whether pass `pass_index` would only advance the decode cohort (nothing else)."""
-        return (bool(self.cohort) and not self.explicit and not self.waiting and not self.handoff.pending
-                and self.cohort.fits(pass_index, self.config.max_batched_tokens))
-
-    def next_decode_ms(self) -> float:
-        """Duration of the next pass if it only advances the cohort."""
-        n = len(self.cohort)
-        total = self.cohort.length_sum
-        ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
-        self._next_decode = (n, total, ms)
-        return ms
-
-    def decode_pass(self, pass_index: int) -> DecodePass:
-        """Pass `pass_index` when it only advances the cohort (`can_run_ahead`): the same state
-        changes as `run_pass`, without its general machinery."""
-        cohort = self.cohort
-        n = len(cohort)
-        total = cohort.length_sum
-        known_n, known_total, duration = self._next_decode
-        if known_n != n or known_total != total:
-            duration = self.timing.decode(n, total, total // n, self.total_kv_tokens)
-        metrics = None
-        if self.config.record_metrics:
-            metrics = vllm_metrics((n, total, cohort.length_sq_sum), {}, self.waiting)
-        cohort.apply_block_events(pass_index)
-        cohort.advance()
-        done = cohort.finish(pass_index)
-        if done:
-            self._complete(done)
-        return DecodePass(duration, n, done, metrics)
 
     # -- the pass ---------------------------------------------------------------------------
 

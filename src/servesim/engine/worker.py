@@ -114,31 +114,15 @@ class Worker:
             self.ranks[rank].enqueue(request)
 
     def _run_ahead(self, now: float, horizon: float, through_finishes: bool) -> WorkerPass:
-        rank = self.ranks[0]
-        ends = self.pass_ends
-        first = index = len(ends)
-        early: list[tuple[float, list[EngineRequest]]] = []
-        end = now
-        while True:
-            start = end
-            step = rank.decode_pass(index)
-            end = start + step.duration_ms
-            ends.append(end)
-            index += 1
-            if step.finished and not through_finishes:
-                break
-            if not rank.can_run_ahead(index):
-                break
-            if end + rank.next_decode_ms() > horizon:
-                break
-            if step.finished:
-                early.append((end, step.finished))
-        self.busy_ms += end - now
-        result = step.as_rank_pass()
+        first = len(self.pass_ends)
+        run = self.ranks[0].decode_passes(first, now, horizon, through_finishes, self.pass_ends)
+        assert run.last is not None
+        self.busy_ms += run.end_ms - now
+        result = run.last.as_rank_pass()
         if result.metrics is not None:
-            result.metrics.wall_time_secs = (end - start) / 1000
+            result.metrics.wall_time_secs = (run.end_ms - run.last_start_ms) / 1000
         self.busy = True
-        return WorkerPass(now, end, first, [(0, result)], True, ends[first:-1].tolist(), early)
+        return WorkerPass(now, run.end_ms, first, [(0, result)], True, self.pass_ends[first:-1], run.early)
 
     def _one_pass(self, now: float) -> WorkerPass:
         index = len(self.pass_ends)

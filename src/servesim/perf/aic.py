@@ -260,7 +260,8 @@ class AicTiming:
         self._engine = engine
         self._bucket = interpolate_context
         self._prefill: dict[tuple[int, int, int], float] = {}
-        self._decode: dict[tuple[int, int], float] = {}
+        self._decode: dict[int, dict[int, float]] = {}
+        """Decode times by batch, then mean context."""
         self._raw_decode: dict[tuple[int, int], float] = {}
         self.label = label
         self.calls = 0
@@ -294,18 +295,40 @@ class AicTiming:
         return raw
 
     def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
-        key = (batch, mean_ctx)
-        ms = self._decode.get(key)
+        memo = self._decode.get(batch)
+        if memo is None:
+            memo = self._decode[batch] = {}
+        ms = memo.get(mean_ctx)
         if ms is None:
-            bucket = self._bucket
-            if bucket is None or mean_ctx < bucket or mean_ctx % bucket == 0:
-                raw = self._exact_decode(batch, mean_ctx)
-            else:
-                lo = mean_ctx - mean_ctx % bucket
-                a, b = self._exact_decode(batch, lo), self._exact_decode(batch, lo + bucket)
-                raw = a + (b - a) * ((mean_ctx - lo) / bucket)
-            ms = self._decode[key] = quantize_ms(raw)
+            ms = memo[mean_ctx] = self._decode_ms(batch, mean_ctx)
         return ms
+
+    def decode_series(self, batch: int, active: range, total_kv_tokens: int) -> list[float]:
+        """`decode` at each active-token count of `active` (a step of `batch`: the mean context
+        grows by one token a pass)."""
+        memo = self._decode.get(batch)
+        if memo is None:
+            memo = self._decode[batch] = {}
+        first = active.start // batch
+        contexts = range(first, first + len(active))
+        get = memo.get
+        series = [get(c) for c in contexts]
+        if None in series:
+            for i, ms in enumerate(series):
+                if ms is None:
+                    c = contexts[i]
+                    series[i] = memo[c] = self._decode_ms(batch, c)
+        return series  # type: ignore[return-value]
+
+    def _decode_ms(self, batch: int, mean_ctx: int) -> float:
+        bucket = self._bucket
+        if bucket is None or mean_ctx < bucket or mean_ctx % bucket == 0:
+            raw = self._exact_decode(batch, mean_ctx)
+        else:
+            lo = mean_ctx - mean_ctx % bucket
+            a, b = self._exact_decode(batch, lo), self._exact_decode(batch, lo + bucket)
+            raw = a + (b - a) * ((mean_ctx - lo) / bucket)
+        return quantize_ms(raw)
 
 
 _TIMINGS: dict[tuple[AicKey, int | None], AicTiming] = {}

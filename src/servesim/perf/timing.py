@@ -42,6 +42,10 @@ class FixedTiming:
     def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
         return self._decode
 
+    def decode_series(self, batch: int, active: range, total_kv_tokens: int) -> list[float]:
+        """`decode` at each active-token count of `active`."""
+        return [self._decode] * len(active)
+
 
 class PolynomialTiming:
     """The reference's built-in polynomial model.
@@ -53,7 +57,8 @@ class PolynomialTiming:
 
     def __init__(self) -> None:
         self._prefill: dict[int, float] = {}
-        self._decode: dict[tuple[int, int], float] = {}
+        self._decode: dict[int, dict[int, float]] = {}
+        """Decode times by total KV tokens, then active KV tokens."""
 
     def prefill(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
         tokens = batch * (mean_isl - mean_prefix)
@@ -65,9 +70,29 @@ class PolynomialTiming:
         return ms
 
     def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
-        key = (active_kv_tokens, total_kv_tokens)
-        ms = self._decode.get(key)
+        memo = self._decode.get(total_kv_tokens)
+        if memo is None:
+            memo = self._decode[total_kv_tokens] = {}
+        ms = memo.get(active_kv_tokens)
         if ms is None:
-            u = 1.0 if total_kv_tokens == 0 else min(1.0, active_kv_tokens / total_kv_tokens)
-            ms = self._decode[key] = quantize_ms(max(1.0, (-25.74 * (u * u) + 54.01 * u) + 5.74))
+            ms = memo[active_kv_tokens] = self._decode_ms(active_kv_tokens, total_kv_tokens)
         return ms
+
+    def decode_series(self, batch: int, active: range, total_kv_tokens: int) -> list[float]:
+        """`decode` at each active-token count of `active`."""
+        memo = self._decode.get(total_kv_tokens)
+        if memo is None:
+            memo = self._decode[total_kv_tokens] = {}
+        get = memo.get
+        series = [get(a) for a in active]
+        if None in series:
+            for i, ms in enumerate(series):
+                if ms is None:
+                    a = active[i]
+                    series[i] = memo[a] = self._decode_ms(a, total_kv_tokens)
+        return series  # type: ignore[return-value]
+
+    @staticmethod
+    def _decode_ms(active_kv_tokens: int, total_kv_tokens: int) -> float:
+        u = 1.0 if total_kv_tokens == 0 else min(1.0, active_kv_tokens / total_kv_tokens)
+        return quantize_ms(max(1.0, (-25.74 * (u * u) + 54.01 * u) + 5.74))

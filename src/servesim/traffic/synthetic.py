@@ -44,7 +44,12 @@ class _Blocks(Sequence[int]):
     def __getitem__(self, index: slice) -> list[int]: ...
     def __getitem__(self, index: int | slice) -> int | list[int]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+            shared = self.shared
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            n = len(shared)
+            return [*shared[start:stop], *self.fresh[max(0, start - n):max(0, stop - n)]]
         if index < 0:
             index += len(self)
         n = len(self.shared)

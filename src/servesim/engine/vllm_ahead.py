@@ -1,0 +1,123 @@
+"""Running a vLLM-core rank ahead: passes that only advance the decode cohort, back to back.
+
+Between two passes with a member event (a block to allocate or cache, a last token) nothing
+about the cohort changes but its members' lengths, so such *quiet* passes are taken a stretch
+at a time: their durations as one series (`pass_time.decode_durations`), their end times as
+one running sum, the first end past the horizon by bisection. The passes with events go
+through `decode_pass`, the same state changes `run_pass` makes for them.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable
+from itertools import accumulate
+
+from servesim.engine.cohort import DecodeCohort
+from servesim.engine.handoff import RankHandoff
+from servesim.engine.metrics import vllm_metrics
+from servesim.engine.pass_time import TimingModel, decode_durations
+from servesim.engine.rank import DecodePass, DecodeRun, RankConfig
+from servesim.engine.request import EngineRequest
+
+FIRST_STRETCH = 16
+"""Quiet passes timed at once at first; each further stretch of one run ahead doubles, so the
+passes timed beyond the horizon are at most as many as those run."""
+LONGEST_STRETCH = 4096
+
+
+class VllmRunAhead:
+    """`Rank`'s run-ahead part of `engine.vllm.VllmRank` (a mixin over the rank's settings,
+    cohort, queues and timing)."""
+
+    config: RankConfig
+    cohort: DecodeCohort
+    timing: TimingModel
+    handoff: RankHandoff
+    waiting: deque[EngineRequest]
+    explicit: list[EngineRequest]
+    total_kv_tokens: int
+    _next_decode: tuple[int, int, float]
+    _complete: Callable[[list[EngineRequest]], None]
+
+    def can_run_ahead(self, pass_index: int) -> bool:
+        """Whether pass `pass_index` would only advance the decode cohort (nothing else)."""
+        return (bool(self.cohort) and not self.explicit and not self.waiting and not self.handoff.pending
+                and self.cohort.fits(pass_index, self.config.max_batched_tokens))
+
+    def next_decode_ms(self) -> float:
+        """Duration of the next pass if it only advances the cohort."""
+        n = len(self.cohort)
+        total = self.cohort.length_sum
+        ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+        self._next_decode = (n, total, ms)
+        return ms
+
+    def decode_pass(self, pass_index: int) -> DecodePass:
+        """Pass `pass_index` when it only advances the cohort (`can_run_ahead`): the same state
+        changes as `run_pass`, without its general machinery."""
+        cohort = self.cohort
+        n = len(cohort)
+        total = cohort.length_sum
+        known_n, known_total, duration = self._next_decode
+        if known_n != n or known_total != total:
+            duration = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+        metrics = None
+        if self.config.record_metrics:
+            metrics = vllm_metrics((n, total, cohort.length_sq_sum), {}, self.waiting)
+        cohort.apply_block_events(pass_index)
+        cohort.advance()
+        done = cohort.finish(pass_index)
+        if done:
+            self._complete(done)
+        return DecodePass(duration, n, done, metrics)
+
+    def decode_passes(self, pass_index: int, start_ms: float, horizon_ms: float, through_finishes: bool,
+                      ends: array) -> DecodeRun:
+        """Passes from `pass_index` (which `can_run_ahead`) starting at `start_ms`, back to back
+        while each ends by `horizon_ms` and the rank can still run ahead; see
+        `Worker.start_pass`. Each pass's end is appended to `ends`."""
+        run = DecodeRun(start_ms, start_ms)
+        stretch = FIRST_STRETCH
+        while True:
+            last = run.last
+            if last is not None and ((last.finished and not through_finishes) or not self.can_run_ahead(pass_index)):
+                return run
+            quiet = self.cohort.next_event(pass_index) - pass_index
+            if quiet:
+                count = min(quiet, stretch)
+                stretch = min(2 * stretch, LONGEST_STRETCH)
+                ran = self._quiet_passes(pass_index, count, run, horizon_ms, ends)
+                if ran < count:
+                    return run
+                pass_index += ran
+                continue
+            if last is not None and run.end_ms + self.next_decode_ms() > horizon_ms:
+                return run
+            run.add(self.decode_pass(pass_index), ends)
+            pass_index += 1
+
+    def _quiet_passes(self, pass_index: int, count: int, run: DecodeRun, horizon_ms: float, ends: array) -> int:
+        """Up to `count` passes without member events, those that end by the horizon (at least
+        one when the run has none yet); returns how many ran."""
+        cohort = self.cohort
+        n = len(cohort)
+        total = cohort.length_sum
+        durations = decode_durations(self.timing, n, range(total, total + count * n, n), self.total_kv_tokens)
+        sums = list(accumulate(durations, initial=run.end_ms))
+        ran = bisect_right(sums, horizon_ms, 1) - 1
+        if not ran:
+            if run.last is not None:
+                return 0
+            ran = 1
+        metrics = None
+        if self.config.record_metrics:
+            cohort.advance(ran - 1)
+            metrics = vllm_metrics((n, cohort.length_sum, cohort.length_sq_sum), {}, self.waiting)
+            cohort.advance()
+        else:
+            cohort.advance(ran)
+        run.add_many(sums, ran, DecodePass(durations[ran - 1], n, [], metrics), ends)
+        return ran
