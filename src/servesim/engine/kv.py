@@ -18,21 +18,24 @@ of one key may exist; lookups use the oldest one.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable
 
 
 class Block:
     """A block holding cached content; `key` is None for content private to one request.
 
-    `refs` counts the requests holding it; -1 marks a private block that was evicted.
+    `refs` counts the requests holding it; -1 marks a private block that was evicted. `queued`
+    counts its entries in the pool's LRU queue (the last one is its place; earlier ones are
+    stale, as is the last one while `refs` > 0).
     """
 
-    __slots__ = ("key", "refs")
+    __slots__ = ("key", "refs", "queued")
 
     def __init__(self, key: int | None, refs: int = 1) -> None:
         self.key = key
         self.refs = refs
+        self.queued = 0
 
 
 class Gap:
@@ -49,7 +52,12 @@ KvListener = Callable[[str, int], None]
 
 
 class BlockPool:
-    """The blocks of one rank and the prefix-cache index over them."""
+    """The blocks of one rank and the prefix-cache index over them.
+
+    Free cached blocks wait in a queue in LRU order (head first). Reviving a block does not
+    take it out of the queue: its entry goes stale and is skipped when it reaches the head (or
+    dropped when the queue is compacted).
+    """
 
     def __init__(self, num_blocks: int, caching: bool = True) -> None:
         self.num_blocks = num_blocks
@@ -59,8 +67,10 @@ class BlockPool:
         """Blocks held by some request (private, or cached with refs > 0)."""
         self._index: dict[int, Block] = {}
         self._copies: dict[int, list[Block]] = {}
-        self._lru: OrderedDict[Block | Gap, None] = OrderedDict()
+        self._lru: deque[Block | Gap] = deque()
         self._lru_size = 0
+        """Free blocks in the LRU (cached blocks and gaps)."""
+        self._compact_at = max(4 * num_blocks, 1024)
         self.listener: KvListener | None = None
 
     # -- queries ----------------------------------------------------------------------------
@@ -78,9 +88,9 @@ class BlockPool:
         hits: list[Block] = []
         if not self.caching:
             return hits
-        index = self._index
+        get = self._index.get
         for key in keys[:limit]:
-            block = index.get(key)
+            block = get(key)
             if block is None:
                 break
             hits.append(block)
@@ -91,50 +101,72 @@ class BlockPool:
     def pin(self, block: Block) -> None:
         """Take a reference to a resident block (reviving it from the LRU if free)."""
         if block.refs == 0:
-            del self._lru[block]
             self._lru_size -= 1
             self.active_blocks += 1
         block.refs += 1
 
     def allocate(self, count: int) -> bool:
         """Reserve `count` private blocks; False (and nothing changes) if they do not fit."""
-        if count > self.anonymous_blocks + self._lru_size:
+        anonymous = self.anonymous_blocks
+        if count > anonymous + self._lru_size:
             return False
-        take = count if count <= self.anonymous_blocks else self.anonymous_blocks
-        self.anonymous_blocks -= take
         self.active_blocks += count
-        need = count - take
-        if need:
-            self._evict(need)
+        if count <= anonymous:
+            self.anonymous_blocks = anonymous - count
+        else:
+            self.anonymous_blocks = 0
+            self._evict(count - anonymous)
         return True
 
     def _evict(self, need: int) -> None:
         lru = self._lru
+        index = self._index
         self._lru_size -= need
         while need:
-            entry = next(iter(lru))
-            if isinstance(entry, Gap):
+            entry = lru[0]
+            if type(entry) is Gap:
                 if entry.count > need:
                     entry.count -= need
                     return
                 need -= entry.count
-                lru.popitem(last=False)
+                lru.popleft()
+                continue
+            lru.popleft()
+            entry.queued -= 1
+            if entry.queued or entry.refs:
+                continue  # a stale entry
+            need -= 1
+            key = entry.key
+            if key is None:
+                entry.refs = -1
+            elif index.get(key) is entry and key not in self._copies:
+                del index[key]
+                if self.listener is not None:
+                    self.listener("removed", key)
             else:
-                lru.popitem(last=False)
                 self._forget(entry)
-                need -= 1
 
     def store(self, key: int) -> Block:
         """Turn one private block of the caller into a cached block holding `key`."""
         block = Block(key)
-        first = self._index.get(key)
-        if first is None:
+        if key in self._index:
+            self._copies.setdefault(key, []).append(block)
+        else:
             self._index[key] = block
             if self.listener is not None:
                 self.listener("stored", key)
-        else:
-            self._copies.setdefault(key, []).append(block)
         return block
+
+    def store_completed(self, keys: list[int], lease: list[Block | None], first: int, stop: int) -> None:
+        """`store` each private block of ``lease[first:stop]`` under its key in `keys`."""
+        index = self._index
+        for b in range(first, stop):
+            if lease[b] is None:
+                key = keys[b]
+                if key in index or self.listener is not None:
+                    lease[b] = self.store(key)
+                else:
+                    lease[b] = index[key] = Block(key)
 
     def release(self, lease: list[Block | None], complete: int, *, keep_private: bool = False) -> list[Block]:
         """Drop a request's hold on its lease, last block first.
@@ -149,44 +181,49 @@ class BlockPool:
         lru = self._lru
         caching = self.caching
         own: list[Block] = []
-        gap = 0
-        freed = 0
+        gap = queued = freed = anonymous = 0
         for index in range(len(lease) - 1, -1, -1):
             block = lease[index]
             if block is None:
                 freed += 1
                 if index >= complete or not caching:
-                    self.anonymous_blocks += 1
-                elif keep_private:
-                    gap = self._push_gap(gap)
-                    block = Block(None, 0)
-                    lru[block] = None
-                    self._lru_size += 1
-                    own.append(block)
-                else:
+                    anonymous += 1
+                    continue
+                if not keep_private:
                     gap += 1
-                continue
-            block.refs -= 1
-            if block.refs:
-                continue
-            freed += 1
-            if block.key is None:
-                if keep_private:
-                    gap = self._push_gap(gap)
-                    lru[block] = None
-                    self._lru_size += 1
-                    own.append(block)
-                else:
-                    gap += 1
-            elif caching:
-                gap = self._push_gap(gap)
-                lru[block] = None
-                self._lru_size += 1
+                    continue
+                block = Block(None, 0)
+                own.append(block)
             else:
-                self._forget(block)
-                self.anonymous_blocks += 1
-        self._push_gap(gap)
+                refs = block.refs - 1
+                block.refs = refs
+                if refs:
+                    continue
+                freed += 1
+                if block.key is None:
+                    if not keep_private:
+                        gap += 1
+                        continue
+                    own.append(block)
+                elif not caching:
+                    self._forget(block)
+                    anonymous += 1
+                    continue
+            if gap:
+                self._push_gap(gap)
+                queued += gap
+                gap = 0
+            block.queued += 1
+            lru.append(block)
+            queued += 1
+        if gap:
+            self._push_gap(gap)
+            queued += gap
+        self._lru_size += queued
+        self.anonymous_blocks += anonymous
         self.active_blocks -= freed
+        if len(lru) > self._compact_at:
+            self._compact()
         own.reverse()
         return own
 
@@ -195,21 +232,37 @@ class BlockPool:
         capacity (evicted before the cached blocks released after them), the rest free capacity."""
         full = min(held, complete) if self.caching else 0
         self.anonymous_blocks += held - full
-        self._push_gap(full)
+        if full:
+            self._push_gap(full)
+            self._lru_size += full
         self.active_blocks -= held
         return []
 
-    def _push_gap(self, count: int) -> int:
-        """Append `count` anonymous LRU blocks at the tail; returns 0."""
-        if count:
-            lru = self._lru
-            last = next(reversed(lru)) if lru else None
-            if type(last) is Gap:
-                last.count += count
-            else:
-                lru[Gap(count)] = None
-            self._lru_size += count
-        return 0
+    def _push_gap(self, count: int) -> None:
+        """Append `count` anonymous LRU blocks at the tail (the caller counts them)."""
+        lru = self._lru
+        last = lru[-1] if lru else None
+        if type(last) is Gap:
+            last.count += count
+        else:
+            lru.append(Gap(count))
+
+    def _compact(self) -> None:
+        """Drop the queue's stale entries (keeping its order)."""
+        live: deque[Block | Gap] = deque()
+        for entry in self._lru:
+            if type(entry) is Gap:
+                last = live[-1] if live else None
+                if type(last) is Gap:
+                    last.count += entry.count
+                else:
+                    live.append(entry)
+                continue
+            entry.queued -= 1
+            if not entry.queued and not entry.refs:
+                entry.queued = 1
+                live.append(entry)
+        self._lru = live
 
     def _forget(self, block: Block) -> None:
         """Remove an evicted or uncached copy from the index."""
@@ -235,11 +288,19 @@ class BlockPool:
 
     def check(self) -> None:
         """Assert the conservation invariants (for tests)."""
-        in_lru = sum(e.count if isinstance(e, Gap) else 1 for e in self._lru)
+        seen: dict[int, int] = {}
+        in_lru = 0
+        for entry in self._lru:
+            if type(entry) is Gap:
+                in_lru += entry.count
+                continue
+            assert isinstance(entry, Block)
+            seen[id(entry)] = seen.get(id(entry), 0) + 1
+            if seen[id(entry)] == entry.queued and entry.refs == 0:
+                in_lru += 1
         assert in_lru == self._lru_size, (in_lru, self._lru_size)
-        assert all(isinstance(e, Gap) or e.refs == 0 for e in self._lru)
         resident = list(self._index.values()) + [b for c in self._copies.values() for b in c]
-        assert all(b.refs > 0 or b in self._lru for b in resident)
+        assert all(b.refs > 0 or (b.refs == 0 and b.queued > 0) for b in resident)
         assert self.anonymous_blocks >= 0 and self.active_blocks >= 0
         assert self.anonymous_blocks + self._lru_size + self.active_blocks == self.num_blocks, (
             self.anonymous_blocks, self._lru_size, self.active_blocks, self.num_blocks)

@@ -225,12 +225,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         stop = min(stop, request.shared_blocks)
         if stop <= first:
             return
-        keys = request.full_block_keys(stop, self.config.block_size)
-        lease = request.lease
-        store = self.pool.store
-        for b in range(first, stop):
-            if lease[b] is None:
-                lease[b] = store(keys[b])
+        self.pool.store_completed(request.full_block_keys(stop, self.config.block_size), request.lease, first, stop)
 
     def _victim(self) -> EngineRequest | None:
         """The policy's preemption victim (never a cohort member)."""

@@ -1,10 +1,11 @@
 """Running a vLLM-core rank ahead: passes that only advance the decode cohort, back to back.
 
-Between two passes with a member event (a block to allocate or cache, a last token) nothing
-about the cohort changes but its members' lengths, so such *quiet* passes are taken a stretch
-at a time: their durations as one series (`pass_time.decode_durations`), their end times as
-one running sum, the first end past the horizon by bisection. The passes with events go
-through `decode_pass`, the same state changes `run_pass` makes for them.
+Until a member emits its last token the cohort's size is constant and its length sum grows by
+that size each pass, so such *quiet* passes are taken a stretch at a time: their durations as
+one series (`pass_time.decode_durations`), their end times as one running sum, the first end
+past the horizon by bisection; only their block events (a block to allocate or to cache) are
+applied pass by pass. A pass where a member finishes goes through `decode_pass`, the same state
+changes `run_pass` makes for it.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class VllmRunAhead:
             last = run.last
             if last is not None and ((last.finished and not through_finishes) or not self.can_run_ahead(pass_index)):
                 return run
-            quiet = self.cohort.next_event(pass_index) - pass_index
+            quiet = self.cohort.next_finish(pass_index) - pass_index
             if quiet:
                 count = min(quiet, stretch)
                 stretch = min(2 * stretch, LONGEST_STRETCH)
@@ -100,8 +101,8 @@ class VllmRunAhead:
             pass_index += 1
 
     def _quiet_passes(self, pass_index: int, count: int, run: DecodeRun, horizon_ms: float, ends: array) -> int:
-        """Up to `count` passes without member events, those that end by the horizon (at least
-        one when the run has none yet); returns how many ran."""
+        """Up to `count` passes where no member finishes, those that end by the horizon (at
+        least one when the run has none yet) and fit; returns how many ran."""
         cohort = self.cohort
         n = len(cohort)
         total = cohort.length_sum
@@ -112,6 +113,9 @@ class VllmRunAhead:
             if run.last is not None:
                 return 0
             ran = 1
+        ran = cohort.block_events_until(pass_index, pass_index + ran, self.config.max_batched_tokens) - pass_index
+        if not ran:
+            return 0
         metrics = None
         if self.config.record_metrics:
             cohort.advance(ran - 1)
