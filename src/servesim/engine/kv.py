@@ -168,21 +168,30 @@ class BlockPool:
                 else:
                     lease[b] = index[key] = Block(key)
 
-    def release(self, lease: list[Block | None], complete: int, *, keep_private: bool = False) -> list[Block]:
+    def release(self, lease: list[Block | None], complete: int, *, keep_private: bool = False,
+                private_from: int = 0) -> list[Block]:
         """Drop a request's hold on its lease, last block first.
 
         Entries below index `complete` are full blocks; a None entry there is private cached
         content, which goes to the LRU — as a keyless `Block` the owner may reuse when
         `keep_private` (a preempted request), else as anonymous LRU capacity. Returns the owner's
-        private blocks (in block order) when `keep_private`.
+        private blocks (in block order) when `keep_private`. `private_from` is where the lease
+        is likely all None from (it is checked), so those entries are counted, not visited.
         """
-        if not keep_private and lease.count(None) == len(lease):
-            return self._release_private(len(lease), complete)
-        lru = self._lru
+        held = len(lease)
         caching = self.caching
-        own: list[Block] = []
+        split = held
         gap = queued = freed = anonymous = 0
-        for index in range(len(lease) - 1, -1, -1):
+        if not keep_private:
+            split = private_from if private_from < held else held
+            if split < held and lease[split:].count(None) != held - split:
+                split = held
+            freed = held - split
+            gap = max(0, min(complete, held) - split) if caching else 0
+            anonymous = freed - gap
+        lru = self._lru
+        own: list[Block] = []
+        for index in range(split - 1, -1, -1):
             block = lease[index]
             if block is None:
                 freed += 1
@@ -226,17 +235,6 @@ class BlockPool:
             self._compact()
         own.reverse()
         return own
-
-    def _release_private(self, held: int, complete: int) -> list[Block]:
-        """`release` of a lease of private blocks only: the full ones become anonymous LRU
-        capacity (evicted before the cached blocks released after them), the rest free capacity."""
-        full = min(held, complete) if self.caching else 0
-        self.anonymous_blocks += held - full
-        if full:
-            self._push_gap(full)
-            self._lru_size += full
-        self.active_blocks -= held
-        return []
 
     def _push_gap(self, count: int) -> None:
         """Append `count` anonymous LRU blocks at the tail (the caller counts them)."""

@@ -314,7 +314,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         bs = self.config.block_size
         for request in done:
             del self.running[request]
-            self.pool.release(request.lease, request.computed // bs)
+            self.pool.release(request.lease, request.computed // bs, private_from=request.shared_blocks)
             request.lease = []
         if self.explicit:
             finished = set(done)

@@ -311,8 +311,7 @@ class AicTiming:
             memo = self._decode[batch] = {}
         first = active.start // batch
         contexts = range(first, first + len(active))
-        get = memo.get
-        series = [get(c) for c in contexts]
+        series = list(map(memo.get, contexts))
         if None in series:
             for i, ms in enumerate(series):
                 if ms is None:
