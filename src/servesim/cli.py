@@ -99,6 +99,9 @@ def _compare(args: argparse.Namespace) -> int:
     except (ConfigError, ImportError, OSError) as exc:
         print(f"servesim compare: error: {exc}", file=sys.stderr)
         return 2
+    except RunError as exc:  # a measurement file (the message names the file and line)
+        print(f"servesim compare: error: {exc}", file=sys.stderr)
+        return 1
     print(f"Saved comparison to: {args.output}")
     return 0
 

@@ -6,7 +6,6 @@ Nothing here is used by the reference's defaults. It holds
 * `apply` — what a role's fidelity keys change for `servesim.build` (the fused and calibrated
   timing model, the front-end latency and async-scheduling defaults, a measured KV capacity);
 * `calibration` — calibration files (`timing.calibration`) and how they scale a timing model;
-* `measured` — per-request measurements of real runs (three file formats);
 * `openruns`, `validate` — the sim-vs-real table on the open LLMServingSim runs;
 * `calibrate` — fitting a calibration file to a user's measurements; `holdout` — how well a
   calibration predicts requests it was not fitted on;

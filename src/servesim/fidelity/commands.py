@@ -104,7 +104,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from servesim.config import load_config
     from servesim.fidelity.calibrate import calibrate
-    from servesim.fidelity.measured import load_measured
+    from servesim.measured import load_measured
 
     try:
         config = load_config(args.config)
