@@ -10,6 +10,8 @@ Nothing here is used by the reference's defaults. It holds
 * `calibrate` — fitting a calibration file to a user's measurements; `holdout` — how well a
   calibration predicts requests it was not fitted on;
 * `components` — what the splitwise and Vidur step/operator measurements say of the timing model;
+  `profiles` — the roofline efficiencies vLLM's own per-layer profiles of a GPU measure; `decode`
+  — whether decode at large batch × context is under-costed (three checks);
 * `steps` — the open runs' pure-decode step times against the timing model's;
 * `commands` — the `servesim validate` and `servesim calibrate` subcommands.
 """
