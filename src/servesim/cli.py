@@ -4,25 +4,27 @@
 `servesim.search.cli`, `servesim validate` and `servesim calibrate` by `servesim.fidelity.commands`.)
 
 Exit codes follow the reference: 0 success, 2 configuration or usage errors, 1 when the
-simulation itself fails, 130 on interrupt.
+simulation itself fails (or its results cannot be written), 130 on interrupt (143 on SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from servesim.errors import ConfigError, RunError
+from servesim.outputs import OutputSet, clear_outputs, os_reason, prepare_folder
+
+if TYPE_CHECKING:
+    from servesim.api import Report
 
 DEFAULT_OUTPUT_DIR = "servesim-output"
-_KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "requests.parquet", "workers.json", "unreleased.json",
-                  "report.html", "recommendation.json", "recommendation.csv", "pareto.csv")
-_RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
 
 
 def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs: str) -> None:
@@ -30,6 +32,9 @@ def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs:
     command.add_argument("-c", "--config", required=True, help=f"YAML config (the reference's {schema} schema)")
     command.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
                          help="override a config value before validation (repeatable)")
+    command.add_argument("--allow-duplicate-keys", action="store_true",
+                         help="accept YAML mappings that repeat a key, the last value winning (as the "
+                              "reference does); by default a repeated key is an error")
     command.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
                          help=f"where {outputs} go (default: ./{DEFAULT_OUTPUT_DIR})")
     command.add_argument("--overwrite", action="store_true", help="replace servesim outputs already in --output-dir")
@@ -45,7 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     predict = sub.add_parser("predict", help="replay a workload against a deployment and report latencies")
     add_common_arguments(predict, "predict", "prediction.json (and requests.jsonl)")
     predict.add_argument("--capture-per-request", action="store_true",
-                         help="add per-request records to the report and write requests.jsonl")
+                         help="add per-request records to prediction.json and write requests.jsonl "
+                              "and workers.json")
+    predict.add_argument("--stdout-per-request", action="store_true",
+                         help="with --format json and --capture-per-request, also print the per-request "
+                              "records in the stdout line (as the reference does)")
     predict.add_argument("--per-request-format", choices=("jsonl", "parquet"), default="jsonl",
                          help="file format of the per-request records: requests.jsonl (default) or "
                               "requests.parquet (needs pyarrow: servesim[parquet])")
@@ -54,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                               "servesim[report])")
     predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
                          help="a request that can never fit the KV pool is rejected with a reason "
-                              "(default), or fails the run as in the reference")
+                              "(default), or — as in the reference — stops the run where the reference "
+                              "stops or stalls; under 'fail' a run where no request completed is an "
+                              "error too")
     data = sub.add_parser("data", help="the reference's AIConfigurator database in servesim's cache")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     fetch = data_sub.add_parser("fetch", help="fetch (or unpack) it ahead of time; prints where it is")
@@ -107,20 +118,12 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _prepare_output_dir(path: Path, overwrite: bool) -> None:
-    """Create the output directory, or clear servesim's own outputs from it with --overwrite."""
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--output-dir {path}: not a directory")
-    if path.is_dir() and any(path.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"--output-dir {path} is not empty; use --overwrite to replace its outputs")
-        for name in _KNOWN_OUTPUTS:
-            (path / name).unlink(missing_ok=True)
-        recommendations = path / "recommendations"
-        if recommendations.is_dir():
-            for item in recommendations.iterdir():
-                if _RECOMMENDATION.match(item.name):
-                    item.unlink()
-    path.mkdir(parents=True, exist_ok=True)
+    """Create the output directory (or check the one there) and, with `overwrite`, clear
+    servesim's outputs from it at once (`recommend`, whose ledger grows during the search;
+    `predict` replaces its results only once the new ones are complete, `servesim.outputs`)."""
+    prepare_folder(path, overwrite)
+    if overwrite:
+        clear_outputs(path)
 
 
 def _check_extras(args: argparse.Namespace) -> None:
@@ -137,64 +140,104 @@ def _predict(args: argparse.Namespace) -> int:
     from servesim.api import simulate
     from servesim.config import load_config
     from servesim.config.load import STACKS
-    from servesim.report.render import records_jsonl, render_table, report_json, report_line
 
     if args.stack not in (None, *STACKS):
         print(f"servesim: error: stack {args.stack!r} is unavailable; installed stacks: {', '.join(STACKS)}",
               file=sys.stderr)
         return 2
+    out_dir = Path(args.output_dir)
     try:
-        config = load_config(args.config, args.overrides, stack=args.stack)
+        config = load_config(args.config, args.overrides, stack=args.stack,
+                             allow_duplicate_keys=args.allow_duplicate_keys)
         _check_extras(args)
-        out_dir = Path(args.output_dir)
-        _prepare_output_dir(out_dir, args.overwrite)
+        prepare_folder(out_dir, args.overwrite)
     except ConfigError as exc:
         return _config_error(args.config, exc)
     try:
         report = simulate(config, capture_per_request=args.capture_per_request,
                           progress=sys.stderr.isatty(), unservable=args.unservable, timeseries=args.report)
+        _check_outcome(report, args)
+        _write_outputs(out_dir, report, args)
     except ConfigError as exc:  # found while building (an unknown backend_version)
         return _config_error(args.config, exc)
     except RunError as exc:
         print(f"servesim predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exc.exit_code
-    data = report.to_dict()
-    prediction = out_dir / "prediction.json"
-    prediction.write_text(report_json(data))
-    if report.extensions:
-        _write_extensions(report.extensions, out_dir)
-    if args.capture_per_request:
-        if report.per_request is None or not report.per_request:
-            print("servesim predict failed: RunError: no request reached a terminal state, "
-                  "so there are no per-request records", file=sys.stderr)
-            return 1
-        if args.per_request_format == "parquet":
-            from servesim.report.tables import write_parquet
-
-            write_parquet(report.per_request, out_dir / "requests.parquet")
-        else:
-            (out_dir / "requests.jsonl").write_text(records_jsonl(report.per_request))
-    if args.report:
-        report.write_html(out_dir / "report.html", title=f"servesim prediction: {Path(args.config).name}")
-    if args.format == "json":
-        sys.stdout.write(report_line(data) + "\n")
-    else:
-        sys.stdout.write(render_table(data, str(prediction)))
-    return 0
+    _warn_unreleased(report, out_dir)
+    return _print_report(report, args, out_dir / "prediction.json")
 
 
-def _write_extensions(extensions: dict[str, Any], out_dir: Path) -> None:
-    """workers.json, and unreleased.json with a warning when an agentic run left requests
-    unreleased."""
-    from servesim.report.render import report_json
+def _check_outcome(report: Report, args: argparse.Namespace) -> None:
+    """Warn when nothing completed (an error under --unservable fail); per-request capture needs
+    at least one finished request (as in the reference)."""
+    summary = report.summary
+    if not summary["completed_requests"]:
+        counts = ", ".join(f"{summary[key]} {key.removesuffix('_requests')}"
+                           for key in ("rejected_requests", "incomplete_requests") if key in summary)
+        first = f"; the first rejected because {report.first_rejection}" if report.first_rejection else ""
+        detail = f" ({counts}{first})" if counts else ""
+        if args.unservable == "fail":
+            raise RunError(f"no request completed{detail}")
+        print(f"servesim: warning: no request completed{detail}", file=sys.stderr)
+    if args.capture_per_request and not report.per_request:
+        raise RunError("no request reached a terminal state, so there are no per-request records")
+
+
+def _write_outputs(out_dir: Path, report: Report, args: argparse.Namespace) -> None:
+    """prediction.json, with capture the per-request records and workers.json, unreleased.json and
+    report.html when there are any — replacing the previous set only once all of them are
+    written."""
+    from servesim.report.render import records_jsonl, report_json
+
+    extensions = report.extensions or {}
+    with OutputSet(out_dir) as outputs:
+        outputs.stage("prediction.json", report_json(report.to_dict()))
+        if args.capture_per_request:
+            if args.per_request_format == "parquet":
+                from servesim.report.tables import write_parquet
+
+                outputs.stage_file("requests.parquet", lambda path: write_parquet(report.per_request or [], path))
+            else:
+                outputs.stage("requests.jsonl", records_jsonl(report.per_request or []))
+            if "workers" in extensions:
+                outputs.stage("workers.json", report_json({"workers": extensions["workers"]}))
+        if _unreleased_warning(report) is not None:
+            outputs.stage("unreleased.json", report_json({"unreleased": extensions["unreleased"]}))
+        if args.report:
+            title = f"servesim prediction: {Path(args.config).name}"
+            outputs.stage_file("report.html", lambda path: report.write_html(path, title=title))
+        outputs.commit()
+
+
+def _unreleased_warning(report: Report) -> str | None:
+    """The warning of an agentic run that left requests unreleased (None: it left none)."""
     from servesim.report.trajectories import unreleased_warning
 
-    (out_dir / "workers.json").write_text(report_json({"workers": extensions["workers"]}))
-    unreleased = extensions.get("unreleased")
-    warning = unreleased_warning(unreleased) if unreleased is not None else None
+    unreleased = (report.extensions or {}).get("unreleased")
+    return unreleased_warning(unreleased) if unreleased is not None else None
+
+
+def _warn_unreleased(report: Report, out_dir: Path) -> None:
+    warning = _unreleased_warning(report)
     if warning is not None:
-        (out_dir / "unreleased.json").write_text(report_json({"unreleased": unreleased}))
         print(f"servesim: warning: {warning}; see {out_dir / 'unreleased.json'}", file=sys.stderr)
+
+
+def _print_report(report: Report, args: argparse.Namespace, prediction: Path) -> int:
+    """The table or the JSON line on stdout; 1 when stdout cannot take it."""
+    from servesim.report.render import render_table, report_line
+
+    data = report.to_dict() if args.stdout_per_request else report.summary
+    text = report_line(data) if args.format == "json" else render_table(data, str(prediction))
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return 1
+    except OSError as exc:
+        print(f"servesim predict failed: cannot write to stdout: {os_reason(exc)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _data_fetch(args: argparse.Namespace) -> int:
@@ -213,9 +256,23 @@ def _data_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `servesim` command."""
+    """Entry point of the `servesim` command.
+
+    SIGINT and SIGTERM stop a run cleanly (exit 130 / 143): the output folder keeps either its
+    previous results or the complete new ones.
+    """
     args = _parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:
         if hasattr(args, "run_command"):
             return args.run_command(args)
@@ -228,9 +285,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "compare":
             return _compare(args)
         return _predict(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("servesim: interrupted", file=sys.stderr)
-        return 130
+        return 128 + (signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
+    except MemoryError:
+        print("servesim: out of memory", file=sys.stderr)
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def run() -> None:
@@ -243,7 +306,7 @@ def run() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except BrokenPipeError:
+    except OSError:  # a closed pipe or a full device, already reported
         code = code or 1
     os._exit(code)
 

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Discriminator, Tag, model_validator
 
 from servesim.config.fields import (
-    LaxNonNegativeNumber,
+    DurationMs,
+    LaxDurationMs,
     NonNegativeNumber,
     OpenFraction,
     PositiveInt,
@@ -39,7 +40,7 @@ class RealServerTiming(SchemaModel):
 
     mixed_pass: Literal["sum", "fused"] = "sum"
     """servesim extension: how a vLLM/TRT-LLM pass holding both prompt chunks and decode tokens is timed: 'sum' = a prefill pass plus a decode pass (the reference), 'fused' = one forward pass over all its tokens, and with it the async-scheduling and front-end latency defaults (docs/timing.md)."""
-    frontend_ms: NonNegativeNumber | None = None
+    frontend_ms: DurationMs | None = None
     """servesim extension: latency from a client sending a request to the engine seeing it (API server, multi-process executor); omitted = the calibration file's, else 0 with mixed_pass 'sum' and the default for the worker's GPU count with 'fused' (docs/timing.md)."""
     calibration: str | None = None
     """servesim extension: a calibration file written by `servesim calibrate` (prefill/decode scale factors, front-end latency and, where measured, the KV capacity of a default-capacity role); relative to the config's folder."""
@@ -124,9 +125,9 @@ class FixedTiming(SchemaModel):
 
     type: Literal["fixed"] = "fixed"
     """Timing kind: 'fixed' = constant costs."""
-    prefill_ms: LaxNonNegativeNumber
+    prefill_ms: LaxDurationMs
     """Cost (ms) added to a pass that contains prompt tokens."""
-    decode_ms: LaxNonNegativeNumber
+    decode_ms: LaxDurationMs
     """Cost (ms) of the decode phase of a pass (the engine floors it at 1 ms)."""
 
     @model_validator(mode="before")

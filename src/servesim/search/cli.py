@@ -27,23 +27,15 @@ def add_parser(sub: Any) -> None:
                    help="also write report.html: every candidate on the Pareto chart, the top ten (needs plotly)")
 
 
-def load_recommend_config(path: str, overrides: list[str]) -> Any:
+def load_recommend_config(path: str, overrides: list[str], *, allow_duplicate_keys: bool = False) -> Any:
     """Read, override and validate a recommend config (ConfigError naming the keys)."""
-    import yaml
     from pydantic import ValidationError
 
-    from servesim.config.load import apply_overrides, describe_validation_error
+    from servesim.config.load import apply_overrides, describe_validation_error, read_mapping
     from servesim.search.schema import RecommendConfig
 
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"could not read configuration: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"malformed YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError("the configuration must be one YAML mapping")
-    data = apply_overrides(data, overrides, refused=())
+    data = read_mapping(path, allow_duplicate_keys)
+    data = apply_overrides(data, overrides, refused=(), allow_duplicate_keys=allow_duplicate_keys)
     try:
         return RecommendConfig.model_validate(data)
     except ValidationError as exc:
@@ -65,29 +57,27 @@ def _check_stack(cfg: Any, stack: str | None) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from servesim.cli import _prepare_output_dir
+    from servesim.cli import _config_error, _prepare_output_dir
     from servesim.search import outputs
     from servesim.search.run import Search, progress_line
 
     out_dir = Path(args.output_dir)
     try:
-        cfg = load_recommend_config(args.config, args.overrides)
+        cfg = load_recommend_config(args.config, args.overrides, allow_duplicate_keys=args.allow_duplicate_keys)
         _check_stack(cfg, args.stack)
         _prepare_output_dir(out_dir, args.overwrite)
         search = Search(cfg, base_dir=Path(args.config).resolve().parent, executor=args.executor,
                         ray_address=args.ray_address, progress=progress_line() if sys.stderr.isatty() else None,
                         on_round=lambda result: outputs.write_ledger(out_dir, result))
     except ConfigError as exc:
-        print(f"servesim: error: {args.config}: {exc}", file=sys.stderr)
-        return 2
+        return _config_error(args.config, exc)
     except ImportError as exc:
         print(f"servesim: error: {exc}", file=sys.stderr)
         return 2
     try:
         result = search.run()
     except ConfigError as exc:
-        print(f"servesim: error: {args.config}: {exc}", file=sys.stderr)
-        return 2
+        return _config_error(args.config, exc)
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     for note in result.notes:
