@@ -86,10 +86,11 @@ def mixtral_moe(systems: str | None = None) -> list[tuple[int, float, float, flo
 
     from servesim.perf.hardware import systems_dir
 
-    table = pq.read_table(systems_dir(systems)[0] / "data" / "h100_sxm" / "moe" / "vllm" / "0.19.0" / "moe_perf.parquet")
-    rows = [r for r in table.to_pylist() if (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"],
-                                             r["moe_dtype"], r["moe_tp_size"], r["moe_ep_size"])
-            == (4096, 14336, 8, 2, "bfloat16", 2, 1)]
+    shape = {"hidden_size": 4096, "inter_size": 14336, "num_experts": 8, "topk": 2, "moe_dtype": "bfloat16",
+             "moe_tp_size": 2, "moe_ep_size": 1}
+    rows = pq.read_table(systems_dir(systems)[0] / "data" / "h100_sxm" / "moe" / "vllm" / "0.19.0" / "moe_perf.parquet",
+                         columns=[*shape, "num_tokens", "distribution", "latency"],
+                         filters=[(k, "=", v) for k, v in shape.items()]).to_pylist()
     latency = {(r["num_tokens"], r["distribution"]): r["latency"] for r in rows}
     return [(t, latency[(t, "balanced")], latency[(t, "power_law_1.2")], busiest_expert_load(t * 2, 8) / (t * 2 / 8))
             for t in (16, 64, 128, 256)]
