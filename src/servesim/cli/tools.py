@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from servesim.errors import ConfigError
+from servesim.errors import ConfigError, RunError
 
 
 def register(sub: Any) -> None:
@@ -51,7 +51,7 @@ def data_fetch(args: argparse.Namespace) -> int:
 
 
 def compare_runs(args: argparse.Namespace) -> int:
-    """Write the comparison page; 2 when an input cannot be read."""
+    """Write the comparison page; 2 for an unusable input or option, 1 for a bad measurement file."""
     from servesim.report.html.compare import write_compare
     from servesim.report.summary import Sla
 
@@ -62,5 +62,8 @@ def compare_runs(args: argparse.Namespace) -> int:
     except (ConfigError, ImportError, OSError) as exc:
         print(f"servesim compare: error: {exc}", file=sys.stderr)
         return 2
+    except RunError as exc:  # a measurement file (the message names the file and line)
+        print(f"servesim compare: error: {exc}", file=sys.stderr)
+        return 1
     print(f"Saved comparison to: {args.output}")
     return 0
