@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,16 @@ from servesim.errors import ConfigError
 from servesim.report.latency import LatencySamples, from_records
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
-from servesim.report.summary import PoolUsage, Sla, request_accounting, request_timelines, summarize
+from servesim.report.summary import (
+    SERVESIM_FIELDS,
+    SERVESIM_OPTIONAL_FIELDS,
+    SERVESIM_RECORD_FIELDS,
+    PoolUsage,
+    Sla,
+    request_accounting,
+    request_timelines,
+    summarize,
+)
 from servesim.report.trajectories import trajectory_fields, unreleased_requests
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
@@ -100,6 +109,17 @@ class Report:
 
     def __getitem__(self, key: str) -> Any:
         return self.summary[key]
+
+    def reference_fields_only(self) -> Report:
+        """This report with exactly the reference's fields: servesim's additions to the summary
+        (`rejected_requests`, `incomplete_requests`, `timed_out_requests`) and to the per-request
+        records (`rejection_reason`) left out."""
+        added = {*SERVESIM_FIELDS, *SERVESIM_OPTIONAL_FIELDS}
+        summary = {key: value for key, value in self.summary.items() if key not in added}
+        records = None if self.per_request is None else [
+            {key: value for key, value in record.items() if key not in SERVESIM_RECORD_FIELDS}
+            for record in self.per_request]
+        return replace(self, summary=summary, per_request=records)
 
     def write_html(self, path: str | Path, title: str = "servesim prediction") -> None:
         """Write the self-contained HTML report (needs `simulate(..., timeseries=True)` and the

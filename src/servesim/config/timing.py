@@ -101,11 +101,11 @@ class RooflineTiming(RealServerTiming):
     gpu_spec: GpuSpecConfig | None = None
     """Inline GPU constants; override the looked-up ones."""
     gemm_efficiency: OpenFraction = 0.7
-    """Fraction of peak FLOP/s a GEMM reaches."""
+    """Fraction of peak FLOP/s a GEMM reaches (unset: the GPU's measured value where servesim's GPU table has one, else 0.7)."""
     attention_efficiency: OpenFraction = 0.5
-    """Fraction of peak FLOP/s attention reaches."""
+    """Fraction of peak FLOP/s attention reaches (unset: the GPU's measured value, else 0.5)."""
     memory_efficiency: OpenFraction = 0.8
-    """Fraction of peak bandwidth memory-bound work reaches."""
+    """Fraction of peak bandwidth memory-bound work reaches (unset: the GPU's measured value, else 0.8)."""
     launch_us: NonNegativeNumber = 3.0
     """Fixed cost per kernel, microseconds."""
     gemm_floor_us: NonNegativeNumber = 0.0

@@ -196,6 +196,8 @@ def _goodput(counted: Sequence[RequestRecord], tl: Timelines, sla: Sla, ds: floa
 SERVESIM_FIELDS = ("rejected_requests", "incomplete_requests")
 """Summary fields servesim adds to the reference's: with `completed_requests` they account for
 every request of the input."""
+SERVESIM_OPTIONAL_FIELDS = ("timed_out_requests",)
+"""Summary fields servesim adds only when an extension that produces them is on."""
 SERVESIM_RECORD_FIELDS = ("rejection_reason",)
 """Per-request fields servesim adds to the reference's (on rejected and failed records)."""
 
