@@ -38,8 +38,9 @@ PER_DOUBLING_MS = 2.0
 
 
 def default_frontend_ms(gpus: int) -> float:
-    """The fused-mode front-end latency of a worker spanning `gpus` GPUs: 3 ms on one GPU,
-    8, 10, 12 ms on 2, 4, 8."""
+    """The fused-mode front-end latency of an engine whose executor spans `gpus` GPUs (tensor x
+    pipeline; attention data-parallel ranks are engines of their own): 3 ms on one GPU, 8, 10,
+    12 ms on 2, 4, 8."""
     if gpus <= 1:
         return API_SERVER_MS
     return API_SERVER_MS + EXECUTOR_MS + PER_DOUBLING_MS * math.log2(gpus)
@@ -131,7 +132,7 @@ def calibrated_kv_blocks(worker: WorkerConfig, block_size: int) -> int | None:
 
 def frontend_ms(worker: WorkerConfig) -> float:
     """Front-end latency of requests entering `worker`'s role: the `frontend_ms` key, else the
-    calibration file's, else the fused-mode default for its GPU count, else 0."""
+    calibration file's, else the fused-mode default for one engine's GPU count, else 0."""
     timing = worker.timing
     explicit = getattr(timing, "frontend_ms", None)
     if explicit is not None:
@@ -141,7 +142,7 @@ def frontend_ms(worker: WorkerConfig) -> float:
         return calibration.frontend_ms
     if _fused(worker):
         par = worker.parallelism
-        return default_frontend_ms(par.tensor * par.pipeline * par.attention_data)
+        return default_frontend_ms(par.tensor * par.pipeline)
     return 0.0
 
 
