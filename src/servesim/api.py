@@ -205,7 +205,8 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     driver.start(0.0)
     if (fast and isinstance(cluster, AggregatedCluster) and cluster.isolated
             and driver.total_requests <= ROUTE_AHEAD_LIMIT):
-        loop: ReplayLoop | IsolatedReplay = IsolatedReplay(pools, cluster, run.time_cap_ms, progress=meter)
+        loop: ReplayLoop | IsolatedReplay = IsolatedReplay(pools, cluster, run.time_cap_ms, progress=meter,
+                                                           watched=bool(cluster.observers))
     else:
         loop = ReplayLoop(driver, pools, cluster, run.time_cap_ms, progress=meter)
     loop.run()

@@ -105,9 +105,10 @@ class OutputSet:
         target = self.folder / name
         try:
             target.parent.mkdir(exist_ok=True)
-            handle, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=target.parent)
+            with _signals_held():  # an interrupt here must not leave an unregistered temporary file
+                handle, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=target.parent)
+                self._staged[name] = Path(temp)
             os.close(handle)
-            self._staged[name] = Path(temp)
             os.chmod(temp, _FILE_MODE)  # mkstemp's 0600 would hide the results from other users
             write(Path(temp))
             _fsync(Path(temp))

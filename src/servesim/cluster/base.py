@@ -212,11 +212,9 @@ class Cluster:
             observer.on_pass_end(pool.label, worker, outcome, now)
         if not inline:
             self._at_pass_boundary(worker, outcome)
+        if outcome.early_finishes:
+            self.finish_early(worker, outcome, now)
         router = pool.router
-        for end, finished in outcome.early_finishes:
-            for request in finished:
-                router.on_terminal(request.rid, end)
-                self._terminal(request, worker, Status.COMPLETED, end)
         for _rank, result in outcome.ranks:
             for request in result.first_tokens:
                 router.on_first_token(request.rid, now)
@@ -231,6 +229,16 @@ class Cluster:
                 router.on_terminal(request.rid, now)
                 self._held(request, now)
         return self._after_pass(pool, worker, now)
+
+    def finish_early(self, worker: Worker, outcome: WorkerPass, until: float) -> None:
+        """The completions of a run ahead's passes that end by `until` (the time cap falls in
+        its last pass, so the rest of it is never applied)."""
+        router = self.serving[worker.order[0]].router
+        for end, finished in outcome.early_finishes:
+            if end <= until:
+                for request in finished:
+                    router.on_terminal(request.rid, end)
+                    self._terminal(request, worker, Status.COMPLETED, end)
 
     def _at_pass_boundary(self, worker: Worker, outcome: WorkerPass) -> None:
         """What waited for `worker`'s pass to end (not for a pass completed within its start),

@@ -69,10 +69,6 @@ class Rank(Protocol):
         """True when pass `pass_index` would only advance steady decoders."""
         ...
 
-    def next_decode_ms(self) -> float:
-        """Duration of such a pass."""
-        ...
-
     def decode_pass(self, pass_index: int) -> DecodePass:
         """Run pass `pass_index`, which `can_run_ahead` said only advances steady decoders."""
         ...
@@ -80,9 +76,9 @@ class Rank(Protocol):
     def decode_passes(self, pass_index: int, start_ms: float, horizon_ms: float, through_finishes: bool,
                       ends: array) -> DecodeRun:
         """Decode-only passes from `pass_index` (which `can_run_ahead`) back to back from
-        `start_ms`, appending each end to `ends`, while the next would still end by
-        `horizon_ms`, only advance steady decoders and — unless `through_finishes` — the last
-        one finished nothing."""
+        `start_ms` (before `horizon_ms`), appending each end to `ends`, while the next would
+        still start before the horizon, only advance steady decoders and — unless
+        `through_finishes` — the last one finished nothing."""
         ...
 
 

@@ -149,8 +149,6 @@ class DecodesOnePass(Protocol):
 
     def can_run_ahead(self, pass_index: int) -> bool: ...
 
-    def next_decode_ms(self) -> float: ...
-
     def decode_pass(self, pass_index: int) -> DecodePass: ...
 
 
@@ -163,7 +161,7 @@ def decode_one_by_one(rank: DecodesOnePass, pass_index: int, start_ms: float, ho
         pass_index += 1
         if run.last is not None and run.last.finished and not through_finishes:
             return run
-        if not rank.can_run_ahead(pass_index) or run.end_ms + rank.next_decode_ms() > horizon_ms:
+        if run.end_ms >= horizon_ms or not rank.can_run_ahead(pass_index):
             return run
 
 

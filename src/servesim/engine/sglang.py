@@ -140,11 +140,6 @@ class SglangRank(SglangHandoff):
         cache = self.cache
         return self._growth() * self.page <= cache.free_pages * self.page + cache.evictable_tokens
 
-    def next_decode_ms(self) -> float:
-        """Duration of the next pass if it only decodes."""
-        n, total = len(self.running), self._context
-        return self.timing.decode(n, total, total // n, self.total_tokens)
-
     def decode_pass(self, pass_index: int) -> DecodePass:
         """Pass `pass_index` when it only decodes (`can_run_ahead`)."""
         result = self.run_pass(pass_index)

@@ -68,8 +68,6 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         self.total_kv_tokens = config.num_blocks * config.block_size
         self.handoff = RankHandoff(config.role)
         self._next_order = 0
-        self._next_decode = (0, 0, 0.0)
-        """(cohort size, Σ length, duration) of the last `next_decode_ms` answer."""
 
     # -- queue interface --------------------------------------------------------------------
 

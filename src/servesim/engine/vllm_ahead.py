@@ -2,8 +2,8 @@
 
 Until a member emits its last token the cohort's size is constant and its length sum grows by
 that size each pass, so such *quiet* passes are taken a stretch at a time: their durations as
-one series (`pass_time.decode_durations`), their end times as one running sum, the first end
-past the horizon by bisection; only their block events (a block to allocate or to cache) are
+one series (`pass_time.decode_durations`), their end times as one running sum, the first start
+at the horizon by bisection; only their block events (a block to allocate or to cache) are
 applied pass by pass. A pass where a member finishes goes through `decode_pass`, the same state
 changes `run_pass` makes for it.
 """
@@ -11,7 +11,7 @@ changes `run_pass` makes for it.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from itertools import accumulate
@@ -40,7 +40,6 @@ class VllmRunAhead:
     waiting: deque[EngineRequest]
     explicit: list[EngineRequest]
     total_kv_tokens: int
-    _next_decode: tuple[int, int, float]
     _complete: Callable[[list[EngineRequest]], None]
 
     def can_run_ahead(self, pass_index: int) -> bool:
@@ -48,23 +47,13 @@ class VllmRunAhead:
         return (bool(self.cohort) and not self.explicit and not self.waiting and not self.handoff.pending
                 and self.cohort.fits(pass_index, self.config.max_batched_tokens))
 
-    def next_decode_ms(self) -> float:
-        """Duration of the next pass if it only advances the cohort."""
-        n = len(self.cohort)
-        total = self.cohort.length_sum
-        ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
-        self._next_decode = (n, total, ms)
-        return ms
-
     def decode_pass(self, pass_index: int) -> DecodePass:
         """Pass `pass_index` when it only advances the cohort (`can_run_ahead`): the same state
         changes as `run_pass`, without its general machinery."""
         cohort = self.cohort
         n = len(cohort)
         total = cohort.length_sum
-        known_n, known_total, duration = self._next_decode
-        if known_n != n or known_total != total:
-            duration = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+        duration = self.timing.decode(n, total, total // n, self.total_kv_tokens)
         metrics = None
         if self.config.record_metrics:
             metrics = vllm_metrics((n, total, cohort.length_sq_sum), {}, self.waiting)
@@ -77,9 +66,9 @@ class VllmRunAhead:
 
     def decode_passes(self, pass_index: int, start_ms: float, horizon_ms: float, through_finishes: bool,
                       ends: array) -> DecodeRun:
-        """Passes from `pass_index` (which `can_run_ahead`) starting at `start_ms`, back to back
-        while each ends by `horizon_ms` and the rank can still run ahead; see
-        `Worker.start_pass`. Each pass's end is appended to `ends`."""
+        """Passes from `pass_index` (which `can_run_ahead`) starting at `start_ms` (before
+        `horizon_ms`), back to back while each starts before the horizon and the rank can still
+        run ahead; see `Worker.start_pass`. Each pass's end is appended to `ends`."""
         run = DecodeRun(start_ms, start_ms)
         stretch = FIRST_STRETCH
         while True:
@@ -95,24 +84,22 @@ class VllmRunAhead:
                     return run
                 pass_index += ran
                 continue
-            if last is not None and run.end_ms + self.next_decode_ms() > horizon_ms:
+            if last is not None and run.end_ms >= horizon_ms:
                 return run
             run.add(self.decode_pass(pass_index), ends)
             pass_index += 1
 
     def _quiet_passes(self, pass_index: int, count: int, run: DecodeRun, horizon_ms: float, ends: array) -> int:
-        """Up to `count` passes where no member finishes, those that end by the horizon (at
-        least one when the run has none yet) and fit; returns how many ran."""
+        """Up to `count` passes where no member finishes, those that start before the horizon
+        and fit; returns how many ran."""
         cohort = self.cohort
         n = len(cohort)
         total = cohort.length_sum
         durations = decode_durations(self.timing, n, range(total, total + count * n, n), self.total_kv_tokens)
         sums = list(accumulate(durations, initial=run.end_ms))
-        ran = bisect_right(sums, horizon_ms, 1) - 1
+        ran = bisect_left(sums, horizon_ms, 0, count)  # the passes that start before the horizon
         if not ran:
-            if run.last is not None:
-                return 0
-            ran = 1
+            return 0
         ran = cohort.block_events_until(pass_index, pass_index + ran, self.config.max_batched_tokens) - pass_index
         if not ran:
             return 0

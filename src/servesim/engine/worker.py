@@ -81,21 +81,29 @@ class Worker:
                 return True
         return False
 
-    def start_pass(self, now: float, horizon: float = 0.0, through_finishes: bool = False) -> WorkerPass:
+    def start_pass(self, now: float, horizon: float = 0.0, through_finishes: bool = False,
+                   run_on: bool = False) -> WorkerPass:
         """Run one pass of every rank with work, starting at `now`.
 
         With a `horizon` beyond `now` — a time before which nothing outside this worker can
         change its work — a lone rank that only decodes runs further passes back to back, as
-        long as each ends by the horizon; they are exactly the passes the rank would have run
-        one event at a time. The run stops at a pass that finishes a request unless
+        long as each starts before the horizon (what happens during a pass reaches the rank at
+        its end, when the next pass is planned); they are exactly the passes the rank would
+        have run one event at a time. The run stops at a pass that finishes a request unless
         `through_finishes` (nobody needs to hear of a completion before the horizon); then the
-        earlier completions travel in `WorkerPass.early_finishes`.
+        earlier completions travel in `WorkerPass.early_finishes`. With `run_on` too (nobody
+        watches the passes one by one), a full pass that only admits and advances requests may
+        open such a run: its admissions and first tokens travel with the run's last pass.
         """
         if self.inbox:
             return self._pass_then_inbox(now)
-        if horizon > now and len(self.ranks) == 1 and self.ranks[0].can_run_ahead(len(self.pass_ends)):
+        single = len(self.ranks) == 1
+        if horizon > now and single and self.ranks[0].can_run_ahead(len(self.pass_ends)):
             return self._run_ahead(now, horizon, through_finishes)
-        return self._one_pass(now)
+        outcome = self._one_pass(now)
+        if run_on and now < outcome.end_ms < horizon and single:
+            return self._run_on(outcome, horizon)
+        return outcome
 
     def _pass_then_inbox(self, now: float) -> WorkerPass:
         """Async scheduling: plan the next pass without the inbox (unless nothing else is
@@ -123,6 +131,23 @@ class Worker:
             result.metrics.wall_time_secs = (run.end_ms - run.last_start_ms) / 1000
         self.busy = True
         return WorkerPass(now, run.end_ms, first, [(0, result)], True, self.pass_ends[first:-1], run.early)
+
+    def _run_on(self, first: WorkerPass, horizon: float) -> WorkerPass:
+        """Decode-only passes after the full pass `first`, as one outcome (see `start_pass`)."""
+        rank = self.ranks[0]
+        _, result = first.ranks[0]
+        if result.rejected or result.held or not rank.can_run_ahead(len(self.pass_ends)):
+            return first
+        run = rank.decode_passes(len(self.pass_ends), first.end_ms, horizon, True, self.pass_ends)
+        last = run.last
+        assert last is not None
+        self.busy_ms += run.end_ms - first.end_ms
+        early = [(first.end_ms, result.finished), *run.early] if result.finished else run.early
+        result.finished = last.finished
+        result.prefill_ms, result.decode_ms = 0.0, last.duration_ms
+        result.scheduled_tokens = result.emitted = last.emitted
+        return WorkerPass(first.start_ms, run.end_ms, first.index, first.ranks, True,
+                          self.pass_ends[first.index:-1], early)
 
     def _one_pass(self, now: float) -> WorkerPass:
         index = len(self.pass_ends)

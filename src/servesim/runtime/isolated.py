@@ -35,8 +35,10 @@ class IsolatedWorker(Worker[OutcomeT_co], Protocol[OutcomeT_co]):
         """Hand a request to one of the worker's ranks."""
         ...
 
-    def start_pass(self, now: float, horizon: float = 0.0, through_finishes: bool = False) -> OutcomeT_co:
-        """Start a pass; with `through_finishes` a run-ahead continues past completions."""
+    def start_pass(self, now: float, horizon: float = 0.0, through_finishes: bool = False,
+                   run_on: bool = False) -> OutcomeT_co:
+        """Start a pass; with `through_finishes` a run-ahead continues past completions, with
+        `run_on` a full pass may open one."""
         ...
 
 
@@ -53,6 +55,11 @@ class IsolatedHandler(Protocol[IW, O_contra]):
 
     def finish_pass(self, worker: IW, outcome: O_contra, now: float, inline: bool) -> bool:
         """Apply a finished pass (see `servesim.runtime.replay.Handler`)."""
+        ...
+
+    def finish_early(self, worker: IW, outcome: O_contra, until: float) -> None:
+        """Apply the completions of the passes of a run ahead that end by `until` (the time cap
+        falls in its last pass)."""
         ...
 
     def in_flight(self) -> int:
@@ -75,8 +82,13 @@ class IsolatedReplay(Generic[IW, O]):
     """Run every worker's timeline separately; same results as `ReplayLoop`."""
 
     def __init__(self, pools: Sequence[Pool[IW]], handler: IsolatedHandler[IW, O], time_cap_ms: float | None = None,
-                 progress: Callable[[float | None], None] | None = None) -> None:
+                 progress: Callable[[float | None], None] | None = None, *, watched: bool = False) -> None:
+        """`watched`: someone observes every pass's outcome (so passes are handed over one by
+        one, except those of a decode-only run ahead)."""
         self.pools = list(pools)
+        self._run_on = not watched and time_cap_ms is None
+        """A full pass may open a run ahead: nobody watches passes one by one, and no time cap
+        can fall inside the run (the cap would cut the full pass's admissions off with it)."""
         self.handler = handler
         self.time_cap_ms = time_cap_ms
         self.now = 0.0
@@ -114,6 +126,8 @@ class IsolatedReplay(Generic[IW, O]):
             if now == INF:
                 return Ending.STUCK if worker.holds_requests() else Ending.DONE
             if now > cap:
+                if pending is not None:
+                    self.handler.finish_early(worker, pending, cap)
                 return Ending.CAPPED
             if now > MAX_MS:
                 raise clock_overflow(now)
@@ -135,7 +149,7 @@ class IsolatedReplay(Generic[IW, O]):
         """Start passes on `worker` at `now` (zero-duration ones complete at once, as in
         `ReplayLoop`); returns the pass left in flight."""
         while worker.runnable():
-            outcome = worker.start_pass(now, horizon, through_finishes=True)
+            outcome = worker.start_pass(now, horizon, through_finishes=True, run_on=self._run_on)
             if outcome.end_ms > now:
                 return outcome
             effect = self.handler.finish_pass(worker, outcome, now, True)
