@@ -98,11 +98,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_readme(text: str) -> None:
+def write_readme(text: str, markers: tuple[str, str] = MARKERS) -> None:
+    """Replace what stands between `markers` in benchmarks/README.md with `text`."""
     readme = HERE / "README.md"
     content = readme.read_text()
-    pattern = re.compile(re.escape(MARKERS[0]) + ".*?" + re.escape(MARKERS[1]), re.S)
-    readme.write_text(pattern.sub(f"{MARKERS[0]}\n{text}\n{MARKERS[1]}", content))
+    pattern = re.compile(re.escape(markers[0]) + ".*?" + re.escape(markers[1]), re.S)
+    readme.write_text(pattern.sub(lambda _: f"{markers[0]}\n{text}\n{markers[1]}", content))
 
 
 def main() -> int:

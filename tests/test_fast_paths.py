@@ -86,3 +86,21 @@ def test_fast_and_plain_reports_are_byte_identical(name: str, monkeypatch: pytes
     fast = report(CONFIGS[name], fast=True)
     assert bool(runs) == (name not in SHARED_CLOCK), "which replay the fast path chose"
     assert fast == report(CONFIGS[name], fast=False)
+
+
+@pytest.mark.parametrize("name", ["p1-like", "kv-pressure-preemption", "attention-dp", "sglang", "time-cap"])
+@pytest.mark.parametrize("window", [1, 7])
+def test_routing_ahead_in_small_windows_changes_nothing(name: str, window: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-worker replay routes requests a window at a time and pauses every worker at the
+    next request not routed yet; windows of 1 or 7 requests (pauses in every state: idle, in a
+    pass, in a run ahead) give the same report as the plain path."""
+    import servesim.runtime.isolated as isolated
+
+    windows = []
+    original = isolated.IsolatedReplay.run
+    monkeypatch.setattr(isolated, "ROUTE_WINDOW", window)
+    monkeypatch.setattr(isolated.IsolatedReplay, "run", lambda self: windows.append(self) or original(self))
+    fast = report(CONFIGS[name], fast=True)
+    assert windows, "the per-worker replay ran"
+    assert fast == report(CONFIGS[name], fast=False)

@@ -14,13 +14,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.build import LoweredRun, lower
-from servesim.cluster import AggregatedCluster, Cluster, DisaggregatedCluster
-from servesim.cluster.sampling import StateSampling
+from servesim.cluster import AggregatedCluster, Cluster
 from servesim.collect.collector import Collector, Status
-from servesim.collect.sampler import TimeSeries
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.errors import ConfigError
 from servesim.report.latency import LatencySamples, from_records
@@ -39,14 +37,14 @@ from servesim.report.summary import (
 from servesim.report.trajectories import trajectory_fields, unreleased_requests
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
-from servesim.scaling.contract import ScalingPolicy
 from servesim.traffic.agentic_driver import AgenticDriver
 from servesim.traffic.workload import Workload
 
-
-ROUTE_AHEAD_LIMIT = 1_000_000
-"""Most requests the isolated fast path routes ahead (it holds them all in memory at once);
-larger runs replay on the shared clock, which makes requests as it reaches them."""
+if TYPE_CHECKING:  # imported where a run needs them (start-up time)
+    from servesim.cluster.disaggregated import DisaggregatedCluster
+    from servesim.cluster.sampling import StateSampling
+    from servesim.collect.sampler import TimeSeries
+    from servesim.scaling.contract import ScalingPolicy
 
 
 class ProgressMeter:
@@ -195,16 +193,22 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
 
         scaling = DynamoPlanner(run.planner)
-    cluster_type = DisaggregatedCluster if run.disaggregated else AggregatedCluster
-    cluster = cluster_type(run, driver, collector, fast=fast, scaling=scaling)
-    sampling = StateSampling() if timeseries else None
-    if sampling is not None:
+    if run.disaggregated:
+        from servesim.cluster.disaggregated import DisaggregatedCluster
+
+        cluster: AggregatedCluster | DisaggregatedCluster = DisaggregatedCluster(run, driver, collector, fast=fast, scaling=scaling)
+    else:
+        cluster = AggregatedCluster(run, driver, collector, fast=fast, scaling=scaling)
+    sampling = None
+    if timeseries:
+        from servesim.cluster.sampling import StateSampling
+
+        sampling = StateSampling()
         cluster.observers.append(sampling)
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
     pools = list(cluster.pools.values())
     driver.start(0.0)
-    if (fast and isinstance(cluster, AggregatedCluster) and cluster.isolated
-            and driver.total_requests <= ROUTE_AHEAD_LIMIT):
+    if fast and isinstance(cluster, AggregatedCluster) and cluster.isolated:
         loop: ReplayLoop | IsolatedReplay = IsolatedReplay(pools, cluster, run.time_cap_ms, progress=meter,
                                                            watched=bool(cluster.observers))
     else:

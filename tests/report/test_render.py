@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,8 @@ from servesim.report.render import (
     render_table,
     report_json,
     report_line,
+    write_records_jsonl,
+    write_report_json,
 )
 
 DATA = Path(__file__).parent.parent / "data" / "report"
@@ -120,6 +123,18 @@ def test_requests_jsonl_is_byte_identical() -> None:
     assert records_jsonl([]) == ""
 
 
+def test_streamed_files_equal_the_texts(tmp_path: Path) -> None:
+    """The file writers give the same bytes as the string renderings, numpy values included."""
+    report = json.loads((DATA / "replay03-report.json").read_text(encoding="utf-8"))
+    report["extra"] = {"n": np.int64(7), "x": np.float64(0.1), "v": np.array([1.5, 2.0])}
+    write_report_json(report, tmp_path / "prediction.json")
+    assert (tmp_path / "prediction.json").read_bytes() == report_json(report).encode()
+    write_records_jsonl(iter(report["per_request"]), tmp_path / "requests.jsonl")
+    assert (tmp_path / "requests.jsonl").read_text(encoding="utf-8") == records_jsonl(report["per_request"])
+    write_records_jsonl([], tmp_path / "empty.jsonl")
+    assert (tmp_path / "empty.jsonl").read_bytes() == b""
+
+
 def test_float_reprs_match_the_reference() -> None:
     text = report_json(load_summary("01"))
     assert '"gpu_hours": 2.1666666666666674e-05,' in text
@@ -149,3 +164,7 @@ def test_json_writers_refuse_non_finite(bad: float) -> None:
         report_line({"x": bad})
     with pytest.raises(ValueError):
         records_jsonl([{"x": [bad]}])
+    with pytest.raises(ValueError):
+        write_report_json({"x": bad}, Path(os.devnull))
+    with pytest.raises(ValueError):
+        write_records_jsonl([{"x": [bad]}], Path(os.devnull))

@@ -62,8 +62,12 @@ def run() -> None:
     """The `servesim` executable: `main`, then exit at once.
 
     Every output is written and closed by then; skipping the interpreter's teardown (freeing
-    every module and object one by one) saves ~0.1 s per run, which adds up in sweeps.
+    every module and object one by one) saves ~0.1 s per run, which adds up in sweeps. The
+    command multiplies no matrices, so numpy's BLAS runs one thread unless the user chose
+    otherwise: starting its thread pool costs ~40 ms of CPU per process on this kind of
+    machine, and search workers would only oversubscribe the cores with it.
     """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     code = main()
     try:
         sys.stdout.flush()

@@ -106,18 +106,18 @@ def _write_outputs(out_dir: Path, report: Report, args: argparse.Namespace) -> N
     """prediction.json, with capture the per-request records and workers.json, unreleased.json and
     report.html when there are any — replacing the previous set only once all of them are
     written."""
-    from servesim.report.render import records_jsonl, report_json
+    from servesim.report.render import report_json, write_records_jsonl, write_report_json
 
     extensions = report.extensions or {}
     with OutputSet(out_dir) as outputs:
-        outputs.stage("prediction.json", report_json(report.to_dict()))
+        outputs.stage_file("prediction.json", lambda path: write_report_json(report.to_dict(), path))
         if args.capture_per_request:
             if args.per_request_format == "parquet":
                 from servesim.report.tables import write_parquet
 
                 outputs.stage_file("requests.parquet", lambda path: write_parquet(report.per_request or [], path))
             else:
-                outputs.stage("requests.jsonl", records_jsonl(report.per_request or []))
+                outputs.stage_file("requests.jsonl", lambda path: write_records_jsonl(report.per_request or [], path))
             if "workers" in extensions:
                 outputs.stage("workers.json", report_json({"workers": extensions["workers"]}))
         if _unreleased_warning(report) is not None:

@@ -6,8 +6,21 @@ the reference's KV handoff. `sampling.StateSampling` observes every finished pas
 report's time series.
 """
 
+from typing import TYPE_CHECKING
+
 from servesim.cluster.aggregated import AggregatedCluster
 from servesim.cluster.base import Cluster
-from servesim.cluster.disaggregated import DisaggregatedCluster
+
+if TYPE_CHECKING:
+    from servesim.cluster.disaggregated import DisaggregatedCluster
 
 __all__ = ["AggregatedCluster", "Cluster", "DisaggregatedCluster"]
+
+
+def __getattr__(name: str) -> object:
+    """`DisaggregatedCluster`, imported on first use (start-up time of aggregated runs)."""
+    if name == "DisaggregatedCluster":
+        from servesim.cluster.disaggregated import DisaggregatedCluster
+
+        return DisaggregatedCluster
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,15 +3,19 @@ extension) clients that give up (`cluster.timeouts`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from servesim.build import LoweredRun
-from servesim.cluster.base import Cluster, route_request
+from servesim.cluster.base import INF, Cluster, route_request
 from servesim.cluster.timeouts import ClientTimeouts, Place, without
 from servesim.collect.collector import Collector, Route, Status
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
-from servesim.scaling.contract import ScalingPolicy
 from servesim.traffic.driver import Arrival, RequestDriver
 from servesim.traffic.timeouts import spans_until
+
+if TYPE_CHECKING:
+    from servesim.scaling.contract import ScalingPolicy
 
 
 class AggregatedCluster(Cluster):
@@ -50,16 +54,23 @@ class AggregatedCluster(Cluster):
             placed.append(worker)
         return placed
 
-    def route_ahead(self, until: float) -> list[tuple[float, Worker, int, EngineRequest]]:
-        """Register and route every request reaching the engine by `until` (its send time plus
-        the front-end latency): (that time, worker, rank, request)."""
-        routed = []
-        lag = self.driver.frontend_ms
-        for arrival in self.driver.release(until):
-            seen = arrival.arrival_ms + lag
-            worker, rank, request = self._route(arrival, seen)
-            routed.append((seen, worker, rank, request))
-        return routed
+    def route_ahead(self, until: float, limit: int) -> tuple[list[tuple[float, Worker, int, EngineRequest]], float]:
+        """Register and route the next requests reaching the engine by `until` (send time plus
+        the front-end latency), an instant at a time until at least `limit` are routed:
+        ([(that time, worker, rank, request)], when the next one arrives — inf if none by `until`)."""
+        routed: list[tuple[float, Worker, int, EngineRequest]] = []
+        driver = self.driver
+        lag = driver.frontend_ms
+        while True:
+            instant = driver.next_ready_time()
+            if instant > until or instant == INF:
+                return routed, INF
+            if len(routed) >= limit:
+                return routed, instant
+            for arrival in driver.release(instant):
+                seen = arrival.arrival_ms + lag
+                worker, rank, request = self._route(arrival, seen)
+                routed.append((seen, worker, rank, request))
 
     def _route(self, arrival: Arrival, now: float) -> tuple[Worker, int, EngineRequest]:
         """Register a request and choose its worker and rank."""

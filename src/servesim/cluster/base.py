@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.collect.collector import Collector, RequestRecord, Status
@@ -14,10 +14,12 @@ from servesim.engine.worker import Worker, WorkerPass
 from servesim.placement.base import RouteRequest, Router
 from servesim.placement.factory import make_router
 from servesim.runtime.replay import Pool
-from servesim.scaling.contract import ScalingPolicy
 from servesim.scaling.fleet import Fleet, Transition
-from servesim.scaling.scaler import PoolTraits, Scaler
 from servesim.traffic.driver import Arrival, RequestDriver
+
+if TYPE_CHECKING:  # imported when a run scales (start-up time)
+    from servesim.scaling.contract import ScalingPolicy
+    from servesim.scaling.scaler import PoolTraits, Scaler
 
 INF = float("inf")
 
@@ -150,6 +152,8 @@ class Cluster:
         """Let the scaling policy change the number of workers while the replay runs."""
         if self._scaling is None:
             return
+        from servesim.scaling.scaler import Scaler
+
         traits = {p.name: _traits(p.spec) for p in self.serving}
         self.scaler = Scaler(self._scaling, self.fleets, traits, self.run.disaggregated)
         self.hooks = self.scaler
@@ -296,6 +300,8 @@ class Cluster:
 
 
 def _traits(spec: PoolSpec) -> PoolTraits:
+    from servesim.scaling.scaler import PoolTraits
+
     config = spec.rank_config
     return PoolTraits(spec.gpus_per_worker, config.block_size, config.max_batched_tokens,
                       config.max_sequences, config.max_model_len, spec.timing, spec.dp_size,

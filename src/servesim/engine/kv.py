@@ -124,7 +124,7 @@ class BlockPool:
         self._lru_size -= need
         while need:
             entry = lru[0]
-            if type(entry) is Gap:
+            if isinstance(entry, Gap):
                 if entry.count > need:
                     entry.count -= need
                     return
@@ -249,7 +249,7 @@ class BlockPool:
         """Drop the queue's stale entries (keeping its order)."""
         live: deque[Block | Gap] = deque()
         for entry in self._lru:
-            if type(entry) is Gap:
+            if isinstance(entry, Gap):
                 last = live[-1] if live else None
                 if type(last) is Gap:
                     last.count += entry.count

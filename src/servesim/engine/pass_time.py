@@ -45,6 +45,6 @@ def decode_durations(timing: TimingModel, batch: int, active: range, total_kv_to
     ``decode_series(batch, active, total_kv_tokens)``."""
     series = getattr(timing, "decode_series", None)
     if series is not None:
-        return series(batch, active, total_kv_tokens)  # type: ignore[no-any-return]
+        return series(batch, active, total_kv_tokens)
     decode = timing.decode
     return [decode(batch, a, a // batch, total_kv_tokens) for a in active]

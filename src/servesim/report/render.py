@@ -2,8 +2,10 @@
 
 * ``render_table``  -- the AIPerf-style console table printed by ``--format table``.
 * ``report_line``   -- the compact one-line JSON printed by ``--format json``.
-* ``report_json``   -- the pretty JSON written to ``prediction.json``.
-* ``records_jsonl`` -- the per-request records written to ``requests.jsonl``.
+* ``report_json``   -- the pretty JSON written to ``prediction.json`` (``write_report_json``
+  streams it to a file).
+* ``records_jsonl`` -- the per-request records written to ``requests.jsonl``
+  (``write_records_jsonl`` streams them to a file, one line at a time).
 
 The JSON writers refuse NaN and infinities (``ValueError``): the reference never emits them.
 Floats are written with Python's shortest round-trip ``repr`` (``2.1666666666666674e-05``),
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import numbers
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -147,3 +150,23 @@ def report_line(report: Mapping[str, Any]) -> str:
 def records_jsonl(records: Iterable[Mapping[str, Any]]) -> str:
     """The ``requests.jsonl`` text: one compact sorted-key object per line, each newline-ended."""
     return "".join(_compact(record) + "\n" for record in records)
+
+
+_WRITE_BUFFER = 1 << 20
+
+
+def write_report_json(report: Mapping[str, Any], path: Path) -> None:
+    """Write `report_json(report)` to `path` piece by piece (a report with a million
+    per-request records never exists as one string)."""
+    with open(path, "w", encoding="utf-8", buffering=_WRITE_BUFFER) as file:
+        json.dump(report, file, indent=2, sort_keys=True, allow_nan=False, default=_plain)
+        file.write("\n")
+
+
+def write_records_jsonl(records: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """Write `records_jsonl(records)` to `path` one record at a time."""
+    with open(path, "w", encoding="utf-8", buffering=_WRITE_BUFFER) as file:
+        write = file.write
+        for record in records:
+            write(_compact(record))
+            write("\n")

@@ -8,11 +8,16 @@ arriving then and starts its next passes, with the same order and run-ahead hori
 `ReplayLoop`. Afterwards it derives the instants the shared clock would have visited (every
 arrival and every pass end, up to the time cap) to integrate worker-seconds identically, so the
 report is byte-identical to `ReplayLoop`'s.
+
+Requests are routed ahead a window at a time (`ROUTE_WINDOW`, whole instants): every worker
+runs up to the next request not routed yet, then the next window is routed. Memory thus holds
+one window's requests besides those in flight, however long the run.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections import deque
 from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any, Generic, Protocol, TypeVar
@@ -48,9 +53,10 @@ IW = TypeVar("IW", bound=IsolatedWorker[Any])
 class IsolatedHandler(Protocol[IW, O_contra]):
     """What the per-worker replay needs of the handler."""
 
-    def route_ahead(self, until: float) -> list[tuple[float, IW, int, Any]]:
-        """Register and route every request arriving by `until`, in arrival order:
-        (arrival time, worker, rank, request)."""
+    def route_ahead(self, until: float, limit: int) -> tuple[list[tuple[float, IW, int, Any]], float]:
+        """Register and route the next requests arriving by `until`, in arrival order, whole
+        instants at a time until at least `limit` are routed: ([(arrival time, worker, rank,
+        request)], the arrival time of the next request not routed, inf if none by `until`)."""
         ...
 
     def finish_pass(self, worker: IW, outcome: O_contra, now: float, inline: bool) -> bool:
@@ -78,6 +84,23 @@ class Ending(IntEnum):
     """It holds requests but can never run again (a dead end, unless another worker was capped)."""
 
 
+ROUTE_WINDOW = 8192
+"""Requests routed ahead at a time (at least; an instant is never split)."""
+
+
+class _Lane(Generic[IW, O]):
+    """One worker's timeline between windows: its routed requests not handed over yet (next
+    first), its pass in flight and, once over, how it ended."""
+
+    __slots__ = ("worker", "deliveries", "pending", "ending")
+
+    def __init__(self, worker: IW) -> None:
+        self.worker = worker
+        self.deliveries: deque[tuple[float, IW, int, Any]] = deque()
+        self.pending: O | None = None
+        self.ending: Ending | None = None
+
+
 class IsolatedReplay(Generic[IW, O]):
     """Run every worker's timeline separately; same results as `ReplayLoop`."""
 
@@ -97,32 +120,43 @@ class IsolatedReplay(Generic[IW, O]):
     def run(self) -> float:
         """Run to the end (or the time cap); returns the last instant the shared clock visits."""
         cap = INF if self.time_cap_ms is None else self.time_cap_ms
-        deliveries = self.handler.route_ahead(cap)
-        instants = [np.fromiter((d[0] for d in deliveries), float, len(deliveries))]
-        by_worker: dict[int, list[tuple[float, IW, int, Any]]] = {}
-        for delivery in deliveries:
-            by_worker.setdefault(id(delivery[1]), []).append(delivery)
-        del deliveries  # each worker's list is consumed as it runs, so finished requests are freed
         workers = [w for pool in self.pools for w in pool.workers]
-        endings = [self._run_worker(w, by_worker.pop(id(w), []), cap) for w in workers]
+        lanes: list[_Lane[IW, O]] = [_Lane(w) for w in workers]
+        lane_of = {id(lane.worker): lane for lane in lanes}
+        instants = [np.empty(0)]
+        bound = 0.0
+        while bound != INF:
+            deliveries, bound = self.handler.route_ahead(cap, ROUTE_WINDOW)
+            instants.append(np.fromiter((d[0] for d in deliveries), float, len(deliveries)))
+            for delivery in deliveries:
+                lane_of[id(delivery[1])].deliveries.append(delivery)
+            del deliveries  # each lane's queue is consumed as it runs, so finished requests are freed
+            for lane in lanes:
+                if lane.ending is None:
+                    lane.ending = self._run_worker(lane, bound, cap)
+        endings = [lane.ending for lane in lanes]
         if Ending.CAPPED not in endings and Ending.STUCK in endings:
             raise dead_end_error(self.handler.in_flight(), any(w.holds_requests() for w in workers))
         instants += [np.frombuffer(w.pass_ends, float) if len(w.pass_ends) else np.empty(0) for w in workers]
         self._integrate(np.unique(np.concatenate(instants)), cap)
         return self.now
 
-    def _run_worker(self, worker: IW, deliveries: list[tuple[float, IW, int, Any]], cap: float) -> Ending:
-        """Replay one worker's instants, handing over (and dropping) its deliveries; returns how
-        its timeline ended."""
+    def _run_worker(self, lane: _Lane[IW, O], bound: float, cap: float) -> Ending | None:
+        """Replay one worker's instants before `bound` (when a request not routed yet arrives),
+        handing over (and dropping) its deliveries; returns how its timeline ended, or None if
+        it continues in the next window."""
         finish = self.handler.finish_pass
         progress = self._progress
-        deliveries.reverse()  # the next one last
-        pending: O | None = None
+        worker, deliveries = lane.worker, lane.deliveries
+        pending = lane.pending
         steps = 0
         while True:
-            arrival = deliveries[-1][0] if deliveries else INF
+            arrival = deliveries[0][0] if deliveries else INF
             end = pending.end_ms if pending is not None else INF
             now = end if end < arrival else arrival
+            if now >= bound != INF:  # a request not routed yet may reach this worker first
+                lane.pending = pending
+                return None
             if now == INF:
                 return Ending.STUCK if worker.holds_requests() else Ending.DONE
             if now > cap:
@@ -135,11 +169,11 @@ class IsolatedReplay(Generic[IW, O]):
                 assert pending is not None
                 finish(worker, pending, now, False)
                 pending = None
-            while deliveries and deliveries[-1][0] == now:
-                _, _, rank, request = deliveries.pop()
+            while deliveries and deliveries[0][0] == now:
+                _, _, rank, request = deliveries.popleft()
                 worker.enqueue(rank, request)
             if pending is None:
-                horizon = deliveries[-1][0] if deliveries else INF
+                horizon = deliveries[0][0] if deliveries else bound
                 pending = self._start_passes(worker, now, horizon if horizon < cap else cap)
             steps += 1
             if progress is not None and not steps & 0x3FF:

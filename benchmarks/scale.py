@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Wall time and peak memory of `servesim predict` as the request count grows.
+
+The fixed-timing case r1 (128 -> 16 tokens, 8 vLLM replicas, Poisson 400 req/s) at 100,000,
+300,000 and 1,000,000 requests, each run once as a whole process, without and with per-request
+capture (`--capture-per-request`, which writes requests.jsonl) up to `--capture-up-to` requests.
+
+    python3 benchmarks/scale.py                       # 100k, 300k, 1M; capture on up to 300k
+    python3 benchmarks/scale.py 100000 --capture-up-to 0   # one size, capture off only
+    python3 benchmarks/scale.py --write-readme        # refresh the table in benchmarks/README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from run import write_readme
+
+CONFIG = Path(__file__).resolve().parent / "configs" / "r1-fixed-report.yaml"
+MARKERS = ("<!-- scale:begin -->", "<!-- scale:end -->")
+
+
+def measure(requests: int, capture: bool, out: Path) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS in MB) of one run."""
+    cmd = [sys.executable, "-m", "servesim", "predict", "-c", str(CONFIG), "--output-dir", str(out),
+           "--overwrite", "--format", "json", "--set", f"traffic.stop.requests={requests}"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd + (["--capture-per-request"] if capture else []), stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("requests", nargs="*", type=int, default=[100_000, 300_000, 1_000_000])
+    parser.add_argument("--capture-up-to", type=int, default=300_000,
+                        help="also run with per-request capture at sizes up to this (default 300,000)")
+    parser.add_argument("--write-readme", action="store_true", help="refresh the table in benchmarks/README.md")
+    args = parser.parse_args()
+    lines = ["| requests | capture | wall (s) | CPU (s) | peak RSS (MB) | output (MB) |",
+             "|---:|---|---:|---:|---:|---:|"]
+    for requests in args.requests:
+        for capture in (False, True) if requests <= args.capture_up_to else (False,):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "out"
+                wall, cpu, rss = measure(requests, capture, out)
+                size = sum(f.stat().st_size for f in out.iterdir()) / 1e6
+            row = f"| {requests:,} | {'on' if capture else 'off'} | {wall:.1f} | {cpu:.1f} | {rss:.0f} | {size:.1f} |"
+            print(row, flush=True)
+            lines.append(row)
+    if args.write_readme:
+        write_readme("\n".join(lines), MARKERS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
