@@ -84,13 +84,15 @@ def systems_dir(configured: str | None = None) -> tuple[Path, str]:
     return aicdata.systems_root(), REFERENCE_DATABASE
 
 
-def ready_systems_dir(path: Path, how: str, gpu: str | None = None) -> None:
+def ready_systems_dir(path: Path, how: str, gpu: str | None = None, backend: str | None = None,
+                      version: str | None = None) -> None:
     """Make the systems directory usable: a configured one must exist; servesim's copy of the
-    reference's database gets its top-level files and the data of `gpu` fetched if missing."""
+    reference's database gets its top-level files and the data of `gpu` (for a run of `backend`
+    at `version`, which the shipped slice may cover) unpacked or fetched if missing."""
     if how == REFERENCE_DATABASE:
         from servesim.perf import aicdata
 
-        aicdata.ensure([gpu] if gpu else [])
+        aicdata.ensure([gpu] if gpu else [], backend=backend, version=version)
     elif not (path / "data").is_dir():
         raise RunError(f"{how}: {str(path)!r} is not an AIConfigurator systems directory "
                        "(it has no data/ folder)")
