@@ -110,8 +110,8 @@ def compare(run: openruns.OpenRun, data: Path, systems: str | None = None, waiti
         for running, _, ctx in picked:
             batch = math.ceil(running / pool.dp_size)
             context = round(ctx)
-            for steps, p in zip(model, pools, strict=True):
-                steps.append(p.timing.decode(batch, batch * context, context, total_kv))
+            for times, mode_pool in zip(model, pools, strict=True):
+                times.append(mode_pool.timing.decode(batch, batch * context, context, total_kv))
         bands.append(StepBand(run.name, waiting, lo, hi, len(picked), float(np.mean([s[1] for s in picked])),
                               float(np.mean(model[0])), float(np.mean(model[1]))))
     return bands
