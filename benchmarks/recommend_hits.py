@@ -156,10 +156,18 @@ def measure(case: Path, algorithms: list[str], seeds: int, overrides: list[str])
         near = sum(abs(v - best) <= 0.01 * abs(best) for v in values)
         row["algorithms"][algorithm] = {
             "hit_rate": hits / seeds, "within_1pct": near / seeds, "mean_best": statistics.fmean(values),
-            "mean_fraction": statistics.fmean(v / best for v in values) if best > 0 else None,
+            "mean_fraction": statistics.fmean(_fraction(v, best) for v in values),
             "worst": min(values), "replays": statistics.fmean(replays), "search_s": statistics.fmean(seconds)}
         print(json.dumps({"case": case.stem, "algorithm": algorithm, **row["algorithms"][algorithm]}), file=sys.stderr)
     return row
+
+
+def _fraction(value: float, best: float) -> float:
+    """How close `value` comes to `best` (1 = as good): value/best, or best/value for scores that
+    are negated costs (GPUs, latencies)."""
+    if best > 0:
+        return value / best
+    return best / value if value < 0 else 0.0
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -167,7 +175,7 @@ def table(rows: list[dict[str, Any]]) -> str:
              "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     for row in rows:
         for algorithm, r in row["algorithms"].items():
-            fraction = "—" if r["mean_fraction"] is None else f"{r['mean_fraction']:.3f}"
+            fraction = f"{r['mean_fraction']:.3f}"
             lines.append(f"| {row['case']} | {row['space']} | {row['optimum']:,.4g} | {algorithm} | "
                          f"{r['hit_rate']:.0%} | {r['within_1pct']:.0%} | {r['mean_best']:,.4g} | {fraction} | "
                          f"{r['worst']:,.4g} |")

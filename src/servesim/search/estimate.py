@@ -161,18 +161,18 @@ def estimate(config: SimConfig, models: Mapping[str, RoleModel], prof: Profile) 
     """Estimated report fields of one candidate (the keys `servesim.search.score` reads)."""
     arrivals = prof.arrivals(config)
     first = models.get("aggregated") or models["prefill"]
-    shape = _Shape(max(1, round(prof.isl)), int(prof.prefix) if first.prefix_caching else 0, max(1, round(prof.osl)))
+    request = _Request(max(1, round(prof.isl)), int(prof.prefix) if first.prefix_caching else 0, max(1, round(prof.osl)))
     if config.engine.mode == "aggregated":
-        service = _aggregated(models["aggregated"], arrivals, prof.requests, shape)
+        service = _aggregated(models["aggregated"], arrivals, prof.requests, request)
     else:
-        service = _disaggregated(models["prefill"], models["decode"], arrivals, prof.requests, shape,
-                                 _transfer_ms(config, shape.isl - shape.prefix))
+        service = _disaggregated(models["prefill"], models["decode"], arrivals, prof.requests, request,
+                                 _transfer_ms(config, request.new))
     return _report(config, service, arrivals, prof)
 
 
 @dataclass(frozen=True)
-class _Shape:
-    """A request: prompt tokens, the cached part of them, output tokens."""
+class _Request:
+    """The mean request: prompt tokens, the cached part of them, output tokens."""
 
     isl: int
     prefix: int
@@ -184,21 +184,22 @@ class _Shape:
         return self.isl + self.osl // 2
 
     @property
-    def chunks_of(self) -> Any:
-        return lambda chunk: math.ceil(max(1, self.isl - self.prefix) / chunk)
+    def new(self) -> int:
+        """Prompt tokens to compute."""
+        return max(1, self.isl - self.prefix)
 
 
-def _aggregated(m: RoleModel, arrivals: Arrivals, n: int, r: _Shape) -> Service:
+def _aggregated(m: RoleModel, arrivals: Arrivals, n: int, r: _Request) -> Service:
     """Ranks that prefill and decode in the same passes."""
     first, share, ctx = m.prefill_ms(r.isl, r.prefix), m.prefill_share_ms(r.isl, r.prefix), r.ctx
-    chunks = r.chunks_of(m.chunk)
+    chunks = math.ceil(r.new / m.chunk)
     drain = first + chunks * m.decode_ms(1, ctx) + (r.osl - 1) * m.decode_ms(1, ctx)
     top = m.max_batch(ctx)
     if arrivals.closed:  # the clients start together: waves of prefills, then their decodes
         clients = min(arrivals.concurrency, n) / m.ranks
         batch = min(clients, top)
         rate = batch / (batch * share + r.osl * m.decode_ms(batch, ctx))
-        passes = max(1, math.ceil(batch * max(1, r.isl - r.prefix) / m.prefill_tokens))
+        passes = max(1, math.ceil(batch * r.new / m.prefill_tokens))
         gaps = Gaps(m.decode_ms(batch, ctx), min(1.0, passes / (2 * r.osl)), batch * share / passes)
         ttft = first + (batch - 1) * share / 2 + chunks * m.decode_ms(batch, ctx) + (clients - batch) / rate
         return Service(ttft, gaps, rate * m.ranks, 0.0)
@@ -213,7 +214,7 @@ def _aggregated(m: RoleModel, arrivals: Arrivals, n: int, r: _Shape) -> Service:
     return _queued(service, queue.prefill(busy, first), queue.slots(top, batch, ttft + (r.osl - 1) * gaps.itl_ms))
 
 
-def _disaggregated(pre: RoleModel, dec: RoleModel, arrivals: Arrivals, n: int, r: _Shape,
+def _disaggregated(pre: RoleModel, dec: RoleModel, arrivals: Arrivals, n: int, r: _Request,
                    transfer: float) -> Service:
     """Prefill-only ranks, then a KV transfer, then decode-only ranks."""
     first, ctx, top = pre.prefill_ms(r.isl, r.prefix), r.ctx, dec.max_batch(r.ctx)
