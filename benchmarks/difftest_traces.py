@@ -36,7 +36,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from difftest_disagg import HOST, REFERENCE, run, same  # noqa: E402
+from difftest_disagg import HOST, OWN_FIELDS, OWN_RECORD_FIELDS, REFERENCE, run, run_servesim, same  # noqa: E402
 
 FORMATS = ("agentic_mooncake", "agentic_v2", "applied_compute_agentic", "dynamo", "dynamo_agentic")
 
@@ -270,7 +270,7 @@ def compare(ref: dict, ours: dict) -> list[str]:
     """Every summary field and every per-request field except uuids of non-agentic requests."""
     diffs = [f"{k}: reference {ref[k]!r}, servesim {ours.get(k)!r}" for k in sorted(ref)
              if k not in HOST and not same(ref[k], ours.get(k))]
-    diffs += [f"{k}: only in servesim" for k in sorted(set(ours) - set(ref) - HOST)]
+    diffs += [f"{k}: only in servesim" for k in sorted(set(ours) - set(ref) - HOST - OWN_FIELDS)]
     mine = {record_key(r): r for r in ours.get("per_request", [])}
     if len(mine) != len(ref.get("per_request", [])):
         diffs.append(f"{len(ref.get('per_request', []))} reference records, {len(mine)} servesim records")
@@ -280,7 +280,7 @@ def compare(ref: dict, ours: dict) -> list[str]:
             diffs.append(f"request {record_key(r)} missing")
             continue
         diffs += [f"request {record_key(r)}.{f}: reference {r.get(f)!r}, servesim {o.get(f)!r}"
-                  for f in sorted(set(r) | set(o))
+                  for f in sorted(set(r) | set(o) - OWN_RECORD_FIELDS)
                   if (f != "uuid" or "request_id" in r) and not same(r.get(f), o.get(f))]
     return diffs
 
@@ -326,7 +326,7 @@ def main() -> int:
         folder = Path(args.out).resolve() / f"{fmt}-{seed}"
         make_case(random.Random(seed), folder, fmt, args.long_prompts, random.Random(~seed))
         ref, ref_err = run(args.reference.split(), folder, "reference", args.timeout)
-        ours, our_err = run(ours_cmd, folder, "servesim", args.timeout, ("--unservable", "fail"))
+        ours, our_err = run_servesim(ours_cmd, folder, args.timeout)
         if ref is None or ours is None:
             diffs = [] if (ref is None and ours is None) else [f"reference: {ref_err or 'ok'} | servesim: {our_err or 'ok'}"]
             both_failed += not diffs

@@ -15,6 +15,7 @@ import pytest
 from servesim import simulate
 from servesim.config import load_config
 from servesim.perf import aicdata
+from servesim.report.summary import SERVESIM_FIELDS, SERVESIM_RECORD_FIELDS
 
 from chromium import Browser, open_browser
 
@@ -83,11 +84,24 @@ def _recorded(config: Path, kind: str, ext: str) -> Path:
     return config.with_name(config.name.replace("config", kind, 1)).with_suffix(ext)
 
 
+def assert_same_summary_fields(report: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+    """The reference's summary fields, plus servesim's own accounting fields."""
+    assert set(report) - {"per_request"} - set(SERVESIM_FIELDS) == set(expected)
+    assert set(SERVESIM_FIELDS) <= set(report)
+
+
+def assert_same_record_fields(mine: Mapping[str, Any], record: Mapping[str, Any]) -> None:
+    """The reference's record fields, plus a `rejection_reason` exactly on rejected and failed
+    records."""
+    assert set(mine) - set(SERVESIM_RECORD_FIELDS) == set(record)
+    assert ("rejection_reason" in mine) == (mine["terminal_status"] in ("rejected", "failed"))
+
+
 def assert_matches_case(config: Path, report: Mapping[str, Any]) -> None:
     """Every summary field and every per-request record (matched by session and turn, uuids
     aside) equals the reference's recorded run of `config`."""
     expected = json.loads(_recorded(config, "report", ".json").read_text())
-    assert set(report) - {"per_request"} == set(expected)
+    assert_same_summary_fields(report, expected)
     for key, value in expected.items():
         if key not in HOST_FIELDS:
             assert_same_value(key, value, report[key])
@@ -96,7 +110,7 @@ def assert_matches_case(config: Path, report: Mapping[str, Any]) -> None:
     assert len(got) == len(want)
     for record in want:
         mine = got[(record["session_id"], record["turn_index"])]
-        assert set(mine) == set(record)
+        assert_same_record_fields(mine, record)
         for field, value in record.items():
             if field != "uuid":
                 assert mine[field] == value, (record["session_id"], field, value, mine[field])

@@ -31,8 +31,12 @@ def test_table_output_and_files(tmp_path, capsys):
 
 
 def test_json_output_with_per_request_records(tmp_path, capsys):
-    code, out, _ = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(tmp_path / "o"),
+    """The records go to the files; `--stdout-per-request` also prints them (the reference's way)."""
+    code, out, _ = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(tmp_path / "s"),
                         "--format", "json", "--capture-per-request")
+    assert code == 0 and "per_request" not in json.loads(out)
+    code, out, _ = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(tmp_path / "o"),
+                        "--format", "json", "--capture-per-request", "--stdout-per-request")
     assert code == 0
     line = json.loads(out)
     assert len(line["per_request"]) == 5

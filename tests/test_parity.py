@@ -65,3 +65,35 @@ def test_overlong_vllm_request_is_rejected_with_a_reason_by_default() -> None:
     assert record["terminal_status"] == "rejected" and report["completed_requests"] == 0
     assert "more than the 10 a rank has" in record["rejection_reason"]
     assert record["output_length"] > 0, "it ran until its tokens outgrew the pool"
+
+
+@pytest.mark.parametrize("case", ["replay/12-engine-limits/config.yaml", "replay/10-max-virtual-time-cap/config.yaml",
+                                  "engine/11-vllm-disagg-decode-never-fits/config-712.yaml"])
+def test_reference_fields_flag_writes_exactly_the_reference_fields(case: str, tmp_path, monkeypatch) -> None:
+    """`predict --reference-fields` leaves out servesim's additions, so a strict key-by-key
+    comparison with the reference's outputs (as `compare_reports.py` makes) finds nothing extra;
+    without the flag those additions are there (the cases hold rejected or unfinished requests)."""
+    import json
+
+    from servesim.cli import main
+
+    config = CASES / case
+    monkeypatch.chdir(config.parent)
+    expected = json.loads(config.with_name(config.name.replace("config", "report").replace(".yaml", ".json"))
+                          .read_text())
+    for flag, out in (([], tmp_path / "plain"), (["--reference-fields"], tmp_path / "strict")):
+        assert main(["predict", "-c", config.name, "--capture-per-request", "--output-dir", str(out),
+                     "--format", "json", *flag]) == 0
+    strict = json.loads((tmp_path / "strict" / "prediction.json").read_text())
+    plain = json.loads((tmp_path / "plain" / "prediction.json").read_text())
+    reference_records = [json.loads(line) for line in
+                         config.with_name(config.name.replace("config", "requests").replace(".yaml", ".jsonl"))
+                         .read_text().splitlines()]
+    expected.pop("per_request", None)
+    assert set(strict) - {"per_request"} == set(expected)
+    assert set(plain) - set(strict) == {"rejected_requests", "incomplete_requests"}
+    strict_lines = (tmp_path / "strict" / "requests.jsonl").read_text().splitlines()
+    for line, reference in zip(strict_lines, reference_records, strict=True):
+        assert set(json.loads(line)) == set(reference)
+    assert any("rejection_reason" in record for record in plain["per_request"]) == (
+        plain["rejected_requests"] > 0)

@@ -7,11 +7,12 @@ collect → report, around the replay loop.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +22,31 @@ from servesim.cluster.sampling import StateSampling
 from servesim.collect.collector import Collector, Status
 from servesim.collect.sampler import TimeSeries
 from servesim.config import SimConfig, load_config, parse_config
+from servesim.errors import ConfigError
 from servesim.report.latency import LatencySamples, from_records
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
-from servesim.report.summary import PoolUsage, Sla, request_timelines, summarize
+from servesim.report.summary import (
+    SERVESIM_FIELDS,
+    SERVESIM_OPTIONAL_FIELDS,
+    SERVESIM_RECORD_FIELDS,
+    PoolUsage,
+    Sla,
+    request_accounting,
+    request_timelines,
+    summarize,
+)
 from servesim.report.trajectories import trajectory_fields, unreleased_requests
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.scaling.contract import ScalingPolicy
 from servesim.traffic.agentic_driver import AgenticDriver
 from servesim.traffic.workload import Workload
+
+
+ROUTE_AHEAD_LIMIT = 1_000_000
+"""Most requests the isolated fast path routes ahead (it holds them all in memory at once);
+larger runs replay on the shared clock, which makes requests as it reaches them."""
 
 
 class ProgressMeter:
@@ -81,6 +97,8 @@ class Report:
     """Per-request latency arrays (with `timeseries=True`), what `write_html` draws."""
     sla: Sla | None = None
     """The run's SLA targets (`evaluation.sla`), drawn on the report's distributions."""
+    first_rejection: str | None = None
+    """Why the first rejected (or failed) request did not complete (None: none was rejected)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""
@@ -91,6 +109,17 @@ class Report:
 
     def __getitem__(self, key: str) -> Any:
         return self.summary[key]
+
+    def reference_fields_only(self) -> Report:
+        """This report with exactly the reference's fields: servesim's additions to the summary
+        (`rejected_requests`, `incomplete_requests`, `timed_out_requests`) and to the per-request
+        records (`rejection_reason`) left out."""
+        added = {*SERVESIM_FIELDS, *SERVESIM_OPTIONAL_FIELDS}
+        summary = {key: value for key, value in self.summary.items() if key not in added}
+        records = None if self.per_request is None else [
+            {key: value for key, value in record.items() if key not in SERVESIM_RECORD_FIELDS}
+            for record in self.per_request]
+        return replace(self, summary=summary, per_request=records)
 
     def write_html(self, path: str | Path, title: str = "servesim prediction") -> None:
         """Write the self-contained HTML report (needs `simulate(..., timeseries=True)` and the
@@ -138,11 +167,17 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     `Report.write_html` draws.
     """
     if unservable not in ("reject", "fail"):
-        raise ValueError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
-    if isinstance(config, (str, Path)):
+        raise ConfigError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
+    if scaling is not None and not all(callable(getattr(scaling, m, None)) for m in ("initial_tick_ms", "on_tick")):
+        raise ConfigError(f"scaling must have initial_tick_ms() and on_tick(snapshot) methods "
+                          f"(got {type(scaling).__name__})")
+    if isinstance(config, (str, os.PathLike)):
         config = load_config(config)
-    elif not isinstance(config, SimConfig):
+    elif isinstance(config, Mapping):
         config = parse_config(config)
+    elif not isinstance(config, SimConfig):
+        raise ConfigError(f"config must be a SimConfig, a mapping in the YAML schema or a path to a YAML file "
+                          f"(got {type(config).__name__})")
     run = lower(config, unservable=unservable)
     with _collection_paused():
         return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
@@ -154,7 +189,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     """Wire the stages of a lowered run, replay it and build the report."""
     started = time.perf_counter()
     source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
-    driver = run.traffic.driver(source)
+    driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
     collector = Collector()
     if scaling is None and run.planner is not None:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
@@ -168,7 +203,8 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     meter = ProgressMeter(driver.total_requests, collector) if progress else None
     pools = list(cluster.pools.values())
     driver.start(0.0)
-    if fast and isinstance(cluster, AggregatedCluster) and cluster.isolated:
+    if (fast and isinstance(cluster, AggregatedCluster) and cluster.isolated
+            and driver.total_requests <= ROUTE_AHEAD_LIMIT):
         loop: ReplayLoop | IsolatedReplay = IsolatedReplay(pools, cluster, run.time_cap_ms, progress=meter)
     else:
         loop = ReplayLoop(driver, pools, cluster, run.time_cap_ms, progress=meter)
@@ -187,6 +223,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: flo
              for p in cluster.serving}
     timelines = request_timelines([r for r in collector.records if r.counted]) if sampling else None
     summary: dict[str, Any] = summarize(collector.records, usage, wall_ms, run.sla, timelines)
+    summary.update(request_accounting(collector.records, cluster.driver.total_requests))
     if run.traffic.client_timeout_ms is not None:
         summary["timed_out_requests"] = sum(1 for r in collector.records if r.status == Status.TIMED_OUT)
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
@@ -200,7 +237,9 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: flo
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
-    report = Report(summary, per_request, extensions, sla=run.sla)
+    rejected = (r for r in collector.records if r.reason is not None)
+    report = Report(summary, per_request, extensions, sla=run.sla,
+                    first_rejection=next((r.reason for r in rejected), None))
     if sampling is not None:
         report.timeseries = sampling.finish(cluster, end_ms)
         report.latency = from_records(collector.records, timelines)

@@ -690,9 +690,14 @@ def test_load_config_applies_overrides(tmp_path: Path) -> None:
         load_config(path, ["engine.workers.0=1"])
 
 
-def test_duplicate_keys_last_wins(tmp_path: Path) -> None:
-    path = write(tmp_path, yaml.safe_dump(synthetic()) + "evaluation: {}\nevaluation: {sla: {e2e_ms: 5}}\n")
-    sla = load_config(path).evaluation.sla
+def test_duplicate_keys_are_an_error_unless_the_last_may_win(tmp_path: Path) -> None:
+    """servesim refuses a repeated key; `allow_duplicate_keys` restores the reference's last-wins."""
+    text = yaml.safe_dump(synthetic()) + "evaluation: {}\nevaluation: {sla: {e2e_ms: 5}}\n"
+    path = write(tmp_path, text)
+    line = text.count("\n")
+    with pytest.raises(ConfigError, match=f"{path}:{line}: duplicate key 'evaluation' \\(first on line {line - 1}\\)"):
+        load_config(path)
+    sla = load_config(path, allow_duplicate_keys=True).evaluation.sla
     assert sla is not None and sla.e2e_ms == 5.0
 
 
@@ -707,18 +712,19 @@ def test_parse_config_keeps_relative_paths_without_base_dir() -> None:
 
 
 def test_runtime_rejections() -> None:
-    config = parse_config(
-        edit(
-            disaggregated(),
-            ("engine.workers.prefill.parallelism", {"attention_data": 2}),
-            ("engine.workers.decode.startup_seconds", float("inf")),
-            ("engine.workers.decode.timing.prefill_ms", float("inf")),
-        )
-    )
+    config = parse_config(edit(disaggregated(), ("engine.workers.prefill.parallelism", {"attention_data": 2})))
     problems = runtime_rejections(config)
     assert any(p.startswith("engine.workers.prefill.parallelism.attention_data") for p in problems)
-    assert any(p.startswith("engine.workers.decode.startup_seconds") for p in problems)
-    assert any(p.startswith("engine.workers.decode.timing.prefill_ms") for p in problems)
+
+
+def test_infinite_and_absurd_durations_are_config_errors() -> None:
+    """The reference accepts them and fails once the run starts (exit 1); servesim refuses them
+    in the schema (exit 2), as finite values up to MAX_MS."""
+    with pytest.raises(ConfigError) as error:
+        parse_config(edit(disaggregated(), ("engine.workers.decode.startup_seconds", float("inf")),
+                          ("engine.workers.decode.timing.prefill_ms", "1e300")))
+    assert "engine.workers.decode.startup_seconds: must be a finite number (got inf)" in str(error.value)
+    assert "engine.workers.decode.timing.prefill_ms: must be <= 1000000000000 (got '1e300')" in str(error.value)
     seed = parse_config(edit(synthetic(), ("traffic.load", {"type": "poisson", "requests_per_second": 5, "seed": 2**64})))
     assert runtime_rejections(seed) == [f"traffic.load.seed: must fit in 64 bits (got {2**64})"]
     assert runtime_rejections(parse_config(edit(synthetic(), (f"{W}.parallelism.attention_data", 2)))) == []

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from servesim import simulate
 from servesim.build import lower
 from servesim.config import parse_config
+from servesim.errors import RunError
 from servesim.engine.radix import RadixCache, TokenSeq
 from servesim.engine.rank import RankConfig, SglangSettings
 from servesim.engine.request import EngineRequest
@@ -351,11 +352,13 @@ def test_a_lone_request_that_outgrows_the_pool_is_rejected_with_its_tokens():
     assert r.cache.active_blocks == 0
 
 
-def test_without_rejection_an_unservable_request_stalls_the_rank():
+def test_without_rejection_an_unservable_request_stops_the_run():
+    """Where the reference stalls the rank (and aborts at the effect-free pass), --unservable
+    fail stops the run with the reason."""
     r = rank(num_blocks=200, reject=False)
     r.enqueue(fresh(1, 100, 100))
-    result = r.run_pass(0)
-    assert not result.has_effect and r.has_work()
+    with pytest.raises(RunError, match="can never be served: its next 100 prompt tokens"):
+        r.run_pass(0)
 
 
 def test_chunk_budgets_smaller_than_a_page_or_prompt_make_a_request_unservable():

@@ -17,7 +17,7 @@ from servesim.errors import TraceError
 from servesim.fidelity.calibrate import calibrate, measured_kv_tokens
 from servesim.engine.pass_time import MixedPassTiming
 from servesim.fidelity.calibration import Calibration, calibrated, load_calibration
-from servesim.fidelity.measured import Measured
+from servesim.measured import Measured
 from servesim.fidelity.validate import simulated_latencies
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "llmservingsim-vllm-validation"
@@ -177,7 +177,7 @@ def test_kv_capacity_is_measured_only_where_the_pool_limited_admission():
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is not present")
 def test_kv_capacity_of_the_kv_bound_open_run():
-    from servesim.fidelity.measured import load_measured
+    from servesim.measured import load_measured
 
     measured = load_measured(DATA / "examples/RTX4090/Llama-3.1-8B/vllm/requests.jsonl")
     found = measured_kv_tokens(measured, max_sequences=256, ranks=1)

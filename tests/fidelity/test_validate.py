@@ -135,3 +135,19 @@ def test_drain_steps_single_out_the_dp_ep_run():
     # slower than the model by more than any dense band (docs/validation.md)
     assert max(abs(g) for g in dense) < 2.5
     assert min(moe) > max(dense)
+
+
+@needs_data
+def test_kv_bound_seconds_hold_time_outside_the_model():
+    """The RTX 4090 run: its decode steps match the roofline (the card's measured efficiencies)
+    in the drain, and are 15-20 % longer in the seconds it waits for KV and preempts; the RTX
+    PRO 6000 runs, whose queues wait for sequence slots, show no such split."""
+    from servesim.fidelity import steps
+
+    def gaps(run, waiting):
+        return [(b.measured_ms - b.model_ms) / b.model_ms for b in steps.compare(run, DATA, None, waiting)]
+
+    four = openruns.RUNS[0]
+    assert max(abs(g) for g in gaps(four, False)) < 0.1
+    assert all(0.1 < g < 0.25 for g in gaps(four, True)) and len(gaps(four, True)) >= 2
+    assert all(abs(g) < 0.05 for run in openruns.RUNS[1:3] for g in gaps(run, True))

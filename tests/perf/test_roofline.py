@@ -102,3 +102,26 @@ def test_roofline_config_rules() -> None:
         parse_config(config({"type": "roofline", "gemm_efficiency": 1.5}))
     with pytest.raises(RunError, match="unknown GPU"):
         simulate(config({"type": "roofline"}, hardware="nope_gpu"))
+
+
+def test_measured_gpu_efficiencies_replace_the_generic_ones(tmp_path, monkeypatch) -> None:
+    gpu = resolve_gpu("rtx_4090", SYSTEMS)
+    assert gpu.efficiency == {"gemm": 0.96, "attention": 0.67, "memory": 0.91}  # vLLM's own profiles
+    assert resolve_gpu("rtx_pro_6000_server", SYSTEMS).efficiency["gemm"] == 0.79  # peaks from the system file
+    assert resolve_gpu("h200_sxm", SYSTEMS).efficiency == {}
+    r = roofline(gpu="rtx_4090")
+    assert (r.params.gemm_efficiency, r.params.attention_efficiency, r.params.memory_efficiency) == (0.96, 0.67, 0.91)
+    generic = roofline(gpu="rtx_4090", params=RooflineParams())
+    assert r.decode(1, 512, 512, 0) < 0.92 * generic.decode(1, 512, 512, 0)  # 0.91 vs 0.8 of the bandwidth
+    assert r.prefill(1, 2048, 0) < 0.8 * generic.prefill(1, 2048, 0)  # 0.96 vs 0.7 of the tensor peak
+    # through a config: the GPU's values unless the timing section sets one
+    engine = parse_config(config({"type": "roofline", "memory_efficiency": 0.5}, hardware="rtx_4090")).engine
+    params = timing_model(engine, engine.workers.aggregated, "aggregated").params
+    assert (params.gemm_efficiency, params.memory_efficiency) == (0.96, 0.5)
+    # a user's GPU file may carry them too, and a bad entry is named
+    specs = tmp_path / "gpus.yaml"
+    specs.write_text("my_gpu: {memory_gib: 24, memory_bandwidth_gb_s: 900, bf16_tflops: 100, efficiency: {gemm: 0.9}}\n"
+                     "bad_gpu: {memory_gib: 24, memory_bandwidth_gb_s: 900, bf16_tflops: 100, efficiency: {gemm: 1.2}}\n")
+    monkeypatch.setenv("SERVESIM_GPU_SPECS", str(specs))
+    with pytest.raises(RunError, match=r"gpus.yaml: GPU 'bad_gpu': efficiency must map gemm, attention, memory"):
+        resolve_gpu("my_gpu", SYSTEMS)

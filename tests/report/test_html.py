@@ -180,7 +180,7 @@ def test_compare_renders(browser, tmp_path, shots, capsys):
 def test_compare_rejects_bad_input(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"send_ts": 1}\n')
-    assert main(["compare", str(bad), "-o", str(tmp_path / "c.html")]) == 2
+    assert main(["compare", str(bad), "-o", str(tmp_path / "c.html")]) == 1
     assert "bad.jsonl:1: no end time" in capsys.readouterr().err
     assert not (tmp_path / "c.html").exists()
 

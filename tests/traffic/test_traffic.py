@@ -85,7 +85,7 @@ def test_synthetic_prefix_groups_share_leading_blocks():
 
 
 def test_constant_rate_accumulates_by_repeated_addition():
-    times = constant_rate_schedule(50, 300.0)
+    times = list(constant_rate_schedule(50, 300.0))
     gap = 1000.0 / (1000.0 / (1000.0 / 300.0))
     assert times == list(accumulate([0.0] + [gap] * 49))
 

@@ -155,7 +155,7 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str) 
         role=role,
         replicas=par.replicas,
         dp_size=par.attention_data,
-        gpus_per_worker=par.tensor * par.attention_data,
+        gpus_per_worker=par.gpus_per_worker,
         rank_config=rank,
         timing=_timing_model(engine, worker, role),
         startup_ms=1000 * worker.startup_seconds,

@@ -96,10 +96,10 @@ def roofline_timing(engine: EngineConfig, worker: WorkerConfig, timing: Roofline
     model = resolve_model(engine.model)
     gpu = gpu_for(engine, worker)
     p = parallel(worker)
-    params = RooflineParams(
-        gemm_efficiency=timing.gemm_efficiency, attention_efficiency=timing.attention_efficiency,
-        memory_efficiency=timing.memory_efficiency, launch_us=timing.launch_us,
-        gemm_floor_us=timing.gemm_floor_us, pass_overhead_ms=timing.pass_overhead_ms)
+    knobs = ("gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_us", "gemm_floor_us",
+             "pass_overhead_ms")
+    params = RooflineParams.for_gpu(gpu, **{k: float(getattr(timing, k)) for k in knobs
+                                            if k in timing.model_fields_set or not k.endswith("_efficiency")})
     key = (model, gpu.name, gpu.source, timing.gpu_spec, p, params)
     found = _ROOFLINES.get(key)
     if found is None:

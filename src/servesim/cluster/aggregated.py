@@ -42,6 +42,9 @@ class AggregatedCluster(Cluster):
         self.hooks.on_arrivals(len(arrivals))
         placed = []
         for arrival in arrivals:
+            if not self.router.workers:
+                self._reject_unrouted(self._register(arrival)[1], "serving", now)
+                continue
             worker, rank, request = self._route(arrival, now)
             worker.enqueue(rank, request)
             placed.append(worker)

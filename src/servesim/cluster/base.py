@@ -172,6 +172,12 @@ class Cluster:
         self._open[record.rid] = (arrival, record)
         return record, self._engine_request(record.rid, arrival, 1)
 
+    def _reject_unrouted(self, request: EngineRequest, pool: str, now: float) -> None:
+        """A request that finds no active worker in `pool` (the fleet was scaled to zero) is
+        rejected at once."""
+        request.reject_reason = f"no {pool} worker was active (the fleet had been scaled to zero)"
+        self._terminal(request, None, Status.REJECTED, now)
+
     @staticmethod
     def _engine_request(rid: int, arrival: Arrival, block_size: int) -> EngineRequest:
         return EngineRequest(rid, arrival.prompt_runs, arrival.input_length, arrival.max_output_tokens,

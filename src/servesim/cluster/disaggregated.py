@@ -155,7 +155,10 @@ class DisaggregatedCluster(Cluster):
         record = self._record(request)
         return router.place(route_request(request, record.session_id, block_size, router.wants_kv_events), now)
 
-    def _submit_prefill(self, handoff: _Handoff, now: float) -> Worker:
+    def _submit_prefill(self, handoff: _Handoff, now: float) -> Worker | None:
+        if not self.prefill.router.workers:
+            self._reject_unrouted(handoff.prefill, "prefill", now)
+            return None
         placement = self._route(self.prefill, handoff.prefill, self.prefill_block_size, now)
         worker_id, rank = placement.worker, placement.rank
         worker = self.prefill.fleet.by_id[worker_id]
@@ -169,6 +172,10 @@ class DisaggregatedCluster(Cluster):
         return worker
 
     def _reserve_destination(self, handoff: _Handoff, now: float) -> Worker | None:
+        if not self.decode.router.workers:
+            handoff.prefill.reject_reason = "no decode worker was active (the fleet had been scaled to zero)"
+            self._fail(handoff, now)
+            return None
         arrival = self._open[handoff.prefill.rid][0]
         request = self._engine_request(handoff.prefill.rid, arrival, self.decode_block_size)
         placement = self._route(self.decode, request, self.decode_block_size, now)
@@ -177,8 +184,11 @@ class DisaggregatedCluster(Cluster):
         self.collector.on_route(self._record(handoff.prefill),
                                 Route("decode", worker_id, worker.first_scheduler_id + rank, rank,
                                       placement.overlap_tokens))
-        if -(-request.prompt_len // self.decode_block_size) > self.decode_blocks:  # routed, then failed
+        blocks = -(-request.prompt_len // self.decode_block_size)
+        if blocks > self.decode_blocks:  # routed, then failed
             self.decode.router.on_terminal(request.rid, now)
+            handoff.prefill.reject_reason = (f"its prompt of {request.prompt_len} tokens needs {blocks} KV blocks, "
+                                             f"more than the {self.decode_blocks} of a decode rank's pool")
             self._fail(handoff, now)
             return None
         handoff.decode, handoff.decode_worker = request, worker

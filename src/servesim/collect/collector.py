@@ -59,7 +59,7 @@ class RequestRecord:
     token_spans: list[int] = field(default_factory=list)
     pass_ends: array | None = None
     reason: str | None = None
-    """Why servesim rejected a request the reference would have aborted the run on."""
+    """Why the request was rejected (the context or KV limit it broke)."""
     source_held_ms: float | None = None
     destination_reserved_ms: float | None = None
     destination_activated_ms: float | None = None

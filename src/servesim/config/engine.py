@@ -15,7 +15,7 @@ from servesim.config.fields import (
     ContextLength,
     Fraction,
     HardwareName,
-    LaxNonNegativeNumber,
+    LaxDurationSeconds,
     ModelName,
     NonNegativeInt,
     NonNegativeNumber,
@@ -24,11 +24,14 @@ from servesim.config.fields import (
     PositiveNumber,
     RuleViolation,
     SchemaModel,
+    TokenCount,
+    WorkerCount,
     raise_if,
     type_tag,
     without_nulls,
 )
 from servesim.config.timing import DefaultTiming, TimingConfig
+from servesim.limits import MAX_WORKERS
 
 EngineMode = Literal["aggregated", "disaggregated"]
 Backend = Literal["vllm", "sglang", "trtllm"]
@@ -37,18 +40,31 @@ Role = Literal["aggregated", "prefill", "decode"]
 class ParallelismConfig(SchemaModel):
     """How many engine instances a role has and how each one is split across GPUs."""
 
-    replicas: PositiveInt = 1
+    replicas: WorkerCount = 1
     """Number of logical workers (engine instances) in this role's pool."""
-    tensor: PositiveInt = 1
+    tensor: WorkerCount = 1
     """Tensor-parallel size; used by AIC timing and for GPU accounting."""
-    pipeline: PositiveInt = 1
+    pipeline: WorkerCount = 1
     """Pipeline-parallel size; passed to AIC only, not counted in GPUs per worker."""
-    attention_data: PositiveInt = 1
+    attention_data: WorkerCount = 1
     """Attention data-parallel ranks per worker, each with its own scheduler and KV pool."""
-    moe_tensor: PositiveInt = 1
+    moe_tensor: WorkerCount = 1
     """MoE tensor-parallel size; passed to AIC only when moe_tensor x moe_expert > 1."""
-    moe_expert: PositiveInt = 1
+    moe_expert: WorkerCount = 1
     """MoE expert-parallel size; passed to AIC only when moe_tensor x moe_expert > 1."""
+
+    @model_validator(mode="after")
+    def _ranks_bound(self) -> ParallelismConfig:
+        """Every rank is simulated: replicas x attention_data is bounded like replicas."""
+        if self.replicas * self.attention_data > MAX_WORKERS:
+            raise RuleViolation([("replicas", f"x attention_data must be <= {MAX_WORKERS} scheduler ranks "
+                                              f"(got {self.replicas} x {self.attention_data})")])
+        return self
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """GPUs one worker occupies (tensor x attention_data; pipeline stages are not counted)."""
+        return self.tensor * self.attention_data
 
 
 _ROLES: tuple[Role, ...] = ("aggregated", "prefill", "decode")
@@ -74,7 +90,7 @@ class SglangSchedulerConfig(SchemaModel):
 class SchedulerConfig(SchemaModel):
     """Per-rank batching limits."""
 
-    max_batched_tokens: PositiveInt = 8192
+    max_batched_tokens: TokenCount = 8192
     """Token budget of one scheduling pass (vLLM max_num_batched_tokens; ignored by SGLang)."""
     max_sequences: PositiveInt | None = None
     """Max running requests per rank (max_num_seqs); omitted = 256, or 1 for the prefill role."""
@@ -195,7 +211,7 @@ class WorkerConfig(SchemaModel):
     """KV cache block size, prefix caching and capacity."""
     timing: TimingConfig = DefaultTiming()
     """Pass-duration model: {type: default} (AIC), {type: polynomial}, {type: fixed, prefill_ms, decode_ms} or {type: roofline} (servesim extension)."""
-    startup_seconds: LaxNonNegativeNumber = 0.0
+    startup_seconds: LaxDurationSeconds = 0.0
     """Delay before a newly added worker becomes ready (initial workers are ready at t=0)."""
     speculative: SpeculativeConfig | None = None
     """Speculative decoding (servesim extension); omitted = off."""

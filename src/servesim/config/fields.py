@@ -13,7 +13,9 @@ from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Gt, Le
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Strict
-from pydantic.functional_validators import PlainValidator
+from pydantic.functional_validators import AfterValidator, PlainValidator
+
+from servesim.limits import MAX_MS, MAX_REQUESTS, MAX_TOKENS, MAX_WORKERS
 
 PositiveInt = Annotated[int, Strict(), Gt(0)]
 """Strict integer > 0 (rejects strings, floats and bools)."""
@@ -27,8 +29,30 @@ Fraction = Annotated[float, Strict(), AllowInfNan(False), Ge(0), Le(1)]
 """Strict finite number in [0, 1]."""
 OpenFraction = Annotated[float, Strict(), AllowInfNan(False), Gt(0), Le(1)]
 """Strict finite number in (0, 1]."""
-LaxNonNegativeNumber = Annotated[float, Ge(0)]
-"""Number >= 0 in pydantic's lax mode (numeric strings and bools accepted, like the reference)."""
+
+LaxDurationMs = Annotated[float, AllowInfNan(False), Ge(0), Le(MAX_MS)]
+"""Finite milliseconds in [0, MAX_MS], in pydantic's lax mode (numeric strings and bools
+accepted, like the reference)."""
+LaxDurationSeconds = Annotated[float, AllowInfNan(False), Ge(0), Le(MAX_MS / 1000)]
+"""Finite seconds in [0, MAX_MS / 1000], lax like `LaxDurationMs`."""
+DurationMs = Annotated[float, Strict(), AllowInfNan(False), Ge(0), Le(MAX_MS)]
+"""Strict finite milliseconds in [0, MAX_MS]."""
+PositiveSeconds = Annotated[float, Strict(), AllowInfNan(False), Gt(0), Le(MAX_MS / 1000)]
+"""Strict finite seconds in (0, MAX_MS / 1000]."""
+def _one_per_max_ms(rate: float) -> float:
+    if rate < 1000 / MAX_MS:
+        raise ValueError(f"must be >= {1000 / MAX_MS:g} (one arrival per {MAX_MS:g} ms at least; got {show(rate)})")
+    return rate
+
+
+Rate = Annotated[float, Strict(), AllowInfNan(False), Gt(0), AfterValidator(_one_per_max_ms)]
+"""Strict finite events per second, at least one per MAX_MS."""
+WorkerCount = Annotated[int, Strict(), Gt(0), Le(MAX_WORKERS)]
+"""Strict integer in [1, MAX_WORKERS]."""
+RequestCount = Annotated[int, Strict(), Gt(0), Le(MAX_REQUESTS)]
+"""Strict integer in [1, MAX_REQUESTS]."""
+TokenCount = Annotated[int, Strict(), Gt(0), Le(MAX_TOKENS)]
+"""Strict integer in [1, MAX_TOKENS]."""
 
 U64_MAX = 2**64 - 1
 

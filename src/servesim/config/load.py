@@ -25,9 +25,13 @@ from servesim.config.schema import (
     TraceSource,
     show,
 )
+from servesim.config.strict_yaml import YamlRefused, load_yaml
 from servesim.errors import ConfigError
 
-__all__ = ["STACKS", "apply_overrides", "describe_validation_error", "load_config", "parse_config"]
+__all__ = ["STACKS", "apply_overrides", "describe_validation_error", "load_config", "parse_config", "read_mapping"]
+
+MAX_CONFIG_CHARS = 16 << 20
+"""Largest configuration file read (a config is a few kilobytes)."""
 
 log = logging.getLogger("servesim")
 
@@ -37,17 +41,25 @@ DYNAMO_SECTIONS = ("router", "planner")
 
 
 def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = (), *,
-                stack: str | None = None) -> SimConfig:
+                stack: str | None = None, allow_duplicate_keys: bool = False) -> SimConfig:
     """Read the YAML file at `path`, apply ``--set PATH=VALUE`` overrides in order, validate.
 
     Relative trace paths and a relative ``engine.model`` directory are read as the reference
     reads them, from the current directory — or, when only the file's folder has them, from
-    there (with a note on stderr). `stack` is ``--stack`` (None: every section is accepted).
+    there (with a note on stderr). `stack` is ``--stack`` (None: every section is accepted). A
+    mapping that repeats a key is an error unless `allow_duplicate_keys` lets the last value
+    win (the reference's behaviour).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"the configuration must be given as a file path (got {type(path).__name__})")
+    if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError("overrides must be a list of 'PATH=YAML_VALUE' strings")
     source = os.fspath(path)
-    data = _read_mapping(source)
+    if not isinstance(source, str):
+        raise ConfigError(f"the configuration path must be text (got {type(source).__name__})")
+    data = read_mapping(source, allow_duplicate_keys)
     try:
-        data = apply_overrides(data, overrides)
+        data = apply_overrides(data, overrides, allow_duplicate_keys=allow_duplicate_keys)
         return parse_config(data, base_dir=Path(os.path.abspath(source)).parent, stack=stack)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
@@ -80,17 +92,24 @@ def parse_config(data: Mapping[str, Any], base_dir: Path | None = None, *, stack
 # --------------------------------------------------------------------------------------------
 
 
-def _read_mapping(source: str) -> dict[str, Any]:
-    """Parse the file as one YAML document that is a mapping."""
+def read_mapping(source: str, allow_duplicate_keys: bool = False) -> dict[str, Any]:
+    """Parse the file as one YAML document that is a mapping (strictly: `strict_yaml`); errors
+    start with the file's name."""
     try:
-        text = Path(source).read_text(encoding="utf-8")
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read(MAX_CONFIG_CHARS + 1)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"{source}: could not read configuration: {reason}") from None
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ConfigError(f"{source}: could not read configuration: larger than {MAX_CONFIG_CHARS >> 20} MiB")
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, allow_duplicate_keys=allow_duplicate_keys)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: malformed YAML: {exc}") from None
+    except YamlRefused as exc:
+        where = f"{source}:{exc.line}" if exc.line is not None else source
+        raise ConfigError(f"{where}: {exc}") from None
     if not isinstance(data, dict):
         found = "an empty document" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: the configuration must be one YAML mapping (found {found})")
@@ -98,7 +117,7 @@ def _read_mapping(source: str) -> dict[str, Any]:
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str], *,
-                    refused: Sequence[str] = NOT_IN_SCHEMA) -> dict[str, Any]:
+                    refused: Sequence[str] = NOT_IN_SCHEMA, allow_duplicate_keys: bool = False) -> dict[str, Any]:
     """Return a copy of `data` with each ``PATH=YAML_VALUE`` override applied in order.
 
     PATH is dot-separated mapping keys; missing intermediate mappings are created; the value
@@ -107,12 +126,12 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str], *,
     """
     result = copy.deepcopy(dict(data))
     for override in overrides:
-        keys, value = _parse_override(override, refused)
+        keys, value = _parse_override(override, refused, allow_duplicate_keys)
         _set_path(result, keys, value, override)
     return result
 
 
-def _parse_override(override: str, refused: Sequence[str]) -> tuple[list[str], Any]:
+def _parse_override(override: str, refused: Sequence[str], allow_duplicate_keys: bool) -> tuple[list[str], Any]:
     """Split ``PATH=VALUE`` into its keys and parsed YAML value."""
     path, sep, text = override.partition("=")
     if not sep:
@@ -125,8 +144,8 @@ def _parse_override(override: str, refused: Sequence[str]) -> tuple[list[str], A
     if keys[0] in refused:
         raise ConfigError(f"--set path {path!r}: '{keys[0]}' is not in the schema of predict")
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        value = load_yaml(text, allow_duplicate_keys=allow_duplicate_keys)
+    except (yaml.YAMLError, YamlRefused) as exc:
         raise ConfigError(f"invalid YAML value for --set {path!r}: {exc}") from None
     return keys, value
 

@@ -17,12 +17,11 @@ The sections live in their own modules — `fields` (value types, rule plumbing)
 `rules` (rules across sections) — and this module, the document, re-exports every public
 name. Cross-field rules raise `RuleViolation`, which carries key paths relative to the model
 that checks them; ``servesim.config.load`` turns them into ``dotted.key.path: rule`` lines.
-The schema does no I/O and imports nothing else from servesim.
+The schema does no I/O and imports nothing else from servesim but
+`servesim.limits`.
 """
 
 from __future__ import annotations
-
-import math
 
 from pydantic import Field, model_validator
 
@@ -48,7 +47,6 @@ from servesim.config.evaluation import EvaluationConfig, SlaConfig
 from servesim.config.fields import U64_MAX, RuleViolation, SchemaModel, raise_if, show
 from servesim.config.rules import aggregated_only_format_rules, client_timeout_rules, planner_rules, request_count
 from servesim.config.timing import (
-    FIXED_TIMING_KEYS,
     DefaultTiming,
     FixedTiming,
     GpuSpecConfig,
@@ -160,7 +158,7 @@ class SimConfig(SchemaModel):
     @model_validator(mode="after")
     def _planner_fits_the_deployment(self) -> SimConfig:
         """Planner keys that depend on the engine mode or the SLA."""
-        raise_if(planner_rules(self.planner, self.engine.mode, self.evaluation.sla))
+        raise_if(planner_rules(self.planner, self.engine, self.evaluation.sla))
         return self
 
 
@@ -190,10 +188,6 @@ def runtime_rejections(config: SimConfig) -> list[str]:
         where = f"engine.workers.{role}"
         if engine.mode == "disaggregated" and worker.parallelism.attention_data > 1:
             found.append(f"{where}.parallelism.attention_data: disaggregated replay requires 1 (attention-DP handoff is not implemented)")
-        if not math.isfinite(worker.startup_seconds):
-            found.append(f"{where}.startup_seconds: must be finite")
-        if isinstance(worker.timing, FixedTiming):
-            found += [f"{where}.timing.{k}: must be finite" for k in FIXED_TIMING_KEYS if not math.isfinite(getattr(worker.timing, k))]
     load = config.traffic.load
     if isinstance(load, PoissonLoad) and load.seed > U64_MAX:
         found.append(f"traffic.load.seed: must fit in 64 bits (got {load.seed})")

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Discriminator, Tag, model_validator
 
 from servesim.config.fields import (
-    LaxNonNegativeNumber,
+    DurationMs,
+    LaxDurationMs,
     NonNegativeNumber,
     OpenFraction,
     PositiveInt,
@@ -39,7 +40,7 @@ class RealServerTiming(SchemaModel):
 
     mixed_pass: Literal["sum", "fused"] = "sum"
     """servesim extension: how a vLLM/TRT-LLM pass holding both prompt chunks and decode tokens is timed: 'sum' = a prefill pass plus a decode pass (the reference), 'fused' = one forward pass over all its tokens, and with it the async-scheduling and front-end latency defaults (docs/timing.md)."""
-    frontend_ms: NonNegativeNumber | None = None
+    frontend_ms: DurationMs | None = None
     """servesim extension: latency from a client sending a request to the engine seeing it (API server, multi-process executor); omitted = the calibration file's, else 0 with mixed_pass 'sum' and the default for the worker's GPU count with 'fused' (docs/timing.md)."""
     calibration: str | None = None
     """servesim extension: a calibration file written by `servesim calibrate` (prefill/decode scale factors, front-end latency and, where measured, the KV capacity of a default-capacity role); relative to the config's folder."""
@@ -100,11 +101,11 @@ class RooflineTiming(RealServerTiming):
     gpu_spec: GpuSpecConfig | None = None
     """Inline GPU constants; override the looked-up ones."""
     gemm_efficiency: OpenFraction = 0.7
-    """Fraction of peak FLOP/s a GEMM reaches."""
+    """Fraction of peak FLOP/s a GEMM reaches (unset: the GPU's measured value where servesim's GPU table has one, else 0.7)."""
     attention_efficiency: OpenFraction = 0.5
-    """Fraction of peak FLOP/s attention reaches."""
+    """Fraction of peak FLOP/s attention reaches (unset: the GPU's measured value, else 0.5)."""
     memory_efficiency: OpenFraction = 0.8
-    """Fraction of peak bandwidth memory-bound work reaches."""
+    """Fraction of peak bandwidth memory-bound work reaches (unset: the GPU's measured value, else 0.8)."""
     launch_us: NonNegativeNumber = 3.0
     """Fixed cost per kernel, microseconds."""
     gemm_floor_us: NonNegativeNumber = 0.0
@@ -124,9 +125,9 @@ class FixedTiming(SchemaModel):
 
     type: Literal["fixed"] = "fixed"
     """Timing kind: 'fixed' = constant costs."""
-    prefill_ms: LaxNonNegativeNumber
+    prefill_ms: LaxDurationMs
     """Cost (ms) added to a pass that contains prompt tokens."""
-    decode_ms: LaxNonNegativeNumber
+    decode_ms: LaxDurationMs
     """Cost (ms) of the decode phase of a pass (the engine floors it at 1 ms)."""
 
     @model_validator(mode="before")

@@ -6,21 +6,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from annotated_types import Ge
+from annotated_types import Ge, Le
 from pydantic import Discriminator, Strict, Tag, field_validator, model_validator
 
 from servesim.config.fields import (
+    DurationMs,
     Fraction,
     NonNegativeInt,
-    NonNegativeNumber,
     PositiveInt,
     PositiveNumber,
+    PositiveSeconds,
+    Rate,
+    RequestCount,
     RuleViolation,
     SchemaModel,
+    TokenCount,
     raise_if,
     type_tag,
     without_nulls,
 )
+from servesim.limits import MAX_REQUESTS, MAX_TURNS
 
 TraceFormat = Literal["mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo"]
 
@@ -29,22 +34,22 @@ class SyntheticSource(SchemaModel):
 
     type: Literal["synthetic"] = "synthetic"
     """Source kind: 'synthetic'."""
-    input_tokens: PositiveInt = 1024
+    input_tokens: TokenCount = 1024
     """Prompt length of every request."""
-    output_tokens: PositiveInt = 128
+    output_tokens: TokenCount = 128
     """Output length of every request."""
 
 
 class SessionConfig(SchemaModel):
     """Shape of each synthetic multi-turn session."""
 
-    turns: Annotated[int, Strict(), Ge(2)] = 4
+    turns: Annotated[int, Strict(), Ge(2), Le(MAX_TURNS)] = 4
     """Turns per session (>= 2)."""
     shared_prefix_ratio: Fraction = 0.0
     """Fraction of each turn's blocks taken from the session's prefix group, in [0, 1]."""
     prefix_groups: NonNegativeInt = 0
     """Number of prefix groups sessions are spread over (> 0 when shared_prefix_ratio > 0)."""
-    inter_turn_delay_ms: NonNegativeNumber = 0.0
+    inter_turn_delay_ms: DurationMs = 0.0
     """Think time between a turn's completion and the next turn."""
 
     @model_validator(mode="after")
@@ -60,9 +65,9 @@ class SyntheticSessionSource(SchemaModel):
 
     type: Literal["synthetic-session"] = "synthetic-session"
     """Source kind: 'synthetic-session'."""
-    new_input_tokens_per_turn: PositiveInt = 1024
+    new_input_tokens_per_turn: TokenCount = 1024
     """New prompt tokens added by each turn."""
-    output_tokens_per_turn: PositiveInt = 128
+    output_tokens_per_turn: TokenCount = 128
     """Output length of each turn."""
     session: SessionConfig
     """Session shape (turns, prefix sharing, think time)."""
@@ -153,9 +158,9 @@ class PoissonLoad(SchemaModel):
 
     type: Literal["poisson"] = "poisson"
     """Load kind: 'poisson'."""
-    requests_per_second: PositiveNumber | None = None
+    requests_per_second: Rate | None = None
     """Mean arrival rate of requests (synthetic sources)."""
-    sessions_per_second: PositiveNumber | None = None
+    sessions_per_second: Rate | None = None
     """Mean arrival rate of sessions (synthetic-session sources)."""
     seed: NonNegativeInt = 42
     """Seed of the arrival-time generator."""
@@ -177,9 +182,9 @@ class ConstantRateLoad(SchemaModel):
 
     type: Literal["constant_rate"] = "constant_rate"
     """Load kind: 'constant_rate'."""
-    requests_per_second: PositiveNumber | None = None
+    requests_per_second: Rate | None = None
     """Arrival rate of requests (synthetic sources)."""
-    sessions_per_second: PositiveNumber | None = None
+    sessions_per_second: Rate | None = None
     """Arrival rate of sessions (synthetic-session sources)."""
 
     @model_validator(mode="before")
@@ -230,15 +235,15 @@ SESSION_STOPS = ("sessions", "sessions_per_load_unit")
 class StopConfig(SchemaModel):
     """When the workload ends: a request/session count (synthetic) or a time cap (trace)."""
 
-    requests: PositiveInt | None = None
+    requests: RequestCount | None = None
     """Number of requests (synthetic)."""
     requests_per_load_unit: PositiveNumber | None = None
     """Requests per unit of load (concurrency or rate): count = max(1, round(ratio x unit))."""
-    sessions: PositiveInt | None = None
+    sessions: RequestCount | None = None
     """Number of sessions (synthetic-session)."""
     sessions_per_load_unit: PositiveNumber | None = None
     """Sessions per unit of load (concurrency or rate): count = max(1, round(ratio x unit))."""
-    max_virtual_time_seconds: PositiveNumber | None = None
+    max_virtual_time_seconds: PositiveSeconds | None = None
     """Simulated-time cap (trace sources only)."""
 
     def given(self, keys: tuple[str, ...]) -> list[str]:
@@ -255,7 +260,7 @@ class TrafficConfig(SchemaModel):
     """When requests arrive: concurrency, poisson, constant_rate or trace_timestamps."""
     stop: StopConfig | None = None
     """When the workload ends (required for synthetic sources)."""
-    client_timeout_seconds: PositiveNumber | None = None
+    client_timeout_seconds: PositiveSeconds | None = None
     """servesim extension: clients abort a request still unfinished this long after sending it (as load generators do, e.g. inference-perf's 300 s); it is reported as 'timed_out', its KV freed at the worker's next pass boundary, and it is left out of the latency statistics. Aggregated deployments only; omitted = clients wait for ever (the reference)."""
 
     @model_validator(mode="after")
@@ -303,7 +308,39 @@ def _synthetic_rules(source: SyntheticSource | SyntheticSessionSource, load: Any
     problems += [(f"stop.{k}", f"not allowed for '{source.type}' sources (use {' or '.join(wanted)})") for k in stop.given(unwanted)]
     if len(stop.given(wanted)) != 1:
         problems.append(("stop", f"exactly one of {', '.join(wanted)} is required for '{source.type}' sources"))
+    elif not problems:
+        problems += _size_rules(source, load, stop, stop.given(wanted)[0])
     return problems
+
+
+def _size_rules(source: SyntheticSource | SyntheticSessionSource, load: Any, stop: StopConfig,
+                key: str) -> list[tuple[str, str]]:
+    """The run holds at most MAX_REQUESTS requests (sessions x turns for sessions)."""
+    count = stop_count(stop, key, load)
+    turns = source.session.turns if isinstance(source, SyntheticSessionSource) else 1
+    if count * turns <= MAX_REQUESTS:
+        return []
+    what = f"{count} sessions x {turns} turns" if turns > 1 else f"{count} requests"
+    return [(f"stop.{key}", f"makes {what}, more than the {MAX_REQUESTS:,} requests a run may hold")]
+
+
+def stop_count(stop: StopConfig, key: str, load: Any) -> int:
+    """The request or session count `stop.key` resolves to: the count itself, or for a ratio
+    ``max(1, round(ratio x load unit))`` (Python's round, half to even)."""
+    value = getattr(stop, key)
+    if not key.endswith("_per_load_unit"):
+        return int(value)
+    return max(1, round(value * load_unit(load)))
+
+
+def load_unit(load: Any) -> float:
+    """What a relative stop multiplies: the concurrency or the arrival rate."""
+    if isinstance(load, ConcurrencyLoad):
+        return load.concurrency
+    rate = load.rate if isinstance(load, (PoissonLoad, ConstantRateLoad)) else None
+    if rate is None:
+        raise ValueError(f"load type '{load.type}' has no load unit")
+    return rate
 
 
 def _rate_rules(load: PoissonLoad | ConstantRateLoad, wanted: str, source_type: str) -> list[tuple[str, str]]:

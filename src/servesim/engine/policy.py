@@ -35,13 +35,18 @@ class VllmPolicy:
         config = self.config
         limit = config.max_model_len
         if limit is not None and request.prompt_len >= limit:
+            request.reject_reason = f"its prompt of {request.prompt_len} tokens reaches the context length ({limit})"
             return True
         if request.prebuilt:
             return False
         bs = config.block_size
         blocks = -(-request.length // bs)
         if not request.preempted:
-            return blocks > config.num_blocks
+            if blocks <= config.num_blocks:
+                return False
+            request.reject_reason = (f"its prompt of {request.prompt_len} tokens needs {blocks} KV blocks, "
+                                     f"more than the {config.num_blocks} of a rank's pool")
+            return True
         tokens = request.length
         if config.speculative is not None:
             tokens += min(config.speculative.nextn + 1, request.tokens_left(limit))
@@ -79,3 +84,4 @@ class VllmPolicy:
         if not running:
             return None
         return next(iter(running)) if self.config.preempt_first else next(reversed(running))
+

@@ -57,6 +57,14 @@ class RankConfig:
     """Reject a request that can never fit the KV pool (with a reason) instead of stalling the
     worker until the run fails, which is what the reference does."""
 
+    @property
+    def prompt_content_limit(self) -> int:
+        """Prompt tokens beyond which a rank never reads a prompt's content: a longer prompt is
+        refused at admission (the context length, a pool it cannot fit) or — SGLang admitting it
+        chunk by chunk — never holds more KV than the pool."""
+        limit = self.num_blocks * self.block_size + 1
+        return limit if self.max_model_len is None else min(limit, self.max_model_len)
+
 
 @dataclass(slots=True)
 class RankPass:

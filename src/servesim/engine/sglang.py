@@ -177,7 +177,7 @@ class SglangRank(SglangHandoff):
         if self.waiting and not (prebuilt or self.handoff.pending):
             if self.settings.schedule_policy == "lpm":
                 self.waiting = lpm_order(self.waiting, self.cache)
-            if not self.running and self.config.reject_unservable:
+            if not self.running:
                 self._reject_unservable(result)
             batch, oom = self._admit(result)
             if oom:
@@ -203,12 +203,15 @@ class SglangRank(SglangHandoff):
     # -- admission --------------------------------------------------------------------------
 
     def _reject_unservable(self, result: RankPass) -> None:
-        """With nothing running, drop waiting heads no idle rank could ever admit."""
+        """With nothing running, drop waiting heads no idle rank could ever admit (with
+        ``--unservable fail``, stop the run at the first: the reference stalls there)."""
         while self.waiting:
             r = self.waiting[0]
             reason = never_admissible(r, self.settings, self.page, self._clip, self.total_tokens)
             if reason is None:
                 return
+            if not self.config.reject_unservable:
+                raise RunError(f"a request can never be served: {reason}")
             self.waiting.popleft()
             self.leases.release(r)
             r.req.reject_reason = reason

@@ -32,7 +32,13 @@ class TrtllmPolicy(VllmPolicy):
         return -(-(request.prompt_len + request.max_output) // self.config.block_size)
 
     def must_reject(self, request: EngineRequest) -> bool:
-        return self._footprint(request) > self.config.num_blocks
+        blocks = self._footprint(request)
+        if blocks <= self.config.num_blocks:
+            return False
+        request.reject_reason = (f"its prompt of {request.prompt_len} tokens and {request.max_output} output "
+                                 f"tokens need {blocks} KV blocks, more than the {self.config.num_blocks} of a "
+                                 f"rank's pool")
+        return True
 
     def cache_limit(self, request: EngineRequest) -> int:
         return request.length // self.config.block_size

@@ -310,6 +310,7 @@ class VllmRank(VllmHandoff):
             return
         if self.drafts is not None:
             ready = self._reserve_draft_blocks(plan, ready)
+            done = [r for r in done if r in self.running]  # a preempted one runs again later
         cohort = self.cohort
         n = len(cohort) + len(ready)
         if n and self.mixed is not None and result.prefill_ms:

@@ -37,7 +37,7 @@ from servesim.config import SimConfig
 from servesim.config.schema import DefaultTiming, RooflineTiming
 from servesim.errors import ConfigError
 from servesim.fidelity.calibration import Calibration
-from servesim.fidelity.measured import Measured
+from servesim.measured import Measured
 
 SCALE_BOUNDS = (0.2, 5.0)
 ROUNDS = 8

@@ -80,10 +80,13 @@ def _validate(args: argparse.Namespace) -> int:
         results = validate.validate(data, args.aic_systems_path, runs, progress=sys.stderr.isatty())
         text = validate.render(results)
         if args.components:
-            from servesim.fidelity import components, steps
+            from servesim.fidelity import components, decode, profiles, steps
 
             text += "\n" + components.render(components.check(data.parent, args.aic_systems_path))
-            bands = [band for run in runs for band in steps.compare(run, data, args.aic_systems_path)]
+            text += "\n" + profiles.render(profiles.check(data / "profiler" / "perf", args.aic_systems_path))
+            text += "\n" + decode.render(*decode.check(data.parent, args.aic_systems_path))
+            bands = [band for run in runs for waiting in (False, True)
+                     for band in steps.compare(run, data, args.aic_systems_path, waiting)]
             text += "\n" + steps.render(bands)
         if args.holdout:
             from servesim.fidelity import holdout
@@ -104,7 +107,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from servesim.config import load_config
     from servesim.fidelity.calibrate import calibrate
-    from servesim.fidelity.measured import load_measured
+    from servesim.measured import load_measured
 
     try:
         config = load_config(args.config)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.fidelity.measured import Measured, load_measured
+from servesim.measured import Measured, load_measured
 
 DEFAULT_DATA = Path("../shared/data/llmservingsim-vllm-validation")
 

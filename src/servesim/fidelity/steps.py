@@ -31,9 +31,12 @@ BANDS = ((1, 5), (5, 15), (15, 40), (40, 90), (90, 150), (150, 200), (200, 257))
 
 @dataclass(frozen=True)
 class StepBand:
-    """The drain seconds of one run with a running count in [lo, hi)."""
+    """The pure-decode seconds of one run (its drain, or with requests waiting) with a running
+    count in [lo, hi)."""
 
     run: str
+    waiting: bool
+    """Seconds in which requests waited (else the drain)."""
     lo: int
     hi: int
     seconds: int
@@ -41,8 +44,11 @@ class StepBand:
     model_ms: float
 
 
-def drain_seconds(folder: Path) -> list[tuple[float, float, float]]:
-    """(mean running, step ms, mean context) of every pure-decode second of a run's log."""
+def drain_seconds(folder: Path, waiting: bool = False) -> list[tuple[float, float, float]]:
+    """(mean running, step ms, mean context) of every pure-decode second of a run's log: in its
+    drain (nobody waiting), or with `waiting` the seconds in which requests waited (for KV); then
+    the running count is the log's, averaged over the second's two ends, since a preempted
+    request is between its scheduling and its last token without running."""
     rows = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines() if line.strip()]
     with (folder / "timeseries.csv").open() as f:
         log = list(csv.DictReader(f))
@@ -61,12 +67,15 @@ def drain_seconds(folder: Path) -> list[tuple[float, float, float]]:
     clock = origin + float(offsets[int(np.argmin(errors))])
     tpot = (end - col["first_token_ts"]) / np.maximum(col["output_toks"] - 1, 1)
     out = []
-    for tick, r in zip(ticks, log, strict=True):
+    for i, (tick, r) in enumerate(zip(ticks, log, strict=True)):
         generated = float(r["gen_throughput"])
-        if float(r["prompt_throughput"]) or float(r["waiting"]) or not generated:
+        if float(r["prompt_throughput"]) or bool(float(r["waiting"])) != waiting or not generated or not i:
             continue
         t = clock + tick
-        mean_running = float(np.mean(running(np.linspace(t - 1, t, 21))))
+        if waiting:  # preempted requests are in flight but not running: the log's count, both ends
+            mean_running = (logged[i - 1] + logged[i]) / 2
+        else:
+            mean_running = float(np.mean(running(np.linspace(t - 1, t, 21))))
         active = (start <= t) & (end > t)
         if not active.any():
             continue
@@ -76,14 +85,15 @@ def drain_seconds(folder: Path) -> list[tuple[float, float, float]]:
     return out
 
 
-def compare(run: openruns.OpenRun, data: Path, systems: str | None = None) -> list[StepBand]:
-    """The run's drain seconds by band, measured and modelled (`timing: default`, sum mode)."""
+def compare(run: openruns.OpenRun, data: Path, systems: str | None = None, waiting: bool = False) -> list[StepBand]:
+    """The run's drain seconds (with `waiting`: its seconds with requests waiting) by band,
+    measured and modelled (`timing: default`, sum mode)."""
     from servesim.build import lower
     from servesim.config import parse_config
 
     pool = lower(parse_config(openruns.config(run, data, {"type": "default"}, systems))).pools[0]
     total_kv = pool.rank_config.num_blocks * pool.rank_config.block_size
-    seconds = drain_seconds(run.files(data)[1].parent)
+    seconds = drain_seconds(run.files(data)[1].parent, waiting)
     bands = []
     for lo, hi in BANDS:
         picked = [s for s in seconds if lo <= s[0] < hi]
@@ -94,16 +104,17 @@ def compare(run: openruns.OpenRun, data: Path, systems: str | None = None) -> li
             batch = math.ceil(running / pool.dp_size)
             context = round(ctx)
             model.append(pool.timing.decode(batch, batch * context, context, total_kv))
-        bands.append(StepBand(run.name, lo, hi, len(picked), float(np.mean([s[1] for s in picked])),
+        bands.append(StepBand(run.name, waiting, lo, hi, len(picked), float(np.mean([s[1] for s in picked])),
                               float(np.mean(model))))
     return bands
 
 
 def render(bands: list[StepBand]) -> str:
     """A Markdown table of the bands."""
-    lines = ["Pure-decode step time in the runs' drain (running = requests over all DP ranks):", "",
-             "| run | running | seconds | measured (ms) | model (ms) | measured − model (ms) |",
-             "|---|---|---:|---:|---:|---:|"]
-    lines += [f"| {b.run} | {b.lo}–{b.hi - 1} | {b.seconds} | {b.measured_ms:.1f} | {b.model_ms:.1f} | "
-              f"{b.measured_ms - b.model_ms:+.1f} |" for b in bands]
+    lines = ["Pure-decode step time in the runs' drain, and in the seconds in which requests waited "
+             "(running = requests over all DP ranks):", "",
+             "| run | requests waiting | running | seconds | measured (ms) | model (ms) | measured − model (ms) |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {b.run} | {'yes' if b.waiting else 'no (drain)'} | {b.lo}–{b.hi - 1} | {b.seconds} | "
+              f"{b.measured_ms:.1f} | {b.model_ms:.1f} | {b.measured_ms - b.model_ms:+.1f} |" for b in bands]
     return "\n".join(lines) + "\n"

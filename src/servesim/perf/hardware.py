@@ -15,7 +15,7 @@ named by ``SERVESIM_GPU_SPECS`` (same shape; its entries win over the bundled ta
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 DEFAULT_OTHER_MEM = 3758096384  # 3.5 GiB, as in every NVIDIA system file of the database
 DEFAULT_NCCL_MEM = {1: 0, 2: 358612992, 4: 411041792, 8: 411041792}
+EFFICIENCY_KEYS = ("gemm", "attention", "memory")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class GpuSpec:
     nccl_mem: dict[int, int] = field(default_factory=lambda: dict(DEFAULT_NCCL_MEM))
     has_aic_data: bool = False
     """The database holds measured performance data for this GPU."""
+    efficiency: dict[str, float] = field(default_factory=dict)
+    """Measured roofline efficiencies of this GPU (`EFFICIENCY_KEYS`), where known; the roofline
+    uses them in place of its generic defaults."""
 
     def nccl_mem_for(self, tp: int) -> int:
         """NCCL buffer reserve for a tensor-parallel size (clamped to 8, as the database does)."""
@@ -142,10 +146,22 @@ def spec_from_table(name: str, entry: dict[str, Any], source: str) -> GpuSpec:
             interconnect_bw=float(entry.get("interconnect_gb_s", 32)) * 1e9,
             other_mem=int(round(float(entry.get("other_mem_gib", DEFAULT_OTHER_MEM / GIB)) * GIB)),
             nccl_mem={int(k): int(float(v) * MIB) for k, v in nccl.items()} if nccl else dict(DEFAULT_NCCL_MEM),
+            efficiency=_efficiency(name, entry.get("efficiency"), source),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RunError(f"{source}: GPU {name!r} needs memory_gib, memory_bandwidth_gb_s and "
                        f"bf16_tflops as numbers ({exc!r})") from None
+
+
+def _efficiency(name: str, entry: Any, source: str) -> dict[str, float]:
+    """An entry's measured efficiencies: a mapping of `EFFICIENCY_KEYS` to fractions in (0, 1]."""
+    if entry is None:
+        return {}
+    if not isinstance(entry, dict) or any(k not in EFFICIENCY_KEYS for k in entry) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 for v in entry.values()):
+        raise RunError(f"{source}: GPU {name!r}: efficiency must map {', '.join(EFFICIENCY_KEYS)} to "
+                       f"fractions in (0, 1] (got {entry!r})")
+    return {str(k): float(v) for k, v in entry.items()}
 
 
 @lru_cache(maxsize=4)
@@ -177,7 +193,8 @@ def resolve_gpu(name: str, systems: Path | None) -> GpuSpec:
         return table[name]
     spec = aic_system(name, systems)
     if spec is not None:
-        return spec
+        measured = table[name].efficiency if name in table else {}
+        return replace(spec, efficiency=measured) if measured else spec
     if name in table:
         return table[name]
     known = sorted(set(table) | {p.stem for p in systems.glob("*.yaml")} if systems else set(table))

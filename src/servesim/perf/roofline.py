@@ -33,7 +33,8 @@ from servesim.perf.timing import quantize_ms
 
 @dataclass(frozen=True)
 class RooflineParams:
-    """Efficiency knobs of the roofline (defaults: spec/timing.md §5.1 'Default' variant)."""
+    """Efficiency knobs of the roofline (defaults: spec/timing.md §5.1 'Default' variant; a GPU
+    whose efficiencies were measured gets those, `for_gpu`)."""
 
     gemm_efficiency: float = 0.7
     attention_efficiency: float = 0.5
@@ -43,6 +44,13 @@ class RooflineParams:
     pass_overhead_ms: float = 0.0
     collective_latency_us: float = 10.0
 
+    @classmethod
+    def for_gpu(cls, gpu: GpuSpec, **given: float) -> RooflineParams:
+        """The parameters for `gpu`: `given` ones, else the GPU's measured efficiencies
+        (`GpuSpec.efficiency`, from servesim's GPU table), else the generic defaults."""
+        measured = {f"{kind}_efficiency": value for kind, value in gpu.efficiency.items()}
+        return cls(**{**measured, **given})
+
 
 class RooflineTiming:
     """Analytic step times for one worker role (per scheduler rank)."""
@@ -51,7 +59,7 @@ class RooflineTiming:
                  moe_tp: int = 1, moe_ep: int = 1, params: RooflineParams | None = None) -> None:
         self.model, self.gpu = model, gpu
         self.tp, self.pp, self.attention_dp, self.moe_tp, self.moe_ep = tp, pp, attention_dp, moe_tp, moe_ep
-        self.params = p = params or RooflineParams()
+        self.params = p = params or RooflineParams.for_gpu(gpu)
         self.label = f"roofline {model.name} on {gpu.name}"
         m = model
         self._bw = gpu.mem_bw * p.memory_efficiency

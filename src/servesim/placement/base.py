@@ -8,6 +8,7 @@ scales. Random choices come from a generator owned by the router, seeded from th
 
 from __future__ import annotations
 
+import bisect
 import random
 from dataclasses import dataclass
 
@@ -52,15 +53,20 @@ class Router:
         return [(w, r) for w in self.workers for r in range(self.ranks)]
 
     def worker_added(self, worker_id: int) -> None:
-        self.workers.append(worker_id)
-        self.workers.sort()
+        """A worker joins; `workers` stays sorted (new workers have the highest ids, so this is
+        an append, and adding n workers takes linear time)."""
+        if self.workers and worker_id < self.workers[-1]:
+            bisect.insort(self.workers, worker_id)
+        else:
+            self.workers.append(worker_id)
         for r in range(self.ranks):
             self.in_flight[(worker_id, r)] = 0
 
     def worker_draining(self, worker_id: int) -> None:
         """The worker takes no new requests (it finishes the ones it has)."""
-        if worker_id in self.workers:
-            self.workers.remove(worker_id)
+        index = bisect.bisect_left(self.workers, worker_id)
+        if index < len(self.workers) and self.workers[index] == worker_id:
+            del self.workers[index]
 
     def worker_removed(self, worker_id: int) -> None:
         """The worker is gone: forget everything about it."""

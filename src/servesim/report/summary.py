@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servesim.collect.collector import RequestRecord
+from servesim.collect.collector import RequestRecord, Status
 from servesim.report.stats import exact_stats, sketch_stats
 
 
@@ -191,3 +191,22 @@ def _goodput(counted: Sequence[RequestRecord], tl: Timelines, sla: Sla, ds: floa
         "goodput_request_throughput_rps": good / ds,
         "goodput_output_throughput_tok_s": good_tokens / ds,
     }
+
+
+SERVESIM_FIELDS = ("rejected_requests", "incomplete_requests")
+"""Summary fields servesim adds to the reference's: with `completed_requests` they account for
+every request of the input."""
+SERVESIM_OPTIONAL_FIELDS = ("timed_out_requests",)
+"""Summary fields servesim adds only when an extension that produces them is on."""
+SERVESIM_RECORD_FIELDS = ("rejection_reason",)
+"""Per-request fields servesim adds to the reference's (on rejected and failed records)."""
+
+
+def request_accounting(records: Sequence[RequestRecord], input_requests: int) -> dict[str, int]:
+    """How the requests of the input ended, beyond `completed_requests`: rejected (refused by an
+    engine: records `rejected`, and `failed` — a disaggregated prompt the decode pool can never
+    hold), and incomplete (in flight when a time cap ended the run, or never released)."""
+    rejected = sum(1 for r in records if r.status in (Status.REJECTED, Status.FAILED))
+    terminal = sum(1 for r in records if r.status is not None)
+    return {"rejected_requests": rejected, "incomplete_requests": input_requests - terminal}
+

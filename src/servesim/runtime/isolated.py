@@ -19,7 +19,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from servesim.runtime.replay import INF, O, O_contra, OutcomeT_co, Pool, Worker, dead_end_error
+from servesim.limits import MAX_MS
+from servesim.runtime.replay import INF, O, O_contra, OutcomeT_co, Pool, Worker, clock_overflow, dead_end_error
 
 
 class IsolatedWorker(Worker[OutcomeT_co], Protocol[OutcomeT_co]):
@@ -114,6 +115,8 @@ class IsolatedReplay(Generic[IW, O]):
                 return Ending.STUCK if worker.holds_requests() else Ending.DONE
             if now > cap:
                 return Ending.CAPPED
+            if now > MAX_MS:
+                raise clock_overflow(now)
             if end == now:
                 assert pending is not None
                 finish(worker, pending, now, False)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from servesim.errors import SimulationError
+from servesim.limits import MAX_MS
 
 INF = math.inf
 
@@ -168,11 +169,13 @@ class ReplayLoop(Generic[W, O]):
             if progress is not None and not instants & 0x3FF:
                 progress(self.now)
             at = self._next_time()
-            if at == INF:
+            if at == INF or self._only_ticks_left(at):
                 raise self._dead_end()
             if self.time_cap_ms is not None and at > self.time_cap_ms:
                 self._advance_through_skipped(self.time_cap_ms)
                 break
+            if at > MAX_MS:
+                raise clock_overflow(at)
             self._advance(at)
             self._settle()
         return self.now
@@ -271,6 +274,13 @@ class ReplayLoop(Generic[W, O]):
                     worker.parked = True
         return started
 
+    def _only_ticks_left(self, at: float) -> bool:
+        """Nothing but control ticks can happen and requests are in flight, without a time cap:
+        ticks cannot move requests that parked workers hold, so the replay would tick for ever."""
+        return (self.time_cap_ms is None and at == self.handler.next_control() and not self._heap
+                and self.source.next_ready_time() == INF and self.handler.next_timer() == INF
+                and self.handler.in_flight() > 0)
+
     def _dead_end(self) -> SimulationError:
         holds = any(w.holds_requests() for pool in self.pools for w in pool.workers)
         return dead_end_error(self.handler.in_flight(), holds)
@@ -284,6 +294,12 @@ def dead_end_error(remaining: int, workers_hold_requests: bool) -> SimulationErr
         what = "reached a dead end"
     return SimulationError(
         f"replay invariant violated: offline replay {what} with {remaining} in-flight requests remaining")
+
+
+def clock_overflow(at: float) -> SimulationError:
+    """Simulated time ran past what servesim can time precisely."""
+    return SimulationError(f"simulated time reached {at:g} ms, beyond {MAX_MS:g} ms (31.7 years): "
+                           f"a duration, rate or size in the config is out of any realistic range")
 
 
 def _start_order(worker: Worker[Any]) -> tuple[int, int]:

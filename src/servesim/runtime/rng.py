@@ -10,12 +10,12 @@ reference (see spec/runtime.md §2.2 and spec/engine.md §8).
 from __future__ import annotations
 
 import math
-from itertools import accumulate
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["StdRng", "poisson_arrival_times"]
+__all__ = ["StdRng", "poisson_arrival_times", "poisson_arrivals"]
 
 _M32 = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
@@ -276,16 +276,29 @@ def poisson_arrival_times(rate_per_s: float, count: int, seed: int) -> list[floa
     The first request arrives at 0.0; each later one follows an exponential gap with mean
     ``1000 / rate_per_s`` ms drawn from ``StdRng(seed)``.
     """
+    return list(poisson_arrivals(rate_per_s, count, seed))
+
+
+_CHUNK = 1 << 16
+
+
+def poisson_arrivals(rate_per_s: float, count: int, seed: int) -> Iterator[float]:
+    """`poisson_arrival_times` made as they are read, a chunk of draws at a time."""
     if count <= 0:
-        return []
+        return
     if not rate_per_s > 0.0 or not math.isfinite(rate_per_s):
         raise ValueError(f"rate_per_s must be positive and finite, got {rate_per_s}")
     neg_mean = -(1000.0 / rate_per_s)
-    draws = StdRng(seed).random_f64_array(count - 1)
-    u = np.clip(1.0 - draws, _SMALLEST_NORMAL_F64, 1.0)
-    # math.log (the platform libm, like Rust's f64::ln) and not np.log: numpy's vectorised log
-    # differs from libm in the last bit for a fraction of inputs.
-    logs = np.fromiter(map(math.log, u.tolist()), dtype=np.float64, count=u.size)
-    gaps = (neg_mean * logs).tolist()
-    # Sequential float addition, t_i = t_{i-1} + gap_i, as the reference accumulates.
-    return list(accumulate(gaps, initial=0.0))
+    rng = StdRng(seed)
+    t = 0.0
+    yield t
+    left = count - 1
+    while left:
+        n = min(left, _CHUNK)
+        left -= n
+        u = np.clip(1.0 - rng.random_f64_array(n), _SMALLEST_NORMAL_F64, 1.0)
+        # math.log (the platform libm, like Rust's f64::ln) and not np.log: numpy's vectorised log
+        # differs from libm in the last bit for a fraction of inputs.
+        for gap in (neg_mean * np.fromiter(map(math.log, u.tolist()), dtype=np.float64, count=n)).tolist():
+            t += gap  # sequential float addition, as the reference accumulates
+            yield t

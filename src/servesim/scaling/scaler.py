@@ -10,6 +10,8 @@ from typing import Any
 from servesim.collect.collector import RequestRecord
 from servesim.engine.metrics import ForwardPassMetrics
 from servesim.engine.worker import Worker, WorkerPass
+from servesim.errors import RunError
+from servesim.limits import MAX_WORKERS
 from servesim.scaling.contract import (
     Decision,
     PoolSnapshot,
@@ -96,7 +98,7 @@ class Scaler:
         self.fleets = fleets
         self.traits = traits
         self.disaggregated = disaggregated
-        first = policy.initial_tick_ms()
+        first = _milliseconds(policy.initial_tick_ms(), "initial_tick_ms() returned")
         self._next_tick = max(first, 0.0) if math.isfinite(first) else math.inf
         self._ordinal = 0
         self._last_tick_ms = 0.0
@@ -147,7 +149,7 @@ class Scaler:
     def tick(self, now: float) -> list[Worker]:
         """Run the policy once and apply its decision; returns workers that became active."""
         snapshot = self._snapshot(now)
-        decision = self.policy.on_tick(snapshot)
+        decision = _checked(self.policy.on_tick(snapshot))
         transitions: list[Transition] = []
         for pool, target in (("decode", decision.target_decode), ("prefill", decision.target_prefill)):
             fleet = self.fleets.get(pool)
@@ -220,3 +222,30 @@ class Scaler:
         pool_blocks = scheduler.pool
         return RankSnapshot(worker.worker_id, rank, metrics, pool_blocks.active_blocks, pool_blocks.num_blocks,
                             scheduler.num_running(), scheduler.num_waiting())
+
+
+def _checked(decision: object) -> Decision:
+    """The policy's answer, if it keeps the contract (else a RunError saying how it does not)."""
+    if not isinstance(decision, Decision):
+        raise RunError(f"scaling policy: on_tick() returned {_shown(decision)}; expected a Decision")
+    for name in ("target_decode", "target_prefill"):
+        target = getattr(decision, name)
+        if target is not None and (type(target) is not int or not 0 <= target <= MAX_WORKERS):
+            raise RunError(f"scaling policy: Decision.{name} must be None or a whole number of workers "
+                           f"in [0, {MAX_WORKERS}] (got {_shown(target)})")
+    if decision.next_tick_ms is not None:
+        _milliseconds(decision.next_tick_ms, "Decision.next_tick_ms is")
+    return decision
+
+
+def _milliseconds(value: object, what: str) -> float:
+    """A time the policy gave: a number (inf: never), not NaN."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise RunError(f"scaling policy: {what} {_shown(value)}; expected milliseconds (a number, inf for never)")
+    return float(value)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+

@@ -14,9 +14,9 @@ from typing import Any
 
 from servesim.errors import ConfigError
 
-def add_parser(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Register the `recommend` subcommand."""
-    from servesim.cli import add_common_arguments
+    from servesim.cli.common import add_common_arguments
 
     p = sub.add_parser("recommend", help="search deployments for the best one under a GPU budget and an SLA")
     add_common_arguments(p, "recommend", "recommendations/ and the ledger")
@@ -25,25 +25,18 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local instance)")
     p.add_argument("--report", action="store_true",
                    help="also write report.html: every candidate on the Pareto chart, the top ten (needs plotly)")
+    p.set_defaults(run_command=main)
 
 
-def load_recommend_config(path: str, overrides: list[str]) -> Any:
+def load_recommend_config(path: str, overrides: list[str], *, allow_duplicate_keys: bool = False) -> Any:
     """Read, override and validate a recommend config (ConfigError naming the keys)."""
-    import yaml
     from pydantic import ValidationError
 
-    from servesim.config.load import apply_overrides, describe_validation_error
+    from servesim.config.load import apply_overrides, describe_validation_error, read_mapping
     from servesim.search.schema import RecommendConfig
 
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"could not read configuration: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"malformed YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError("the configuration must be one YAML mapping")
-    data = apply_overrides(data, overrides, refused=())
+    data = read_mapping(path, allow_duplicate_keys)
+    data = apply_overrides(data, overrides, refused=(), allow_duplicate_keys=allow_duplicate_keys)
     try:
         return RecommendConfig.model_validate(data)
     except ValidationError as exc:
@@ -65,29 +58,27 @@ def _check_stack(cfg: Any, stack: str | None) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from servesim.cli import _prepare_output_dir
+    from servesim.cli.common import config_error, prepare_output_dir
     from servesim.search import outputs
     from servesim.search.run import Search, progress_line
 
     out_dir = Path(args.output_dir)
     try:
-        cfg = load_recommend_config(args.config, args.overrides)
+        cfg = load_recommend_config(args.config, args.overrides, allow_duplicate_keys=args.allow_duplicate_keys)
         _check_stack(cfg, args.stack)
-        _prepare_output_dir(out_dir, args.overwrite)
+        prepare_output_dir(out_dir, args.overwrite)
         search = Search(cfg, base_dir=Path(args.config).resolve().parent, executor=args.executor,
                         ray_address=args.ray_address, progress=progress_line() if sys.stderr.isatty() else None,
                         on_round=lambda result: outputs.write_ledger(out_dir, result))
     except ConfigError as exc:
-        print(f"servesim: error: {args.config}: {exc}", file=sys.stderr)
-        return 2
+        return config_error(args.config, exc)
     except ImportError as exc:
         print(f"servesim: error: {exc}", file=sys.stderr)
         return 2
     try:
         result = search.run()
     except ConfigError as exc:
-        print(f"servesim: error: {args.config}: {exc}", file=sys.stderr)
-        return 2
+        return config_error(args.config, exc)
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     for note in result.notes:

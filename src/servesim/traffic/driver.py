@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,11 +72,16 @@ class RequestDriver(Protocol):
 
 
 class _SessionProgress:
-    """Where a session is: its next turn and its accumulated context."""
+    """Where a session is: its next turn and its accumulated context.
 
-    __slots__ = ("next_turn", "context", "context_length")
+    `context` holds the content of at most the driver's `prompt_limit` tokens; `context_length`
+    is the context's true length.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("session", "next_turn", "context", "context_length")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
         self.next_turn = 0
         self.context: list[Run] = []
         self.context_length = 0
@@ -84,84 +90,90 @@ class _SessionProgress:
 class Driver:
     """Releases turns of a workload; open loop when `concurrency` is None, else closed loop.
 
-    Open loop: session i's first turn is ready at `first_arrivals[i]`. Closed loop: at most
-    `concurrency` sessions are active, activated in input order; a session keeps its slot
-    through all its turns and think times.
+    Open loop: session i's first turn is ready at its first arrival — `first_arrivals[i]` of a
+    sequence (released in time order), or the i-th time of an iterator, which must be
+    non-decreasing and is read as the replay goes (synthetic schedules: nothing is generated up
+    front). Closed loop: at most `concurrency` sessions are active, activated in input order; a
+    session keeps its slot through all its turns and think times.
+
+    `prompt_limit` is a prompt length from which every engine rejects a request whatever its
+    content (context length, KV pool): the content of longer prompts is built only up to it, so
+    a 10⁹-token prompt or a session far past the context length costs no more than that.
     """
 
     def __init__(
         self,
         workload: Workload,
         *,
-        first_arrivals: list[float] | None = None,
+        first_arrivals: Sequence[float] | Iterator[float] | None = None,
         concurrency: int | None = None,
         delay_scale: float = 1.0,
+        prompt_limit: int | None = None,
         frontend_ms: float = 0.0,
     ) -> None:
         self.frontend_ms = frontend_ms
         """Latency from a turn's send (its arrival) to the engine seeing it: a turn sent at t is
         released at t + frontend_ms and keeps t as its arrival time."""
-        self._sessions: list[Session] = workload.sessions
+        self._sessions: Sequence[Session] = workload.sessions
+        self._num_sessions = len(workload.sessions)
         self._accumulate = workload.accumulate
         self._delay_scale = delay_scale
         self._concurrency = concurrency
+        self._prompt_limit = prompt_limit
         self._progress: dict[int, _SessionProgress] = {}
         self._ready: list[tuple[float, int, int]] = []  # (ready time, session, turn)
         self._next_session = 0
         self._active = 0
         self._finished = 0
         self._next_output_base = GENERATED_BASE
+        self._first: Iterator[tuple[float, int]] = iter(())
         if concurrency is None:
             assert first_arrivals is not None
-            order = sorted(range(len(self._sessions)), key=first_arrivals.__getitem__)
-            self._first = [(first_arrivals[i], i) for i in order]
-        else:
-            self._first = []
-        self._first_pos = 0
-        self.fixed_arrivals = concurrency is None and all(len(s.turns) == 1 for s in self._sessions)
+            if isinstance(first_arrivals, Sequence):
+                order = sorted(range(self._num_sessions), key=first_arrivals.__getitem__)
+                self._first = ((first_arrivals[i], i) for i in order)
+            else:
+                self._first = ((t, i) for i, t in enumerate(first_arrivals))
+        self._next_first = next(self._first, None)
+        self.total_requests = workload.num_requests
+        """Turns in the workload (the requests of the input)."""
+        self.fixed_arrivals = concurrency is None and workload.single_turn
         """True in open loop with single-turn sessions: completions never release requests."""
 
     # -- queries ----------------------------------------------------------------------------
 
-
-    @property
-    def total_requests(self) -> int:
-        """Turns in the workload (an upper bound on the requests that will arrive)."""
-        return sum(len(s.turns) for s in self._sessions)
-
     def next_ready_time(self) -> float:
         """Earliest time a not yet released turn becomes ready (inf if none is known)."""
         t = self._ready[0][0] if self._ready else INF
-        if self._first_pos < len(self._first):
-            t = min(t, self._first[self._first_pos][0])
+        if self._next_first is not None and self._next_first[0] < t:
+            t = self._next_first[0]
         return t + self.frontend_ms
 
     def drained(self) -> bool:
         """True once every session has finished."""
-        return self._finished == len(self._sessions)
+        return self._finished == self._num_sessions
 
     # -- releasing --------------------------------------------------------------------------
 
     def start(self, now: float) -> None:
         """Activate the initial sessions of a closed loop."""
         if self._concurrency is not None:
-            while self._active < self._concurrency and self._next_session < len(self._sessions):
+            while self._active < self._concurrency and self._next_session < self._num_sessions:
                 self._activate(self._next_session, now)
                 self._next_session += 1
 
     def release(self, now: float) -> list[Arrival]:
         """Every turn ready at or before `now`, ordered by (ready time, session, turn)."""
         out: list[Arrival] = []
-        first, ready, lag = self._first, self._ready, self.frontend_ms
-        if (self._first_pos >= len(first) or first[self._first_pos][0] + lag > now) and (not ready or ready[0][0] + lag > now):
-            return out
+        ready, lag = self._ready, self.frontend_ms
         while True:
-            from_first = self._first_pos < len(first) and first[self._first_pos][0] + lag <= now
+            first = self._next_first
             from_ready = bool(ready) and ready[0][0] + lag <= now
-            if from_first and (not from_ready or (first[self._first_pos][0], first[self._first_pos][1], 0) < ready[0]):
-                t, s = first[self._first_pos]
-                self._first_pos += 1
-                self._progress[s] = _SessionProgress()
+            if (first is not None and first[0] + lag <= now
+                    and (not from_ready or (first[0], first[1], 0) < ready[0])):
+                t, s = first
+                self._next_first = next(self._first, None)
+                self._progress[s] = _SessionProgress(self._sessions[s])
                 out.append(self._emit(s, t))
             elif from_ready:
                 t, s, _ = heapq.heappop(ready)
@@ -175,11 +187,13 @@ class Driver:
         turn, `completed` False, still lets its session go on)."""
         s = arrival.session_index
         progress = self._progress[s]
-        session = self._sessions[s]
+        session = progress.session
         if self._accumulate:
             turn = session.turns[arrival.turn_index]
-            progress.context = arrival.prompt_runs + output_runs(arrival.output_base, emitted, turn.output_ids)
             progress.context_length = arrival.input_length + emitted
+            progress.context = self._bounded(arrival.prompt_runs, arrival.input_length,
+                                             lambda room: output_runs(arrival.output_base, min(emitted, room),
+                                                                      turn.output_ids))
         if ends_session or progress.next_turn >= len(session.turns):
             self._finish(s, now)
             return
@@ -190,7 +204,7 @@ class Driver:
 
     def _activate(self, s: int, now: float) -> None:
         self._active += 1
-        self._progress[s] = _SessionProgress()
+        self._progress[s] = _SessionProgress(self._sessions[s])
         heapq.heappush(self._ready, (now, s, 0))
 
     def _finish(self, s: int, now: float) -> None:
@@ -198,20 +212,29 @@ class Driver:
         self._finished += 1
         if self._concurrency is not None:
             self._active -= 1
-            if self._next_session < len(self._sessions):
+            if self._next_session < self._num_sessions:
                 self._activate(self._next_session, now)
                 self._next_session += 1
 
+    def _bounded(self, runs: list[Run], length: int, more: Callable[[int], list[Run]]) -> list[Run]:
+        """`runs` (the content of `length` tokens, or of `prompt_limit` if fewer) followed by the
+        runs `more(room)` returns for the room left below `prompt_limit`."""
+        limit = self._prompt_limit
+        room = INF_TOKENS if limit is None else limit - min(length, limit)
+        return runs + more(room) if room > 0 else runs
+
     def _emit(self, s: int, t: float) -> Arrival:
-        session = self._sessions[s]
         progress = self._progress[s]
+        session = progress.session
         k = progress.next_turn
         progress.next_turn = k + 1
         turn = session.turns[k]
-        runs, length = turn.input_runs(), turn.input_length
+        length = turn.input_length
         if self._accumulate and k:
-            runs = progress.context + runs
-            length = progress.context_length + length
+            runs = self._bounded(progress.context, progress.context_length, turn.input_runs)
+            length += progress.context_length
+        else:
+            runs = turn.input_runs(self._prompt_limit)
         base = self._next_output_base
         self._next_output_base += turn.max_output_tokens + 1
         if self._accumulate:
@@ -220,5 +243,10 @@ class Driver:
             unique_from = NEVER  # authored outputs may repeat another request's
         else:
             unique_from = turn.unique_from
+        if self._prompt_limit is not None and length > self._prompt_limit:
+            unique_from = min(unique_from, self._prompt_limit)  # no content is known beyond
         return Arrival(s, k, session.session_id, t, runs, length, turn.max_output_tokens, base,
                        unique_from, turn.output_ids)
+
+
+INF_TOKENS = 1 << 62

@@ -12,12 +12,14 @@ import gzip
 import json
 import zlib
 from collections.abc import Iterator
-from itertools import islice
 from typing import IO, Any
 
 from servesim.errors import TraceError
 
 _GZIP_MAGIC = b"\x1f\x8b"
+MAX_LINE_CHARS = 64 << 20
+"""Longest line read (a row of a million-token prompt is well under 1 MiB): a longer one is an
+error naming its line, not a memory blow-up."""
 
 
 def open_text(path: str) -> IO[str]:
@@ -58,7 +60,13 @@ def _read_lines(path: str, handle: IO[str], count: int, before: int) -> tuple[li
     read before a decoding problem are still returned, so the error names the line it hit."""
     lines: list[str] = []
     try:
-        lines.extend(islice(handle, count))
+        for _ in range(count):
+            line = handle.readline(MAX_LINE_CHARS + 1)
+            if not line:
+                break
+            if len(line) > MAX_LINE_CHARS:
+                return lines, TraceError(path, before + len(lines) + 1, f"line longer than {MAX_LINE_CHARS >> 20} MiB")
+            lines.append(line)
         return lines, None
     except UnicodeDecodeError as exc:
         message = f"not UTF-8 text: {exc.reason}"
@@ -74,7 +82,7 @@ def _read_lines(path: str, handle: IO[str], count: int, before: int) -> tuple[li
 def _parse_chunk(path: str, numbered: list[tuple[int, str]]) -> list[tuple[int, dict[str, Any]]]:
     try:
         rows = json.loads("[" + ",".join(line for _, line in numbered) + "]")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         rows = None
     if rows is None or len(rows) != len(numbered):
         rows = [_parse_line(path, number, line) for number, line in numbered]
@@ -89,3 +97,7 @@ def _parse_line(path: str, number: int, line: str) -> Any:
         return json.loads(line)
     except json.JSONDecodeError as exc:
         raise TraceError(path, number, f"invalid JSON: {exc.msg}") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise TraceError(path, number, "invalid JSON: a number with too many digits") from None
+    except RecursionError:
+        raise TraceError(path, number, "JSON nested too deeply (a row is one flat object)") from None

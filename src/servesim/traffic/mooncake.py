@@ -9,6 +9,7 @@ prefixes exactly as far as their hash-id lists do.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from array import array
 from collections.abc import Mapping
@@ -17,8 +18,11 @@ from itertools import chain
 from typing import Any
 
 from servesim.errors import TraceError
+from servesim.limits import MAX_MS, MAX_TOKENS
 from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
+
+log = logging.getLogger("servesim")
 
 
 def _pick(row: Mapping[str, Any], *names: str) -> Any:
@@ -28,7 +32,7 @@ def _pick(row: Mapping[str, Any], *names: str) -> Any:
     return None
 
 
-def _int(value: Any, field: str, minimum: int) -> int:
+def _int(value: Any, field: str, minimum: int, maximum: int = MAX_TOKENS) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{field} must be an integer (got {value!r})")
     if isinstance(value, float):
@@ -37,6 +41,8 @@ def _int(value: Any, field: str, minimum: int) -> int:
         value = int(value)
     if value < minimum:
         raise ValueError(f"{field} must be >= {minimum} (got {value})")
+    if value > maximum:
+        raise ValueError(f"{field} must be <= {maximum} (got {value})")
     return value
 
 
@@ -53,6 +59,37 @@ def _hash_ids(value: Any) -> list[int]:
         bad = next(h for h in value if type(h) is not int or not 0 <= h < 1 << 64)
         raise ValueError(f"hash_ids must hold unsigned 64-bit integers (got {bad!r})")
     return value
+
+
+class _Span:
+    """The first timestamps of a `trace_timestamps` trace: within MAX_MS of each other; the
+    sessions starting without one are counted (they arrive at the trace's start)."""
+
+    __slots__ = ("low", "high", "missing", "first_missing")
+
+    def __init__(self) -> None:
+        self.low = math.inf
+        self.high = -math.inf
+        self.missing = 0
+        self.first_missing = 0
+
+    def add(self, timestamp: float | None, line: int) -> None:
+        if timestamp is None:
+            self.missing += 1
+            self.first_missing = self.first_missing or line
+            return
+        self.low, self.high = min(self.low, timestamp), max(self.high, timestamp)
+        if self.high - self.low > MAX_MS:
+            raise ValueError(f"timestamp {timestamp:g} makes the trace span {self.high - self.low:g} ms, beyond "
+                             f"{MAX_MS:g} ms (31.7 years), where simulated times lose millisecond precision "
+                             f"(timestamps are milliseconds)")
+
+    def warn(self, path: str) -> None:
+        """Say (once) that sessions start without a timestamp: easy to miss, and it moves them."""
+        if self.missing:
+            log.warning("servesim: warning: %s:%d: %d session(s) start without a timestamp; under a "
+                        "'trace_timestamps' load they arrive at the trace's start (as in the reference)",
+                        path, self.first_missing, self.missing)
 
 
 class _SessionState:
@@ -79,7 +116,7 @@ def _parse_row(row: Mapping[str, Any], block_size: int) -> tuple[Turn, float | N
     if output_ids is not None:
         if not isinstance(output_ids, list) or len(output_ids) != output_length:
             raise ValueError("output_token_ids must be a list of output_length token ids")
-        output_ids = [_int(t, "output_token_ids[]", 0) for t in output_ids]
+        output_ids = [_int(t, "output_token_ids[]", 0, (1 << 64) - 1) for t in output_ids]
     timestamp = _pick(row, "timestamp", "created_time")
     timestamp = None if timestamp is None else _time(timestamp, "timestamp")
     delay = _pick(row, "delay", "delay_ms")
@@ -107,16 +144,24 @@ def _add_turn(state: _SessionState, turn: Turn, timestamp: float | None, delay: 
             delay = 0.0
     if delay < 0:
         raise ValueError(f"the delay before this turn is negative ({delay} ms)")
+    if delay > MAX_MS:
+        raise ValueError(f"the delay before this turn ({delay:g} ms) exceeds {MAX_MS:g} ms (31.7 years): "
+                         f"beyond, simulated times lose millisecond precision")
     turn.delay_ms = delay
     if timestamp is not None:
         state.last_timestamp = timestamp
     state.session.turns.append(turn)
 
 
-def read_mooncake(path: str, block_size: int, *, accumulate: bool = False) -> Workload:
-    """Read a `mooncake` (or, with `accumulate`, `mooncake-delta`) trace file."""
+def read_mooncake(path: str, block_size: int, *, accumulate: bool = False, timestamped: bool = False) -> Workload:
+    """Read a `mooncake` (or, with `accumulate`, `mooncake-delta`) trace file.
+
+    `timestamped` (a `trace_timestamps` load): first timestamps may span at most MAX_MS, and
+    sessions whose first row has none are reported on stderr.
+    """
     states: dict[str, _SessionState] = {}
     sessions: list[Session] = []
+    span = _Span()
     for line, row in read_jsonl(path):
         try:
             turn, timestamp, delay = _parse_row(row, block_size)
@@ -125,6 +170,8 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False) -> Wo
             if state is None:
                 if delay:
                     raise ValueError("the first turn of a session cannot have a non-zero delay")
+                if timestamped:
+                    span.add(timestamp, line)
                 session = Session(key, [turn], timestamp)
                 sessions.append(session)
                 states[key] = _SessionState(session, timestamp)
@@ -134,6 +181,7 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False) -> Wo
             raise TraceError(path, line, str(exc)) from None
     if not sessions:
         raise TraceError(path, None, "the trace has no requests")
+    span.warn(path)
     _mark_unique_tokens(sessions)
     return Workload(sessions, accumulate=accumulate)
 

@@ -74,10 +74,12 @@ class TrafficSpec:
                                       prefix_groups=source.prefix_groups,
                                       inter_turn_delay_ms=source.inter_turn_delay_ms)
         speedup = self.load.speedup if self.load.kind == "trace_timestamps" else 1.0
-        return read_trace(source.format, list(source.paths), source.block_size, speedup)
+        return read_trace(source.format, list(source.paths), source.block_size, speedup,
+                          timestamped=self.load.kind == "trace_timestamps")
 
-    def driver(self, workload: Workload | AgenticGraph) -> RequestDriver:
-        """The driver releasing `workload`'s requests under this load."""
+    def driver(self, workload: Workload | AgenticGraph, prompt_limit: int | None = None) -> RequestDriver:
+        """The driver releasing `workload`'s requests under this load (see `Driver` for
+        `prompt_limit`)."""
         lag = self.frontend_ms
         if isinstance(workload, AgenticGraph):
             if self.graph_refusal is not None:
@@ -86,13 +88,15 @@ class TrafficSpec:
         load = self.load
         n = len(workload.sessions)
         if load.kind == "concurrency":
-            return Driver(workload, concurrency=load.concurrency, frontend_ms=lag)
+            return Driver(workload, concurrency=load.concurrency, frontend_ms=lag, prompt_limit=prompt_limit)
         if load.kind == "poisson":
-            return Driver(workload, first_arrivals=poisson_schedule(n, load.rate, load.seed), frontend_ms=lag)
-        if load.kind == "constant_rate":
-            return Driver(workload, first_arrivals=constant_rate_schedule(n, load.rate), frontend_ms=lag)
-        return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup), delay_scale=load.speedup,
-                      frontend_ms=lag)
+            times = poisson_schedule(n, load.rate, load.seed)
+        elif load.kind == "constant_rate":
+            times = constant_rate_schedule(n, load.rate)
+        else:
+            return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup), delay_scale=load.speedup,
+                          frontend_ms=lag, prompt_limit=prompt_limit)
+        return Driver(workload, first_arrivals=times, frontend_ms=lag, prompt_limit=prompt_limit)
 
 
 def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
@@ -104,12 +108,15 @@ def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
             for s in workload.sessions]
 
 
-def read_trace(fmt: str, paths: list[str], block_size: int | None, speedup: float) -> Workload | AgenticGraph:
+def read_trace(fmt: str, paths: list[str], block_size: int | None, speedup: float, *,
+               timestamped: bool = False) -> Workload | AgenticGraph:
     """Read the trace files of a `trace` source (docs/traffic.md): sessions, or a dependency graph
     for `agentic_mooncake` and agent-aware `dynamo` traces.
 
     `block_size` is the trace block size (None only for `dynamo`: the embedded one); `speedup`
     divides the times of agentic graphs (session workloads are sped up by the driver).
+    `timestamped` (a `trace_timestamps` load): mooncake first timestamps are checked (see
+    `read_mooncake`).
     """
     if fmt == "dynamo":
         return _read_dynamo(paths, block_size, speedup)
@@ -118,7 +125,7 @@ def read_trace(fmt: str, paths: list[str], block_size: int | None, speedup: floa
     if fmt in ("mooncake", "mooncake-delta"):
         from servesim.traffic.mooncake import read_mooncake
 
-        return read_mooncake(paths[0], block_size, accumulate=fmt == "mooncake-delta")
+        return read_mooncake(paths[0], block_size, accumulate=fmt == "mooncake-delta", timestamped=timestamped)
     if fmt == "agentic_mooncake":
         from servesim.traffic.agentic_mooncake import read_agentic_mooncake
 

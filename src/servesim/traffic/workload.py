@@ -45,9 +45,10 @@ class Turn:
     """Position of the first prompt token that no other request's prompt contains (the prompt
     length if there is none); blocks from there on can never be shared."""
 
-    def input_runs(self) -> list[Run]:
-        """The prompt tokens of this turn as runs."""
-        return expand_hash_ids(self.block_values, self.block_size, self.input_length)
+    def input_runs(self, limit: int | None = None) -> list[Run]:
+        """The prompt tokens of this turn as runs (only the first `limit` tokens, if given)."""
+        length = self.input_length if limit is None else min(limit, self.input_length)
+        return expand_hash_ids(self.block_values, self.block_size, length)
 
 
 @dataclass(slots=True)
@@ -64,7 +65,8 @@ class Session:
 class Workload:
     """Everything the driver needs: the sessions and how turns build on each other."""
 
-    sessions: list[Session]
+    sessions: Sequence[Session]
+    """The sessions in input order (synthetic ones are made as the replay reaches them)."""
     accumulate: bool = False
     """Turn k's prompt = previous prompt + previous outputs + this turn's tokens (delta formats)."""
     origin_ms: float | None = None
@@ -74,11 +76,26 @@ class Workload:
 
     @property
     def num_requests(self) -> int:
-        return sum(len(s.turns) for s in self.sessions)
+        """Turns over all sessions (the requests of the input)."""
+        known = getattr(self.sessions, "num_requests", None)
+        return known if known is not None else sum(len(s.turns) for s in self.sessions)
+
+    @property
+    def single_turn(self) -> bool:
+        """Whether every session is a single request."""
+        known = getattr(self.sessions, "single_turn", None)
+        return known if known is not None else all(len(s.turns) == 1 for s in self.sessions)
+
+
+def runs_length(runs: Sequence[Run]) -> int:
+    """Tokens the runs stand for."""
+    return sum(abs(count) for _, count in runs)
 
 
 def expand_hash_ids(values: Sequence[int], block_size: int, length: int) -> list[Run]:
     """Runs of ``block_size`` copies of each value, truncated to ``length`` tokens."""
+    if length <= 0:
+        return []
     blocks = -(-length // block_size)
     runs = [(v, block_size) for v in values[:blocks]]
     tail = length - (blocks - 1) * block_size

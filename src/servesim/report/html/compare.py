@@ -47,15 +47,14 @@ def load_run(path: str | Path, name: str | None = None) -> ComparedRun:
     path = Path(path)
     if (path / "prediction.json").is_file():
         return _servesim_run(path, name or path.name)
-    from servesim.measured import read_measured
+    from servesim.measured import load_measured
 
-    measured = read_measured(path)
-    generic = measured.path.name in ("requests.jsonl", "profile_export.jsonl")
-    label = name or (measured.path.parent.name if generic else measured.path.stem)
+    measured = load_measured(path, replayable=False)
+    file = Path(measured.path)
+    label = name or (file.parent.name if file.name in ("requests.jsonl", "profile_export.jsonl") else file.stem)
     latency = measured.latency()
-    run = ComparedRun(label, f"measured ({measured.source})", latency, _sample_stats(latency))
-    run.figures = {"requests": measured.num_requests, "completed_requests": int(measured.completed.sum()),
-                   **measured.throughput()}
+    run = ComparedRun(label, f"measured ({measured.format})", latency, _sample_stats(latency))
+    run.figures = {"requests": measured.num_requests, "completed_requests": len(measured), **measured.throughput()}
     return run
 
 

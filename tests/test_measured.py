@@ -1,4 +1,5 @@
-"""Measurement files: the three formats, auto-detection, and bad files (errors name file and line)."""
+"""`servesim.measured`, the one reader of measured runs (`compare` and `calibrate`): the three
+formats, auto-detection, latency samples, and bad files (errors name file and line)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import numpy as np
 import pytest
 
 from servesim.errors import TraceError
-from servesim.fidelity.measured import load_measured
+from servesim.measured import load_measured
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "llmservingsim-vllm-validation"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "llmservingsim-vllm-validation"
 
 
 def _lines(path: Path, rows: list) -> Path:
@@ -128,3 +129,100 @@ def test_open_runs_match_their_published_means():
         got = (np.mean(lat["ttft"]), np.nanmean(lat["tpot"]), np.mean(lat["e2e"]))
         assert len(m) == 300
         assert got == pytest.approx(means, rel=2e-4), folder
+
+
+# --- generic per-request JSON lines, AIPerf gaps and vLLM results without send times (as `compare` reads them)
+
+
+def test_per_request_lines_in_any_unit(tmp_path):
+    seconds = _lines(tmp_path / "s.jsonl", [
+        {"send_ts": 10.0, "first_token_ts": 10.25, "end_ts": 11.25, "output_tokens": 11},
+        {"send_ts": 10.5, "first_token_ts": 10.6, "end_ts": 10.6, "output_tokens": 1},
+        {"send_ts": 11.0, "error": "timeout", "end_ts": 12.0},
+    ])
+    run = load_measured(seconds, replayable=False)
+    assert run.format == "llmservingsim" and run.num_requests == 3 and len(run) == 2 and run.failed == 1
+    assert list(run.input_tokens) == [-1, -1]  # not recorded
+    lat = run.latency()
+    np.testing.assert_allclose(lat.ttft_ms, [250.0, 100.0])
+    np.testing.assert_allclose(lat.e2e_ms, [1250.0, 100.0])
+    np.testing.assert_allclose(lat.tpot_ms, [100.0])  # (1250 - 250) / (11 - 1); one token has no TPOT
+    assert lat.itl_per_request
+    np.testing.assert_allclose(lat.arrival_ms, [0.0, 500.0, 1000.0])  # the failed request arrived too
+    nanos = _lines(tmp_path / "ns.jsonl", [{"send_ns": 10_000_000_000, "first_token_ms": 10_250.0,
+                                            "end_time_ms": 11_250.0, "output_len": 11}])
+    np.testing.assert_allclose(load_measured(nanos, replayable=False).latency().ttft_ms, [250.0])
+    with pytest.raises(TraceError, match=r"s.jsonl:1: no input tokens count \(one of input_toks"):
+        load_measured(seconds)  # a replay needs the prompt lengths
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"first_token_ts": 2, "end_ts": 3}, ":2: no send time (one of send_ts, queued_ts"),
+    ({"send_ts": "soon", "first_token_ts": 2, "end_ts": 3}, ":2: send_ts: must be a finite number (got 'soon')"),
+    ({"send_ts": 1, "first_token_ts": float("inf"), "end_ts": 3}, ":2: first_token_ts: must be a finite number"),
+    ({"send_ts": 1, "first_token_ts": 2}, ":2: no end time"),
+    ({"send_ms": 1, "first_token_ms": 2, "end_ms": 1.5}, ":2: times out of order"),
+])
+def test_bad_generic_lines_name_the_file_and_line(tmp_path, row, message):
+    path = _lines(tmp_path / "bad.jsonl", [{"send_ts": 1, "first_token_ts": 2, "end_ts": 3}, row])
+    with pytest.raises(TraceError) as exc:
+        load_measured(path, replayable=False)
+    assert str(exc.value).startswith(f"{path}{message}")
+
+
+def _aiperf_record(start_ns: int, ttft: float, latency: float, gaps: list[float] | None, error=None) -> dict:
+    metrics = None if error else {
+        "input_sequence_length": {"value": 550, "unit": "tokens"},
+        "time_to_first_token": {"value": ttft, "unit": "ms"},
+        "request_latency": {"value": latency, "unit": "ms"},
+        "output_sequence_length": {"value": len(gaps or []) + 1, "unit": "tokens"},
+    }
+    if gaps is not None and metrics:
+        metrics["inter_chunk_latency"] = {"value": gaps, "unit": "ms"}
+    return {"metadata": {"session_num": 0, "request_start_ns": start_ns, "request_end_ns": start_ns + int(latency * 1e6),
+                         "benchmark_phase": "profiling", "was_cancelled": bool(error)},
+            "metrics": metrics or {"error_isl": {"value": 550, "unit": "tokens"}},
+            "error": {"code": 499, "type": "RequestCancellationError", "message": "cancelled"} if error else None}
+
+
+def test_aiperf_export_folder_with_token_gaps(tmp_path):
+    export = tmp_path / "run1"
+    export.mkdir()
+    _lines(export / "profile_export.jsonl", [
+        _aiperf_record(1_000_000_000, 50.0, 80.0, [10.0, 10.0, 10.0]),
+        _aiperf_record(1_100_000_000, 70.0, 90.0, [5.0, 15.0]),
+        _aiperf_record(1_200_000_000, 0.0, 1.0, None, error=True),
+    ])
+    run = load_measured(export)  # a folder with the export in it
+    assert run.format == "aiperf" and len(run) == 2 and run.failed == 1
+    lat = run.latency()
+    np.testing.assert_allclose(lat.ttft_ms, [50.0, 70.0])
+    np.testing.assert_allclose(lat.e2e_ms, [80.0, 90.0])
+    np.testing.assert_allclose(lat.tpot_ms, [10.0, 10.0])
+    np.testing.assert_allclose(np.sort(lat.itl_ms), [5.0, 10.0, 10.0, 10.0, 15.0])
+    assert not lat.itl_per_request
+    assert run.throughput()["request_throughput_rps"] == pytest.approx(2 / 0.19)
+    with pytest.raises(TraceError, match="no measurements in this folder"):
+        load_measured(tmp_path)
+
+
+def test_vllm_result_without_send_times_compares_but_does_not_replay(tmp_path):
+    result = tmp_path / "bench.json"
+    result.write_text(json.dumps({
+        "request_throughput": 3.5, "output_throughput": 99.0,
+        "ttfts": [0.1, 0.2, 0.0], "itls": [[0.01, 0.03], [0.02], []], "output_lens": [3, 2, 0],
+        "input_lens": [100, 200, 300], "errors": ["", "", "connection reset"]}))
+    run = load_measured(result, replayable=False)
+    assert run.format == "vllm" and len(run) == 2 and run.failed == 1
+    lat = run.latency()
+    np.testing.assert_allclose(lat.ttft_ms, [100.0, 200.0])
+    np.testing.assert_allclose(lat.e2e_ms, [140.0, 220.0])
+    np.testing.assert_allclose(lat.tpot_ms, [20.0, 20.0])
+    np.testing.assert_allclose(np.sort(lat.itl_ms), [10.0, 20.0, 30.0])
+    assert run.throughput() == {"request_throughput_rps": 3.5, "output_throughput_tok_s": 99.0}
+    with pytest.raises(TraceError, match="start_times: missing"):
+        load_measured(result)
+    bare = tmp_path / "summary.json"
+    bare.write_text(json.dumps({"mean_ttft_ms": 3.0}))
+    with pytest.raises(TraceError, match="--save-detailed"):
+        load_measured(bare, replayable=False)

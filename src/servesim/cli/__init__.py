@@ -1,0 +1,73 @@
+"""The `servesim` command: `predict`, `recommend`, `validate`, `calibrate`, `compare`,
+`data fetch`. Each subcommand registers itself (`register(sub)`) and names the function that
+runs it (`run_command`).
+
+Exit codes follow the reference: 0 success, 2 configuration or usage errors, 1 when the
+simulation itself fails (or its results cannot be written), 130 on interrupt (143 on SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+
+def _parser() -> argparse.ArgumentParser:
+    from servesim.cli import predict, tools
+    from servesim.fidelity import commands as fidelity
+    from servesim.search import cli as search
+
+    parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in (predict, search, fidelity, tools):
+        command.register(sub)
+    return parser
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `servesim` command.
+
+    SIGINT and SIGTERM stop a run cleanly (exit 130 / 143): the output folder keeps either its
+    previous results or the complete new ones.
+    """
+    args = _parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    try:
+        return int(args.run_command(args))
+    except KeyboardInterrupt as exc:
+        print("servesim: interrupted", file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
+    except MemoryError:
+        print("servesim: out of memory", file=sys.stderr)
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def run() -> None:
+    """The `servesim` executable: `main`, then exit at once.
+
+    Every output is written and closed by then; skipping the interpreter's teardown (freeing
+    every module and object one by one) saves ~0.1 s per run, which adds up in sweeps.
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe or a full device, already reported
+        code = code or 1
+    os._exit(code)

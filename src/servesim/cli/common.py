@@ -1,0 +1,48 @@
+"""What the subcommands share: the options `predict` and `recommend` take alike, the output
+folder and how a configuration error is reported."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from servesim.errors import ConfigError
+from servesim.outputs import clear_outputs, prepare_folder
+
+DEFAULT_OUTPUT_DIR = "servesim-output"
+
+
+def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs: str) -> None:
+    """The options `predict` and `recommend` share, as in the reference's CLI."""
+    command.add_argument("-c", "--config", required=True, help=f"YAML config (the reference's {schema} schema)")
+    command.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
+                         help="override a config value before validation (repeatable)")
+    command.add_argument("--allow-duplicate-keys", action="store_true",
+                         help="accept YAML mappings that repeat a key, the last value winning (as the "
+                              "reference does); by default a repeated key is an error")
+    command.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
+                         help=f"where {outputs} go (default: ./{DEFAULT_OUTPUT_DIR})")
+    command.add_argument("--overwrite", action="store_true", help="replace servesim outputs already in --output-dir")
+    command.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
+    command.add_argument("--stack", default=None, metavar="{engine,dynamo}",
+                         help="execution stack, as in the reference: 'engine' (no router/planner "
+                              "sections) or 'dynamo'; default: every section is accepted")
+
+
+def config_error(config: str, exc: ConfigError) -> int:
+    """Print a configuration error naming the config file once; its exit code."""
+    message = str(exc)
+    if not message.startswith(f"{config}:"):  # errors read from the file name it already
+        message = f"{config}: {message}"
+    print(f"servesim: error: {message}", file=sys.stderr)
+    return exc.exit_code
+
+
+def prepare_output_dir(path: Path, overwrite: bool) -> None:
+    """Create the output directory (or check the one there) and, with `overwrite`, clear
+    servesim's outputs from it at once (`recommend`, whose ledger grows during the search;
+    `predict` replaces its results only once the new ones are complete, `servesim.outputs`)."""
+    prepare_folder(path, overwrite)
+    if overwrite:
+        clear_outputs(path)

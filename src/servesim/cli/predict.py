@@ -1,0 +1,165 @@
+"""`servesim predict`: load the config, simulate, write the outputs, print the table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from servesim.cli.common import add_common_arguments, config_error
+from servesim.errors import ConfigError, RunError
+from servesim.outputs import OutputSet, os_reason, prepare_folder
+
+if TYPE_CHECKING:
+    from servesim.api import Report
+
+
+def register(sub: Any) -> None:
+    """Add `predict` to the `servesim` command."""
+    predict = sub.add_parser("predict", help="replay a workload against a deployment and report latencies")
+    add_common_arguments(predict, "predict", "prediction.json (and requests.jsonl)")
+    predict.add_argument("--capture-per-request", action="store_true",
+                         help="add per-request records to prediction.json and write requests.jsonl "
+                              "and workers.json")
+    predict.add_argument("--stdout-per-request", action="store_true",
+                         help="with --format json and --capture-per-request, also print the per-request "
+                              "records in the stdout line (as the reference does)")
+    predict.add_argument("--per-request-format", choices=("jsonl", "parquet"), default="jsonl",
+                         help="file format of the per-request records: requests.jsonl (default) or "
+                              "requests.parquet (needs pyarrow: servesim[parquet])")
+    predict.add_argument("--report", action="store_true",
+                         help="also write report.html: a self-contained page of charts (needs plotly: "
+                              "servesim[report])")
+    predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
+                         help="a request that can never fit the KV pool is rejected with a reason "
+                              "(default), or — as in the reference — stops the run where the reference "
+                              "stops or stalls; under 'fail' a run where no request completed is an "
+                              "error too")
+    predict.add_argument("--reference-fields", action="store_true",
+                         help="write prediction.json and the per-request records with exactly the reference's "
+                              "fields (without servesim's additions: rejected_requests, incomplete_requests, "
+                              "timed_out_requests, rejection_reason)")
+    predict.set_defaults(run_command=_predict)
+
+
+def _check_extras(args: argparse.Namespace) -> None:
+    """Fail before the run, not after it, when an output needs a package that is missing."""
+    import importlib.util
+
+    for wanted, module, extra in ((args.report, "plotly", "report"),
+                                  (args.per_request_format == "parquet", "pyarrow", "parquet")):
+        if wanted and importlib.util.find_spec(module) is None:
+            raise ConfigError(f"this output needs {module}: pip install 'servesim[{extra}]'")
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from servesim.api import simulate
+    from servesim.config import load_config
+    from servesim.config.load import STACKS
+
+    if args.stack not in (None, *STACKS):
+        print(f"servesim: error: stack {args.stack!r} is unavailable; installed stacks: {', '.join(STACKS)}",
+              file=sys.stderr)
+        return 2
+    out_dir = Path(args.output_dir)
+    try:
+        config = load_config(args.config, args.overrides, stack=args.stack,
+                             allow_duplicate_keys=args.allow_duplicate_keys)
+        _check_extras(args)
+        prepare_folder(out_dir, args.overwrite)
+    except ConfigError as exc:
+        return config_error(args.config, exc)
+    try:
+        report = simulate(config, capture_per_request=args.capture_per_request,
+                          progress=sys.stderr.isatty(), unservable=args.unservable, timeseries=args.report)
+        _check_outcome(report, args)
+        if args.reference_fields:
+            report = report.reference_fields_only()
+        _write_outputs(out_dir, report, args)
+    except ConfigError as exc:  # found while building (an unknown backend_version)
+        return config_error(args.config, exc)
+    except RunError as exc:
+        print(f"servesim predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    _warn_unreleased(report, out_dir)
+    return _print_report(report, args, out_dir / "prediction.json")
+
+
+def _check_outcome(report: Report, args: argparse.Namespace) -> None:
+    """Warn when nothing completed (an error under --unservable fail); per-request capture needs
+    at least one finished request (as in the reference)."""
+    summary = report.summary
+    if not summary["completed_requests"]:
+        counts = ", ".join(f"{summary[key]} {key.removesuffix('_requests')}"
+                           for key in ("rejected_requests", "incomplete_requests") if key in summary)
+        first = f"; the first rejected because {report.first_rejection}" if report.first_rejection else ""
+        detail = f" ({counts}{first})" if counts else ""
+        if args.unservable == "fail":
+            raise RunError(f"no request completed{detail}")
+        print(f"servesim: warning: no request completed{detail}", file=sys.stderr)
+    if args.capture_per_request and not report.per_request:
+        raise RunError("no request reached a terminal state, so there are no per-request records")
+
+
+def _write_outputs(out_dir: Path, report: Report, args: argparse.Namespace) -> None:
+    """prediction.json, with capture the per-request records and workers.json, unreleased.json and
+    report.html when there are any — replacing the previous set only once all of them are
+    written."""
+    from servesim.report.render import records_jsonl, report_json
+
+    extensions = report.extensions or {}
+    with OutputSet(out_dir) as outputs:
+        outputs.stage("prediction.json", report_json(report.to_dict()))
+        if args.capture_per_request:
+            if args.per_request_format == "parquet":
+                from servesim.report.tables import write_parquet
+
+                outputs.stage_file("requests.parquet", lambda path: write_parquet(report.per_request or [], path))
+            else:
+                outputs.stage("requests.jsonl", records_jsonl(report.per_request or []))
+            if "workers" in extensions:
+                outputs.stage("workers.json", report_json({"workers": extensions["workers"]}))
+        if _unreleased_warning(report) is not None:
+            outputs.stage("unreleased.json", report_json({"unreleased": extensions["unreleased"]}))
+        if args.report:
+            title = f"servesim prediction: {Path(args.config).name}"
+            outputs.stage_file("report.html", lambda path: report.write_html(path, title=title))
+        outputs.commit()
+
+
+def _unreleased_warning(report: Report) -> str | None:
+    """The warning of an agentic run that left requests unreleased (None: it left none)."""
+    from servesim.report.trajectories import unreleased_warning
+
+    unreleased = (report.extensions or {}).get("unreleased")
+    return unreleased_warning(unreleased) if unreleased is not None else None
+
+
+def _warn_unreleased(report: Report, out_dir: Path) -> None:
+    warning = _unreleased_warning(report)
+    if warning is not None:
+        print(f"servesim: warning: {warning}; see {out_dir / 'unreleased.json'}", file=sys.stderr)
+
+
+def _print_report(report: Report, args: argparse.Namespace, prediction: Path) -> int:
+    """The table or the JSON line on stdout; 1 when stdout cannot take it."""
+    from servesim.report.render import render_table, report_line
+
+    data = report.to_dict() if args.stdout_per_request else report.summary
+    text = report_line(data) if args.format == "json" else render_table(data, str(prediction))
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return 1
+    except OSError as exc:
+        print(f"servesim predict failed: cannot write to stdout: {os_reason(exc)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+
+
+
+

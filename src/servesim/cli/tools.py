@@ -1,0 +1,69 @@
+"""`servesim data fetch` (the reference's AIConfigurator database into servesim's cache) and
+`servesim compare` (runs side by side in one HTML page)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from servesim.errors import ConfigError, RunError
+
+
+def register(sub: Any) -> None:
+    """Add `data fetch` and `compare` to the `servesim` command."""
+    data = sub.add_parser("data", help="the reference's AIConfigurator database in servesim's cache")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    fetch = data_sub.add_parser("fetch", help="fetch (or unpack) it ahead of time; prints where it is")
+    fetch.add_argument("--gpu", action="append", default=[], metavar="NAME",
+                       help="only this GPU's data (repeatable; default: every GPU)")
+    fetch.add_argument("--from", dest="source", metavar="WHEEL_OR_URL",
+                       help="a downloaded aisimulate-0.1.0.dev2 wheel, or a mirror's URL of it")
+    fetch.set_defaults(run_command=data_fetch)
+    compare = sub.add_parser("compare", help="compare runs (servesim outputs or measured benchmarks) in one HTML page")
+    compare.add_argument("runs", nargs="+", metavar="RUN",
+                         help="a servesim --output-dir, or a measured run: per-request JSONL with send/first-token/"
+                              "end times, an AIPerf profile_export.jsonl, or a vLLM benchmark result JSON")
+    compare.add_argument("-o", "--output", default="compare.html", help="the HTML file to write (default: compare.html)")
+    compare.add_argument("--label", action="append", default=[], help="name of each run, in order (repeatable)")
+    for target in ("ttft", "itl", "e2e"):
+        compare.add_argument(f"--sla-{target}-ms", type=float, default=None,
+                             help=f"mark this {target.upper()} target on the distributions")
+    compare.set_defaults(run_command=compare_runs)
+
+
+def data_fetch(args: argparse.Namespace) -> int:
+    """Fill the cache; 2 for a bad source, 1 when the data cannot be had."""
+    from servesim.perf.aicdata import DataUnavailable, fetch
+
+    try:
+        root, parts = fetch(args.gpu or None, source=args.source)
+    except ConfigError as exc:
+        print(f"servesim: error: {exc}", file=sys.stderr)
+        return 2
+    except DataUnavailable as exc:
+        print(f"servesim data fetch failed: {exc}", file=sys.stderr)
+        return 1
+    done = ", ".join(p.removeprefix("data/") or "top-level files" for p in parts) or "nothing new"
+    print(f"{root}\n  unpacked: {done}")
+    return 0
+
+
+def compare_runs(args: argparse.Namespace) -> int:
+    """Write the comparison page; 2 for an unusable input or option, 1 for a bad measurement file."""
+    from servesim.report.html.compare import write_compare
+    from servesim.report.summary import Sla
+
+    sla = Sla(args.sla_ttft_ms, args.sla_itl_ms, args.sla_e2e_ms)
+    try:
+        write_compare(args.runs, Path(args.output), args.label,
+                      sla if any(v is not None for v in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms)) else None)
+    except (ConfigError, ImportError, OSError) as exc:
+        print(f"servesim compare: error: {exc}", file=sys.stderr)
+        return 2
+    except RunError as exc:  # a measurement file (the message names the file and line)
+        print(f"servesim compare: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"Saved comparison to: {args.output}")
+    return 0

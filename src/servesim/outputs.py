@@ -1,0 +1,237 @@
+"""Writing a run's result files so that nothing is ever half-written or lost.
+
+The output folder is checked before the run (so an unusable location fails at once, exit 2).
+Each file is written to a hidden temporary sibling and flushed to disk; only when every file of
+the new set is complete are they moved into place together — with SIGINT/SIGTERM held back for
+those few renames, and rolled back if one fails. With ``--overwrite`` the previous results are
+therefore replaced only by a complete new set: a failed or interrupted run leaves them as they
+were, and a run that completes never leaves a mix of old and new files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from servesim.errors import ConfigError, RunError
+
+KNOWN_OUTPUTS = ("prediction.json", "requests.jsonl", "requests.parquet", "workers.json", "unreleased.json",
+                 "report.html", "recommendation.json", "recommendation.csv", "pareto.csv")
+"""Files servesim owns in an output folder (replaced or removed by ``--overwrite``)."""
+_RECOMMENDATION = re.compile(r"^\d{4}\.yaml$")
+_TEMP_PREFIX = ".servesim-"
+
+
+class OutputError(RunError):
+    """A result file could not be written (disk full, I/O error); the message names the file."""
+
+
+def os_reason(exc: OSError) -> str:
+    """The operating system's words for an error ('No space left on device')."""
+    if exc.strerror:
+        return exc.strerror
+    return os.strerror(exc.errno) if exc.errno else str(exc)
+
+
+def prepare_folder(path: Path, overwrite: bool) -> None:
+    """Create the output folder if needed and check that results can be written there.
+
+    Raises ConfigError (exit 2) naming the folder and the reason when it is not a usable
+    location, or when it already holds files and `overwrite` is off.
+    """
+    where = f"--output-dir {path}"
+    try:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{where}: not a directory")
+        if path.is_dir() and any(path.iterdir()) and not overwrite:
+            raise ConfigError(f"{where} is not empty; use --overwrite to replace its outputs")
+        path.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".probe", dir=path)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{where}: {os_reason(exc)}") from None
+
+
+def clear_outputs(path: Path) -> None:
+    """Remove servesim's own files (its outputs, numbered recommendations) from the folder."""
+    try:
+        for name in owned_files(path):
+            (path / name).unlink(missing_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--output-dir {path}: {os_reason(exc)}") from None
+
+
+def owned_files(folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS) -> list[str]:
+    """servesim's files in the folder: its outputs and numbered recommendations."""
+    names = [name for name in owned if (folder / name).is_file()]
+    recommendations = folder / "recommendations"
+    if recommendations.is_dir():
+        names += [f"recommendations/{item.name}" for item in sorted(recommendations.iterdir())
+                  if _RECOMMENDATION.match(item.name)]
+    return names
+
+
+class OutputSet:
+    """The result files of one run, staged beside their final names and committed together.
+
+    Use as a context manager: files staged but not committed are removed on exit.
+    """
+
+    def __init__(self, folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS) -> None:
+        self.folder = folder
+        self.owned = tuple(owned)
+        self._staged: dict[str, Path] = {}
+
+    def __enter__(self) -> OutputSet:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.discard()
+
+    def stage(self, name: str, text: str) -> None:
+        """Write `text` to a temporary sibling of `name` and flush it to disk."""
+        self.stage_file(name, lambda path: path.write_text(text, encoding="utf-8"))
+
+    def stage_file(self, name: str, write: Callable[[Path], object]) -> None:
+        """Let `write` fill a temporary sibling of `name` (a path it may overwrite), then flush
+        that file to disk."""
+        target = self.folder / name
+        try:
+            target.parent.mkdir(exist_ok=True)
+            handle, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=target.parent)
+            os.close(handle)
+            self._staged[name] = Path(temp)
+            os.chmod(temp, _FILE_MODE)  # mkstemp's 0600 would hide the results from other users
+            write(Path(temp))
+            _fsync(Path(temp))
+        except OSError as exc:
+            raise OutputError(f"cannot write {target}: {os_reason(exc)}") from None
+
+    def commit(self) -> None:
+        """Put every staged file in place and remove servesim's other files from the folder.
+
+        Either all of it happens or none of it: a failure restores the previous files.
+        """
+        stale = [name for name in owned_files(self.folder, self.owned) if name not in self._staged]
+        with _signals_held():
+            backups = self._move_aside(list(self._staged) + stale)
+            placed: list[Path] = []
+            try:
+                for name, temp in self._staged.items():
+                    os.replace(temp, self.folder / name)
+                    placed.append(self.folder / name)
+            except OSError as exc:
+                _restore(placed, backups)
+                raise OutputError(f"cannot write {self.folder / name}: {os_reason(exc)}") from None
+            self._staged.clear()
+            for backup in backups.values():
+                _remove(backup)
+        _sync_folder(self.folder)
+
+    def discard(self) -> None:
+        """Remove the staged files (the folder keeps what it had)."""
+        for temp in self._staged.values():
+            _remove(temp)
+        self._staged.clear()
+
+    def _move_aside(self, names: list[str]) -> dict[Path, Path]:
+        """Rename the existing files among `names` to hidden backups: {target: backup}."""
+        backups: dict[Path, Path] = {}
+        try:
+            for name in names:
+                target = self.folder / name
+                if target.exists():
+                    backup = target.with_name(f"{_TEMP_PREFIX}{target.name}.{os.getpid()}.previous")
+                    os.replace(target, backup)
+                    backups[target] = backup
+        except OSError as exc:
+            _restore([], backups)
+            raise OutputError(f"cannot replace {target}: {os_reason(exc)}") from None
+        return backups
+
+
+def _file_mode() -> int:
+    """The mode a plainly created file gets here (0666 less the umask)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _file_mode()
+
+
+def _fsync(path: Path) -> None:
+    """Flush a written file to disk (where a full disk shows up on some file systems)."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def _restore(placed: list[Path], backups: dict[Path, Path]) -> None:
+    """Undo a partial commit: remove the new files, put the previous ones back (a previous file
+    that cannot be put back stays in its hidden backup beside its name)."""
+    for target in placed:
+        _remove(target)
+    for target, backup in backups.items():
+        try:
+            os.replace(backup, target)
+        except OSError:
+            pass
+
+
+def _remove(path: Path) -> None:
+    """Delete a file if it is there (best effort: a leftover hidden file harms nothing)."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the renames durable (best effort: not every system can sync a directory)."""
+    try:
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back until the block ends, then deliver the first one that came.
+
+    Python runs signal handlers in the main thread only, so the handlers are swapped there (in
+    another thread, no handler can interrupt the block anyway).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {}
+    for signum in _HELD:
+        if signal.getsignal(signum) is not None:  # None: installed outside Python, left alone
+            previous[signum] = signal.signal(signum, lambda number, frame: caught.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signal.raise_signal(caught[0])
