@@ -78,7 +78,10 @@ def _poisson_span(sessions: int, rate: float, seed: int) -> float:
     """The last first-arrival of the seeded Poisson schedule (what the run will draw)."""
     from servesim.traffic.synthetic import poisson_schedule
 
-    return poisson_schedule(sessions, rate, seed)[-1]
+    last = 0.0
+    for last in poisson_schedule(sessions, rate, seed):
+        pass
+    return last
 
 
 def profile(config: SimConfig) -> Profile:
