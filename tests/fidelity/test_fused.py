@@ -166,6 +166,9 @@ def test_front_end_default_grows_with_the_gpus_of_a_worker():
     assert lower(parse_config(config)).traffic.frontend_ms == 8.0
     config["engine"]["workers"]["aggregated"]["timing"]["frontend_ms"] = 1.5
     assert lower(parse_config(config)).traffic.frontend_ms == 1.5
+    del config["engine"]["workers"]["aggregated"]["timing"]["frontend_ms"]
+    config["engine"]["workers"]["aggregated"]["parallelism"] = {"attention_data": 2}
+    assert lower(parse_config(config)).traffic.frontend_ms == 3.0  # DP ranks are engines of their own
     assert lower(parse_config(_config({"type": "roofline"}))).traffic.frontend_ms == 0.0
 
 

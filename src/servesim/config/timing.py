@@ -1,6 +1,7 @@
 """A role's `timing:` section: how long a pass takes — the reference's kinds (default, fixed,
 polynomial) and servesim's roofline, with the keys by which the data-backed kinds estimate a real
-server (`RealServerTiming`: fused mixed passes, front-end latency, calibration files).
+server (`RealServerTiming`: fused mixed passes, front-end latency, DP step synchronisation,
+calibration files).
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ class RealServerTiming(SchemaModel):
     mixed_pass: Literal["sum", "fused"] = "sum"
     """servesim extension: how a vLLM/TRT-LLM pass holding both prompt chunks and decode tokens is timed: 'sum' = a prefill pass plus a decode pass (the reference), 'fused' = one forward pass over all its tokens, and with it the async-scheduling and front-end latency defaults (docs/timing.md)."""
     frontend_ms: DurationMs | None = None
-    """servesim extension: latency from a client sending a request to the engine seeing it (API server, multi-process executor); omitted = the calibration file's, else 0 with mixed_pass 'sum' and the default for the worker's GPU count with 'fused' (docs/timing.md)."""
+    """servesim extension: latency from a client sending a request to the engine seeing it (API server, multi-process executor); omitted = the calibration file's, else 0 with mixed_pass 'sum' and the default for one engine's GPU count (tensor x pipeline) with 'fused' (docs/timing.md)."""
+    dp_sync_ms: DurationMs | None = None
+    """servesim extension: per-pass cost of keeping a worker's attention-DP ranks in step (vLLM's per-step all-reduce of the ranks' batch sizes between its engine processes); no effect without attention_data > 1; omitted = 0 with mixed_pass 'sum' and, with 'fused', 3 ms for a vLLM MoE model, else 0 (docs/timing.md)."""
     calibration: str | None = None
     """servesim extension: a calibration file written by `servesim calibrate` (prefill/decode scale factors, front-end latency and, where measured, the KV capacity of a default-capacity role); relative to the config's folder."""
 

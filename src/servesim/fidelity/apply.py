@@ -1,9 +1,11 @@
-"""What a worker's fidelity keys (`timing.mixed_pass`, `frontend_ms`, `calibration`) change.
+"""What a worker's fidelity keys (`timing.mixed_pass`, `frontend_ms`, `dp_sync_ms`, `calibration`)
+change.
 
-Four answers for `servesim.build`:
+Five answers for `servesim.build`:
 
-* `timing_with_fidelity` — the role's timing model with fused mixed passes and/or calibrated
-  phase times;
+* `timing_with_fidelity` — the role's timing model with fused mixed passes, calibrated phase
+  times and/or the DP ranks' step synchronisation;
+* `dp_sync_ms` — that synchronisation's per-pass cost (`servesim.fidelity.dpsync`);
 * `calibrated_kv_blocks` — the KV capacity a calibration file measured (default capacity only);
 * `frontend_ms` — the per-request front-end latency of the deployment;
 * `async_scheduling` — whether a role's workers plan their next pass during the running one.
@@ -36,8 +38,9 @@ PER_DOUBLING_MS = 2.0
 
 
 def default_frontend_ms(gpus: int) -> float:
-    """The fused-mode front-end latency of a worker spanning `gpus` GPUs: 3 ms on one GPU,
-    8, 10, 12 ms on 2, 4, 8."""
+    """The fused-mode front-end latency of an engine whose executor spans `gpus` GPUs (tensor x
+    pipeline; attention data-parallel ranks are engines of their own): 3 ms on one GPU, 8, 10,
+    12 ms on 2, 4, 8."""
     if gpus <= 1:
         return API_SERVER_MS
     return API_SERVER_MS + EXECUTOR_MS + PER_DOUBLING_MS * math.log2(gpus)
@@ -67,7 +70,36 @@ def timing_with_fidelity(model: TimingModel, engine: EngineConfig, worker: Worke
         from servesim.fidelity.calibration import calibrated
 
         model = calibrated(model, calibration)
+    sync = dp_sync_ms(engine, worker)
+    if sync > 0:
+        from servesim.fidelity.dpsync import dp_synced
+
+        model = dp_synced(model, sync)
     return model
+
+
+def dp_sync_ms(engine: EngineConfig, worker: WorkerConfig) -> float:
+    """Per-pass cost of the role's DP step synchronisation: 0 without attention DP, else the
+    `dp_sync_ms` key, else in fused mode `dpsync.DEFAULT_MS` for a vLLM MoE model, else 0."""
+    if worker.parallelism.attention_data <= 1:
+        return 0.0
+    explicit = getattr(worker.timing, "dp_sync_ms", None)
+    if explicit is not None:
+        return float(explicit)
+    if not _fused(worker) or engine.backend != "vllm" or not _is_moe(engine):
+        return 0.0
+    from servesim.fidelity.dpsync import DEFAULT_MS
+
+    return DEFAULT_MS
+
+
+def _is_moe(engine: EngineConfig) -> bool:
+    from servesim.perf.models import ModelNotFound, resolve_model
+
+    try:
+        return resolve_model(engine.model).is_moe
+    except ModelNotFound:
+        return False
 
 
 def _mixed_attention_factor(engine: EngineConfig, worker: WorkerConfig) -> float:
@@ -100,7 +132,7 @@ def calibrated_kv_blocks(worker: WorkerConfig, block_size: int) -> int | None:
 
 def frontend_ms(worker: WorkerConfig) -> float:
     """Front-end latency of requests entering `worker`'s role: the `frontend_ms` key, else the
-    calibration file's, else the fused-mode default for its GPU count, else 0."""
+    calibration file's, else the fused-mode default for one engine's GPU count, else 0."""
     timing = worker.timing
     explicit = getattr(timing, "frontend_ms", None)
     if explicit is not None:
@@ -110,7 +142,7 @@ def frontend_ms(worker: WorkerConfig) -> float:
         return calibration.frontend_ms
     if _fused(worker):
         par = worker.parallelism
-        return default_frontend_ms(par.tensor * par.pipeline * par.attention_data)
+        return default_frontend_ms(par.tensor * par.pipeline)
     return 0.0
 
 

@@ -8,8 +8,9 @@ prompt private) on the config's deployment, and four parameters are fitted in tu
    a plateau (its 10th percentile ≥ 75 % of its 90th), the KV pool was the limit; its size is
    the median KV in use at those times (each running request holding its prompt plus the
    tokens it has produced, growing linearly from its first to its last token), per rank;
-2. **decode scale** ``b`` — mean TPOT is nearly proportional to decode pass times: ``b`` is
-   multiplied by measured / simulated mean TPOT until they agree;
+2. **decode scale** ``b`` — mean TPOT is nearly proportional to decode pass times, less the
+   per-pass DP synchronisation ``s`` (`timing.dp_sync_ms`), which the scale does not touch:
+   ``b`` is multiplied by (measured − s) / (simulated − s) mean TPOT until they agree;
 3. **front-end latency** — the median gap between measured and simulated TTFT over the quarter
    of requests that queued least in the simulation, when those requests did not queue (their
    simulated TTFT is within 3 passes' worth of the fastest one); else left unmeasured;
@@ -36,6 +37,7 @@ import numpy as np
 from servesim.config import SimConfig
 from servesim.config.schema import DefaultTiming, RooflineTiming
 from servesim.errors import ConfigError
+from servesim.fidelity.apply import dp_sync_ms
 from servesim.fidelity.calibration import Calibration
 from servesim.measured import Measured
 
@@ -90,6 +92,9 @@ class _Replay:
         par = worker.parallelism
         self.ranks = par.replicas * par.attention_data
         self.max_sequences = worker.scheduler.max_sequences_for(self.role)
+        replayed = worker.model_copy(update={"timing": worker.timing.model_copy(update={"mixed_pass": self.mode})})
+        self.sync_ms = dp_sync_ms(config.engine, replayed)
+        """The per-pass DP synchronisation, a constant outside the scales."""
         self.count = 0
 
     def run(self, calibration: Calibration) -> dict[str, np.ndarray]:
@@ -170,9 +175,10 @@ def _clamp(scale: float) -> float:
 
 def _fit_decode(replay: _Replay, current: Calibration) -> Calibration:
     """One fixed-point step of the decode scale on mean TPOT."""
-    sim = replay.run(current)
+    sim = replay.mean(replay.run(current), "tpot")
     real = float(np.nanmean(replay.real["tpot"]))
-    return replace(current, decode_scale=_clamp(current.decode_scale * real / replay.mean(sim, "tpot")))
+    sync = replay.sync_ms if min(real, sim) > 2 * replay.sync_ms else 0.0
+    return replace(current, decode_scale=_clamp(current.decode_scale * (real - sync) / (sim - sync)))
 
 
 def _fit_frontend(replay: _Replay, current: Calibration) -> Calibration:
