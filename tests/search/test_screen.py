@@ -77,6 +77,45 @@ def test_disaggregated_candidates_are_screened_too() -> None:
         assert entry["estimated_score"] == pytest.approx(entry["score"], rel=0.25)
 
 
+def test_a_candidate_the_estimate_cannot_score_is_kept_last_and_still_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from servesim.search import screen
+
+    real = screen.estimate
+
+    def failing_for_tp2(config, models, prof):  # type: ignore[no-untyped-def]
+        if config.engine.workers.aggregated.parallelism.tensor == 2:
+            raise KeyError("no table entry")
+        return real(config, models, prof)
+
+    monkeypatch.setattr(screen, "estimate", failing_for_tp2)
+    data = config(**{"engine.backend": {"choices": ["vllm", "sglang"]}, "optimizer.max_trials": 200,
+                     "optimizer.algorithm": "bayesian"})
+    s, result = search(data)
+    ranked = s.screen.rank(s.branches[0], 0)
+    unscored = [x for x in ranked if not x.estimated]
+    assert unscored and ranked[-len(unscored):] == unscored  # last, never dropped
+    assert len(ranked) == 28
+    replayed = [e for e in result.entries if e["feasible"]]
+    assert len(replayed) == 28  # the whole space is still replayed
+    tp2 = [e for e in replayed if e["knobs"]["engine.workers.aggregated.parallelism.tensor"] == 2]
+    assert tp2 and all(e["estimated_score"] is None for e in tp2)
+    assert any("had no analytic estimate" in note for note in result.notes)
+
+
+def _comparable(result: SearchResult) -> list[tuple]:
+    return [(e["trial"], e["status"], e["score"], e["estimated_score"], json.dumps(e["knobs"], sort_keys=True))
+            for e in result.entries]
+
+
+def test_screened_bayesian_is_independent_of_parallelism() -> None:
+    data = config(**{"engine.backend": {"choices": ["vllm", "sglang"]}, "optimizer.max_trials": 9,
+                     "optimizer.algorithm": "bayesian"})
+    one = search(config(data, **{"optimizer.parallelism": 1}))[1]
+    three = search(config(data, **{"optimizer.parallelism": 3}))[1]
+    assert _comparable(one) == _comparable(three)
+    assert len([e for e in one.entries if e["eval_seconds"] is not None]) == 9
+
+
 # -- the estimate's shape ------------------------------------------------------------------------
 
 def _predict_config(rate: float | None, replicas: int, prefill_ms: float, decode_ms: float,

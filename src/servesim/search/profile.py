@@ -78,10 +78,7 @@ def _poisson_span(sessions: int, rate: float, seed: int) -> float:
     """The last first-arrival of the seeded Poisson schedule (what the run will draw)."""
     from servesim.traffic.synthetic import poisson_schedule
 
-    last = 0.0
-    for last in poisson_schedule(sessions, rate, seed):
-        pass
-    return last
+    return functools.reduce(lambda _previous, arrival: arrival, poisson_schedule(sessions, rate, seed), 0.0)
 
 
 def profile(config: SimConfig) -> Profile:

@@ -178,6 +178,9 @@ class Search:
         if self.screen.count:
             self.result.notes.append(f"screened {self.screen.count} candidates by their analytic estimate "
                                      "before any replay (no trial spent)")
+        if self.screen.unestimated:
+            self.result.notes.append(f"{self.screen.unestimated} runnable candidates had no analytic estimate: "
+                                     "kept, ranked after the estimated ones")
         self.result.screen_seconds = self.screen.seconds
         return runs
 

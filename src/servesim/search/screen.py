@@ -7,12 +7,17 @@ replays the best-ranked deployments first and refines from there (`algorithms.py
 
 A branch with more than `SCREEN_LIMIT` candidates (or a continuous knob) is screened on a
 seeded sample of that many draws, so the ranking is the same on every run.
+
+Screening never rejects: a candidate the static checks pass but the estimate cannot score (a
+missing table entry, a non-finite value) is kept at the end of the ranking, in grid order, with no
+estimate; one the static checks reject is left out (its replay would be refused with a reason).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -44,6 +49,11 @@ class Screened:
     order: tuple[Any, ...]
     """Sort key, best first."""
 
+    @property
+    def estimated(self) -> bool:
+        """False for a runnable candidate the estimate could not score (ranked last)."""
+        return math.isfinite(self.score)
+
 
 class Screen:
     """Estimates candidates of a search (memoising the workload profile)."""
@@ -54,6 +64,7 @@ class Screen:
         self._profile: Profile | None = None
         self.seconds = 0.0
         self.count = 0
+        self.unestimated = 0
 
     def rank(self, branch: Branch, seed: int) -> list[Screened]:
         """The branch's runnable candidates (or a sample of them), best estimate first."""
@@ -65,25 +76,29 @@ class Screen:
             log.disabled = False
         self.seconds += time.perf_counter() - started
         self.count += len(found)
-        if self.objective.is_pareto:
-            return _by_layers(found)
-        return sorted(found, key=lambda s: s.order)
+        scored = [s for s in found if s.estimated]
+        unscored = [s for s in found if not s.estimated]
+        self.unestimated += len(unscored)
+        return (_by_layers(scored) if self.objective.is_pareto else sorted(scored, key=lambda s: s.order)) + unscored
 
     def _screen(self, branch: Branch, cand: Candidate) -> Screened | None:
         prepared = self.prepare(branch, cand)
         config = prepared.parsed
         if config is None:
             return None
+        tie = (cand.used_gpus, json.dumps(cand.flat_knobs(), sort_keys=True))
         try:
             if self._profile is None:
                 self._profile = profile(config)
             models: dict[str, RoleModel] = {role: self._role(config, role) for role in config.engine.roles}
             m = metrics(estimate(config, models, self._profile), None)
             values = self.objective.values(m)
+            score = self.objective.score(m, values)
         except (ConfigError, RunError, KeyError, ValueError, ZeroDivisionError, OverflowError):
-            return None
-        score = self.objective.score(m, values)
-        return Screened(cand, score, values, (-score, cand.used_gpus, json.dumps(cand.flat_knobs(), sort_keys=True)))
+            score, values = math.nan, {}
+        if not math.isfinite(score):
+            return Screened(cand, math.nan, {}, (math.inf, *tie))
+        return Screened(cand, score, values, (-score, *tie))
 
     def _role(self, config: SimConfig, role: str) -> RoleModel:
         return role_model(config, role, facts.timing_model(config, role))
