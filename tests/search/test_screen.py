@@ -138,6 +138,21 @@ def _estimate(data: dict) -> dict:
     return estimate(cfg, {"aggregated": role_model(cfg, "aggregated", timing)}, profile(cfg))
 
 
+def test_the_front_end_latency_is_part_of_the_estimated_ttft() -> None:
+    from servesim.search import facts
+
+    def both(frontend: float | None) -> tuple[dict, dict]:
+        data = _predict_config(rate=2.0, replicas=1, prefill_ms=0, decode_ms=0, requests=60)
+        data["engine"]["workers"]["aggregated"]["timing"] = {"type": "roofline", "frontend_ms": frontend}
+        cfg = parse_config(data)
+        model = role_model(cfg, "aggregated", facts.timing_model(cfg, "aggregated"))
+        return estimate(cfg, {"aggregated": model}, profile(cfg)), simulate(cfg).summary
+
+    (est0, replay0), (est1, replay1) = both(None), both(150.0)
+    assert replay1["mean_ttft_ms"] - replay0["mean_ttft_ms"] == pytest.approx(150.0, rel=0.05)
+    assert est1["mean_ttft_ms"] - est0["mean_ttft_ms"] == pytest.approx(150.0, rel=1e-9)
+
+
 @pytest.mark.parametrize("rate, max_sequences", [(1.0, 64), (500.0, 8)])
 def test_light_and_overloaded_runs_are_estimated_close_to_their_replay(rate: float, max_sequences: int) -> None:
     data = _predict_config(rate=rate, replicas=1, prefill_ms=20, decode_ms=10, max_sequences=max_sequences)

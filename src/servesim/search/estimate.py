@@ -23,7 +23,8 @@ rank is treated as a continuous-batching server in steady state:
 
 Goodput counts the requests expected to meet the SLA (a soft threshold of 5 % around the
 bounds, so ranks change smoothly). Queueing is approximated, prefix reuse taken from the
-workload's shareable prefix, speculative decoding, routers and planners ignored: the estimate
+workload's shareable prefix, the front-end latency (`timing.frontend_ms`, the fused default)
+added to TTFT, speculative decoding, routers and planners ignored: the estimate
 orders candidates, the replay measures them.
 """
 
@@ -167,7 +168,15 @@ def estimate(config: SimConfig, models: Mapping[str, RoleModel], prof: Profile) 
     else:
         service = _disaggregated(models["prefill"], models["decode"], arrivals, prof.requests, request,
                                  _transfer_ms(config, request.new))
+    service.ttft_ms += _frontend_ms(config)
     return _report(config, service, arrivals, prof)
+
+
+def _frontend_ms(config: SimConfig) -> float:
+    """The front-end latency every request's TTFT includes (`timing.frontend_ms`, fused defaults)."""
+    from servesim.fidelity.apply import frontend_ms
+
+    return frontend_ms(next(iter(config.engine.roles.values())))
 
 
 @dataclass(frozen=True)
