@@ -5,7 +5,10 @@ around each), then the reference's own `predict` scores each tool's recommendati
 with the case's target (pareto: the hypervolume of each tool's front above (0, 0), every front
 config scored by the reference). Prints a table; `--write-readme` puts it in benchmarks/README.md.
 
-    python3 benchmarks/recommend.py [-k NAME] [--write-readme] [--rerun-reference]
+    python3 benchmarks/recommend.py [-k NAME] [--repeat N] [--write-readme] [--rerun-reference]
+
+servesim's side runs `--repeat` times (default 3) and reports the range of its wall time and
+candidates per minute (the machine is shared; its quality is the same on every run, checked).
 
 The reference's side takes minutes per case (its Vizier search); its wall time and quality are
 kept in benchmarks/recommend/reference-results.json, keyed by the case's config text, and reused
@@ -25,7 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -104,7 +109,30 @@ def reference_side(path: Path, aisimulate: Path, target: str, rerun: bool) -> di
     return entry
 
 
-def run_case(path: Path, aisimulate: Path, rerun: bool) -> dict[str, object]:
+@dataclass
+class Run:
+    """One `servesim recommend` run of a case."""
+
+    wall: float
+    replayed: int
+    algorithm: str
+    screen_s: float
+    quality: float
+
+
+def ours(path: Path, aisimulate: Path, target: str, env: dict[str, str]) -> Run:
+    """One `servesim recommend` run: wall time, replays, the reference's score of its output."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ours"
+        wall, _ = timed([sys.executable, "-m", "servesim", "recommend", "-c", str(path), "--output-dir", str(out),
+                         "--overwrite", "--format", "json"], path.parent, env)
+        ledger = json.loads((out / "recommendation.json").read_text())
+        replayed = sum(e["eval_seconds"] is not None for e in ledger["candidates"])
+        return Run(wall, replayed, ledger["algorithm"], ledger.get("screen_seconds", 0.0),
+                   quality(aisimulate, out, target, dict(os.environ)))
+
+
+def run_case(path: Path, aisimulate: Path, rerun: bool, repeat: int) -> dict[str, object]:
     cfg = yaml.safe_load(path.read_text())
     target = cfg["optimization"]["target"]
     env = dict(os.environ)
@@ -112,31 +140,38 @@ def run_case(path: Path, aisimulate: Path, rerun: bool) -> dict[str, object]:
         env["SERVESIM_AIC_SYSTEMS_PATH"] = subprocess.run([str(REFERENCE / "aic-systems-path.sh")],
                                                          capture_output=True, text=True).stdout.strip()
     ref = reference_side(path, aisimulate, target, rerun)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "ours"
-        wall, _ = timed([sys.executable, "-m", "servesim", "recommend", "-c", str(path), "--output-dir", str(out),
-                         "--overwrite", "--format", "json"], path.parent, env)
-        ledger = json.loads((out / "recommendation.json").read_text())
-        replayed = sum(e["eval_seconds"] is not None for e in ledger["candidates"])
-        trials = cfg["optimizer"]["max_trials"]
-        return {
-            "case": path.stem, "target": target, "max_trials": trials, "algorithm": ledger["algorithm"],
-            "ref_s": ref["wall_s"], "ours_s": wall, "ratio": wall / ref["wall_s"],
-            "ref_quality": ref["quality"], "ours_quality": quality(aisimulate, out, target, dict(os.environ)),
-            "ref_cpm": trials / ref["wall_s"] * 60, "ours_cpm": replayed / wall * 60, "ours_replayed": replayed,
-        }
+    runs = [ours(path, aisimulate, target, env) for _ in range(repeat)]
+    if len({round(r.quality, 6) for r in runs}) > 1:
+        sys.exit(f"{path.stem}: servesim's result differs between runs: {[r.quality for r in runs]}")
+    walls = [r.wall for r in runs]
+    trials = cfg["optimizer"]["max_trials"]
+    replayed = runs[0].replayed
+    return {
+        "case": path.stem, "target": target, "max_trials": trials, "algorithm": runs[0].algorithm,
+        "ref_s": ref["wall_s"], "ours_s": (min(walls), max(walls)),
+        "ratio": (min(walls) / ref["wall_s"], max(walls) / ref["wall_s"]),
+        "ref_quality": ref["quality"], "ours_quality": runs[0].quality,
+        "ref_cpm": trials / ref["wall_s"] * 60, "ours_cpm": (replayed / max(walls) * 60, replayed / min(walls) * 60),
+        "ours_replayed": replayed, "screen_s": (min(r.screen_s for r in runs), max(r.screen_s for r in runs)),
+    }
 
 
 def table(rows: list[dict[str, object]]) -> str:
-    head = ("| case | target | trials | servesim (s) | reference (s) | ratio | quality servesim | "
-            "quality reference | candidates/min servesim | candidates/min reference |\n"
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    head = ("| case | target | trials | servesim (s) | of which screening (s) | reference (s) | ratio | "
+            "quality servesim | quality reference | candidates/min servesim | candidates/min reference |\n"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+
     def q(value: object) -> str:
         return "no recommendation" if value != value else f"{value:,.1f}"
 
-    lines = [f"| {r['case']} | {r['target']} | {r['max_trials']} ({r['algorithm']}) | {r['ours_s']:.1f} | "
-             f"{r['ref_s']:.1f} | {r['ratio']:.2f} | {q(r['ours_quality'])} | {q(r['ref_quality'])} | "
-             f"{r['ours_cpm']:.0f} | {r['ref_cpm']:.0f} |" for r in rows]
+    def span(pair: Any, fmt: str) -> str:
+        low, high = pair
+        return f"{low:{fmt}}–{high:{fmt}}" if f"{low:{fmt}}" != f"{high:{fmt}}" else f"{low:{fmt}}"
+
+    lines = [f"| {r['case']} | {r['target']} | {r['max_trials']} ({r['algorithm']}) | {span(r['ours_s'], '.1f')} | "
+             f"{span(r['screen_s'], '.1f')} | {r['ref_s']:.1f} | {span(r['ratio'], '.3f')} | "
+             f"{q(r['ours_quality'])} | {q(r['ref_quality'])} | {span(r['ours_cpm'], '.0f')} | {r['ref_cpm']:.0f} |"
+             for r in rows]
     return head + "\n".join(lines) + "\n"
 
 
@@ -145,12 +180,13 @@ def main() -> None:
     parser.add_argument("-k", default="", help="only cases whose name contains this")
     parser.add_argument("--write-readme", action="store_true")
     parser.add_argument("--rerun-reference", action="store_true", help="do not reuse cached reference results")
+    parser.add_argument("--repeat", type=int, default=3, help="servesim runs per case (their range is reported)")
     args = parser.parse_args()
     aisimulate = reference_bin()
     rows = []
     for path in sorted(CASES.glob("*.yaml")):
         if args.k in path.stem:
-            rows.append(run_case(path, aisimulate, args.rerun_reference))
+            rows.append(run_case(path, aisimulate, args.rerun_reference, args.repeat))
             print(json.dumps(rows[-1]), file=sys.stderr)
     text = table(rows)
     print(text)

@@ -59,6 +59,7 @@ def without_timing_fields(ledger: dict[str, Any]) -> dict[str, Any]:
     """A ledger minus its wall-clock fields (what may differ between identical searches)."""
     out = copy.deepcopy(ledger)
     out.pop("wall_seconds", None)
+    out.pop("screen_seconds", None)
     for entry in out["candidates"]:
         entry.pop("eval_seconds", None)
     return out

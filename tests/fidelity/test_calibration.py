@@ -18,6 +18,7 @@ from servesim.fidelity.calibrate import calibrate, measured_kv_tokens
 from servesim.engine.pass_time import MixedPassTiming
 from servesim.fidelity.calibration import Calibration, calibrated, load_calibration
 from servesim.measured import Measured
+from simulated_runs import measured_from
 from servesim.fidelity.validate import simulated_latencies
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "llmservingsim-vllm-validation"
@@ -135,20 +136,10 @@ def test_front_end_latency_precedence(tmp_path):
     assert lower(parse_config(_config({**base, "calibration": str(path), "frontend_ms": 1.0}))).traffic.frontend_ms == 1.0
 
 
-def _measured_from(config: dict) -> Measured:
-    """A 'real run': servesim's own per-request timeline of `config`, as measurements."""
-    report = simulate(config, capture_per_request=True)
-    rows = [r for r in report.per_request if r["terminal_status"] == "completed"]
-    send = np.array([r["arrival_time_ms"] for r in rows]) / 1000
-    return Measured("synthetic", "test", send, send + np.array([r["ttft_ms"] for r in rows]) / 1000,
-                    send + np.array([r["e2e_latency_ms"] for r in rows]) / 1000,
-                    np.array([r["input_length"] for r in rows]), np.array([r["output_length"] for r in rows]))
-
-
 def test_calibrate_recovers_known_scales(tmp_path):
     truth = tmp_path / "truth.yaml"
     truth.write_text(Calibration(prefill_scale=1.4, decode_scale=0.75).to_yaml())
-    measured = _measured_from(_config({"type": "roofline", "mixed_pass": "fused", "calibration": str(truth)}))
+    measured = measured_from(_config({"type": "roofline", "mixed_pass": "fused", "calibration": str(truth)}))
     result = calibrate(parse_config(_config()), measured)
     fitted = result.calibration
     assert fitted.decode_scale == pytest.approx(0.75, rel=0.03)
@@ -198,7 +189,7 @@ def _write_measurements(path: Path, measured: Measured) -> Path:
 def test_calibrate_command_writes_a_file_predict_reads(tmp_path, capsys):
     truth = tmp_path / "truth.yaml"
     truth.write_text(Calibration(decode_scale=1.3).to_yaml())
-    measured = _measured_from(_config({"type": "roofline", "mixed_pass": "fused", "calibration": str(truth)},
+    measured = measured_from(_config({"type": "roofline", "mixed_pass": "fused", "calibration": str(truth)},
                                       requests=20))
     data = _write_measurements(tmp_path / "requests.jsonl", measured)
     config = tmp_path / "deployment.yaml"
@@ -235,7 +226,7 @@ def test_calibrate_command_bad_inputs(tmp_path, capsys):
 def test_fit_mask_restricts_the_fit(tmp_path):
     truth = tmp_path / "truth.yaml"
     truth.write_text(Calibration(decode_scale=1.2).to_yaml())
-    measured = _measured_from(_config({"type": "roofline", "mixed_pass": "fused", "calibration": str(truth)}))
+    measured = measured_from(_config({"type": "roofline", "mixed_pass": "fused", "calibration": str(truth)}))
     first = np.arange(len(measured)) < len(measured) // 2
     result = calibrate(parse_config(_config()), measured, fit=first)
     assert result.calibration.decode_scale == pytest.approx(1.2, rel=0.05)

@@ -15,7 +15,7 @@ from servesim.fidelity.calibrate import calibrate
 from servesim.fidelity.calibration import Calibration
 from servesim.fidelity.dpsync import DEFAULT_MS, dp_synced
 from servesim.fidelity.validate import simulated_latencies
-from servesim.measured import Measured
+from simulated_runs import measured_from
 
 MOE = "Qwen/Qwen3-30B-A3B"
 DENSE = "Qwen/Qwen3-8B"
@@ -106,15 +106,6 @@ def test_fused_dp_runs_slower_with_the_default():
     assert b["mean_tpot_ms"] > a["mean_tpot_ms"] + 0.5 * DEFAULT_MS
 
 
-def _measured_from(config: dict) -> Measured:
-    report = simulate(config, capture_per_request=True)
-    rows = [r for r in report.per_request if r["terminal_status"] == "completed"]
-    send = np.array([r["arrival_time_ms"] for r in rows]) / 1000
-    return Measured("synthetic", "test", send, send + np.array([r["ttft_ms"] for r in rows]) / 1000,
-                    send + np.array([r["e2e_latency_ms"] for r in rows]) / 1000,
-                    np.array([r["input_length"] for r in rows]), np.array([r["output_length"] for r in rows]))
-
-
 def test_the_sync_stays_outside_a_calibration(tmp_path):
     path = tmp_path / "cal.yaml"
     path.write_text(Calibration(prefill_scale=0.8, decode_scale=1.5).to_yaml())
@@ -137,7 +128,7 @@ def test_calibrate_fits_a_dp_deployment_with_the_sync(tmp_path):
         out["traffic"]["load"] = {"type": "poisson", "requests_per_second": 16.0, "seed": 3}
         return out
 
-    measured = _measured_from(config({**fused, "calibration": str(truth)}))
+    measured = measured_from(config({**fused, "calibration": str(truth)}))
     result = calibrate(parse_config(config(fused)), measured)
     assert result.calibration.decode_scale > 1.1  # towards the truth's slower decode
     assert max(abs(e) for e in result.after.values()) < 1.5 < 10 < abs(result.before["tpot"])
@@ -150,7 +141,7 @@ def test_calibrate_fits_a_dp_deployment_with_the_sync(tmp_path):
 def test_calibrate_knows_the_sync_of_the_mode_it_replays(tmp_path):
     from servesim.fidelity.calibrate import _Replay
 
-    measured = _measured_from(_config({"type": "roofline", "mixed_pass": "fused"}, requests=6))
+    measured = measured_from(_config({"type": "roofline", "mixed_pass": "fused"}, requests=6))
     # no mixed_pass given: calibrate replays in fused mode, so the fused default applies
     assert _Replay(parse_config(_config({"type": "roofline"}, requests=6)), measured, False, tmp_path,
                    None).sync_ms == DEFAULT_MS

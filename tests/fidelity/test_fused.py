@@ -189,3 +189,20 @@ def test_async_scheduling_makes_a_request_reaching_a_busy_worker_wait_one_more_p
     assert plain[1]["first_admit_ms"] == 20.0  # the next pass, after the 20 ms prefill + decode pass
     assert lagged[1]["first_admit_ms"] == 30.0  # the pass after next (the next one only decodes)
     assert lagged[1]["ttft_ms"] > plain[1]["ttft_ms"]
+
+
+def test_fused_vllm_roofline_uses_the_gpus_measured_decode_attention():
+    """On a GPU whose vLLM decode attention was measured (RTX 4090), fused mode's roofline decode
+    step at a full KV cache is dearer than sum mode's; sum mode is the plain roofline; SGLang's
+    fused workers keep the plain roofline's decode."""
+    from servesim.build import lower
+
+    def decode(timing: dict, backend: str = "vllm") -> float:
+        pool = lower(parse_config(_config(timing, hardware="rtx_4090", backend=backend))).pools[0]
+        return pool.timing.decode(37, 40_500, 1_095, 41_408)
+
+    plain = RooflineTiming(resolve_model(LLAMA), resolve_gpu("rtx_4090", None)).decode(37, 40_500, 1_095, 41_408)
+    assert decode({"type": "roofline"}) == plain
+    fused = decode({"type": "roofline", "mixed_pass": "fused"})
+    assert fused > plain + 0.8  # ~32 layers x (29 µs + the slower KV reads)
+    assert decode({"type": "roofline", "mixed_pass": "fused"}, backend="sglang") == plain

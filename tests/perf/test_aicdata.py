@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -22,8 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from servesim.perf import aicdata
+from conftest import canonical
+from servesim.api import simulate
+from servesim.config.load import load_config
 from servesim.errors import ConfigError
+from servesim.perf import aicdata
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 PREFIX = aicdata.PREFIX
 FILES = {
@@ -190,6 +196,22 @@ def test_fetch_from_a_local_wheel_unpacks_everything(tmp_path: Path, cache: Path
         aicdata.fetch(["gpu_c"], source=str(tmp_path / "pkg.whl"), release=release)
 
 
+def test_a_partial_gpu_folder_is_replaced_by_the_whole_part(tmp_path: Path, cache: Path, serve) -> None:
+    """A GPU folder holding only the shipped slice counts as missing: the whole part replaces it."""
+    release = build_wheel(tmp_path / "pkg.whl")
+    server = serve((tmp_path / "pkg.whl").read_bytes())
+    release = aicdata.Release(release.label, server.url, release.systems_digest)
+    root = aicdata.ensure([], release=release)
+    slice_ = root / "data" / "gpu_a" / "gemm" / "vllm" / "1.0"
+    slice_.mkdir(parents=True)
+    (slice_ / "gemm_perf.parquet").write_bytes(FILES["data/gpu_a/gemm/vllm/1.0/gemm_perf.parquet"])
+    (root / "data" / "gpu_a" / aicdata.PARTIAL).touch()
+    assert aicdata.missing_parts(root, ["gpu_a"]) == ["data/gpu_a"]
+    aicdata.ensure(["gpu_a"], release=release)
+    assert tree_files(root) == {k: v for k, v in FILES.items() if not k.startswith("data/gpu_b/")}
+    assert aicdata.missing_parts(root, ["gpu_a"]) == [] and not list((root / "data").glob(".staging-*"))
+
+
 CONCURRENT = """
 import sys
 from servesim.perf import aicdata
@@ -233,10 +255,55 @@ def test_data_fetch_command(reference_systems: Path, tmp_path: Path) -> None:
     assert missing.returncode == 1 and "none.whl" in missing.stderr and "FileNotFoundError" in missing.stderr
 
 
+# -- the slice that ships inside servesim -----------------------------------------------------------
+
+def test_the_shipped_slice_is_the_reference_data(reference_systems: Path) -> None:
+    """Every file of the seed is byte for byte the verified release's (the partial marker aside),
+    and the slice holds the data of each (GPU, backend, version) it claims."""
+    with tarfile.open(aicdata.SEED) as archive:
+        files = {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    markers = {name for name in files if name.endswith("/" + aicdata.PARTIAL)}
+    assert markers == {f"data/{gpu}/{aicdata.PARTIAL}" for gpu, _, _ in aicdata.SEED_SLICES}
+    assert {name: data for name, data in files.items() if name not in markers} == {
+        name: (reference_systems / name).read_bytes() for name in files if name not in markers}
+    top = {str(p.relative_to(reference_systems)) for p in reference_systems.rglob("*")
+           if p.is_file() and p.relative_to(reference_systems).parts[0] != "data"}
+    assert top <= set(files)
+    for gpu, backend, version in aicdata.SEED_SLICES:
+        assert f"data/{gpu}/gemm/{backend}/{version}/gemm_perf.parquet" in files
+
+
+@pytest.mark.parametrize(("gpus", "backend", "version", "covered"), [
+    (["h200_sxm"], "vllm", None, True), (["h200_sxm"], "vllm", "0.19.0", True),
+    (["h200_sxm"], "vllm", "0.18.0", False), (["h200_sxm"], "sglang", None, False),
+    (["h100_sxm"], "vllm", None, False), ([], None, None, True), (["h200_sxm"], None, None, False)])
+def test_which_runs_the_shipped_slice_covers(gpus, backend, version, covered) -> None:
+    assert aicdata.seed_covers(gpus, backend, version) is covered
+
+
+def test_the_quick_start_runs_offline_from_the_shipped_slice(tmp_path: Path, reference_systems: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an empty cache and no network, the quick start's deployment (vLLM at the reference's
+    default version on H200) is timed from the shipped slice — to the same report as from the
+    whole database."""
+    config = load_config(EXAMPLES / "quickstart.yaml", ["traffic.stop.requests=40"])
+    monkeypatch.delenv("SERVESIM_AIC_SYSTEMS_PATH", raising=False)
+    whole = canonical(simulate(config).to_dict())
+    monkeypatch.setenv("SERVESIM_CACHE_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("SERVESIM_AIC_DATA_URL", "http://127.0.0.1:9/unreachable.whl")
+    assert canonical(simulate(config).to_dict()) == whole
+    root = aicdata.systems_root()
+    assert sorted(p.name for p in (root / "data").iterdir()) == ["h200_sxm"]
+    assert (root / "data" / "h200_sxm" / aicdata.PARTIAL).exists()
+    other_gpu = load_config(EXAMPLES / "quickstart.yaml", ["engine.hardware=h100_sxm", "traffic.stop.requests=4"])
+    with pytest.raises(aicdata.DataUnavailable, match="not in servesim's cache"):
+        simulate(other_gpu)
+
+
 def test_predict_offline_with_an_empty_cache_exits_1(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(json.dumps({
-        "engine": {"model": "Qwen/Qwen3-8B", "hardware": "h200_sxm", "workers": {"aggregated": {}}},
+        "engine": {"model": "Qwen/Qwen3-8B", "hardware": "h100_sxm", "workers": {"aggregated": {}}},
         "traffic": {"source": {"type": "synthetic"}, "load": {"type": "concurrency", "concurrency": 1},
                     "stop": {"requests": 2}}}))
     env = dict(os.environ, SERVESIM_CACHE_DIR=str(tmp_path / "empty"), SERVESIM_AIC_DATA_URL="http://127.0.0.1:9/x.whl")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -125,3 +126,33 @@ def test_measured_gpu_efficiencies_replace_the_generic_ones(tmp_path, monkeypatc
     monkeypatch.setenv("SERVESIM_GPU_SPECS", str(specs))
     with pytest.raises(RunError, match=r"gpus.yaml: GPU 'bad_gpu': efficiency must map gemm, attention, memory"):
         resolve_gpu("my_gpu", SYSTEMS)
+
+
+def test_measured_decode_attention_is_a_separate_opt_in(tmp_path, monkeypatch) -> None:
+    """The RTX 4090's measured vLLM decode attention (latency + KV reads) changes nothing until
+    asked for (fused mode asks); then a call costs its latency once the layer's KV fills the L2,
+    in proportion below."""
+    gpu = resolve_gpu("rtx_4090", SYSTEMS)
+    assert gpu.decode_attention == {"latency_us": 29, "efficiency": 0.93, "l2_mib": 72}
+    assert resolve_gpu("rtx_pro_6000_server", SYSTEMS).decode_attention["l2_mib"] == 128  # peaks from the system file
+    plain = roofline(gpu="rtx_4090")
+    assert plain.params.decode_attention_latency_us == 0 and plain.params.decode_attention_efficiency is None
+    measured = plain.with_measured_decode_attention()
+    assert measured is plain.with_measured_decode_attention()  # built once
+    assert roofline().with_measured_decode_attention().params == roofline().params  # no data: unchanged
+    kv_bytes = 2 * 8 * 128 * 2  # Llama-3.1-8B, one layer
+    for tokens in (512, 8_000, 40_000):
+        assert measured.decode(32, tokens, tokens // 32, 0) > plain.decode(32, tokens, tokens // 32, 0)
+    # the latency term alone: full from the L2 size up, in proportion below
+    l2 = 72 * 2**20
+    latency = roofline(gpu="rtx_4090", params=replace(plain.params, decode_attention_latency_us=30, l2_bytes=l2))
+    for tokens, share in ((l2 // kv_bytes // 4, 0.25), (l2 // kv_bytes * 3, 1.0)):
+        extra = latency._decode_attention(8, tokens) - plain._decode_attention(8, tokens)
+        assert extra == pytest.approx(30e-6 * share, rel=0.01)  # (the query and output add a little traffic)
+    # a user's GPU file may carry it; a bad entry is named
+    specs = tmp_path / "gpus.yaml"
+    specs.write_text("bad_gpu: {memory_gib: 24, memory_bandwidth_gb_s: 900, bf16_tflops: 100, "
+                     "decode_attention: {latency_us: 20, efficiency: 1.3, l2_mib: 64}}\n")
+    monkeypatch.setenv("SERVESIM_GPU_SPECS", str(specs))
+    with pytest.raises(RunError, match=r"GPU 'bad_gpu': decode_attention must map each of latency_us, efficiency, l2_mib"):
+        resolve_gpu("rtx_4090", SYSTEMS)

@@ -64,7 +64,7 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
     from servesim.perf import aic  # keeps fixed/polynomial runs free of the import
 
     systems, how = systems_dir(engine.aic_systems_path)
-    ready_systems_dir(systems, how, engine.hardware)
+    ready_systems_dir(systems, how, engine.hardware, engine.backend, engine.backend_version)
     par = worker.parallelism
     try:
         gpu = aic_system(engine.hardware, systems)
@@ -136,7 +136,7 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
                        "or set capacity: {type: fixed, blocks: N}") from None
     systems, how = systems_dir(engine.aic_systems_path)
     if model.family is None:  # the database's own memory model: it needs the GPU's data
-        ready_systems_dir(systems, how, engine.hardware)
+        ready_systems_dir(systems, how, engine.hardware, engine.backend, engine.backend_version)
     gpu = gpu_for(engine, worker)
     aic_model = version = None
     if model.family is None and gpu.has_aic_data:

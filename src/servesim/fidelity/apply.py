@@ -64,7 +64,7 @@ def timing_with_fidelity(model: TimingModel, engine: EngineConfig, worker: Worke
     if _fused(worker):
         from servesim.fidelity.mixed import fused
 
-        model = fused(model, _mixed_attention_factor(engine, worker))
+        model = fused(model, _mixed_attention_factor(engine, worker), vllm=engine.backend == "vllm")
     calibration = _calibration(worker.timing)
     if calibration is not None:
         from servesim.fidelity.calibration import calibrated

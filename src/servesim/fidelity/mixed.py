@@ -127,11 +127,12 @@ class FusedRoofline:
         return clamp_fused(1000.0 * seconds, p, d, self._factor)
 
 
-def fused(model: TimingModel, attention_factor: float = 1.0) -> MixedPassTiming:
+def fused(model: TimingModel, attention_factor: float = 1.0, vllm: bool = False) -> MixedPassTiming:
     """`model` (AIConfigurator or roofline timing) with fused mixed passes whose decode attention
-    costs `attention_factor` times a decode-only pass's."""
+    costs `attention_factor` times a decode-only pass's. With `vllm` a roofline times decode
+    attention as vLLM's kernel measured on the GPU, where it was (`GpuSpec.decode_attention`)."""
     from servesim.perf.roofline import RooflineTiming
 
     if isinstance(model, RooflineTiming):
-        return FusedRoofline(model, attention_factor)
+        return FusedRoofline(model.with_measured_decode_attention() if vllm else model, attention_factor)
     return FusedAic(model, attention_factor)

@@ -14,6 +14,14 @@ peaks (servesim's GPU constants) they give the three efficiencies of the rooflin
 `servesim.perf.gpus.yaml` carries the results for the profiled GPUs (``efficiency:``), which the
 roofline uses instead of its generic 0.7 / 0.5 / 0.8; `servesim validate --components` prints
 both, and a test keeps them equal.
+
+The same profiles time vLLM's decode attention (the paged FlashAttention-2 kernel) alone, for
+1–256 sequences of 16–16,384 tokens. Once a layer's KV outgrows the GPU's L2 — as it does in
+every real forward pass, where each layer's weights and KV stream through the cache in turn —
+a call costs ``latency + bytes / (efficiency × bandwidth)``: `decode_attention_fit` fits the
+two by least squares in relative error over those points (``decode_attention:`` in the table,
+used by fused mode's roofline; docs/timing.md). Below the L2 size the profiles' repeated calls
+find the KV cached and are no guide.
 """
 
 from __future__ import annotations
@@ -67,6 +75,39 @@ def measured_efficiencies(perf: Path, gpu: str, systems: Path | None = None) -> 
             "memory": statistics.median(memory)}
 
 
+def decode_attention_points(perf: Path, gpu: str, l2_bytes: float) -> list[tuple[float, float]]:
+    """(KV bytes, seconds) of the profiled decode-only attention calls of `gpu` whose layer KV
+    exceeds `l2_bytes`."""
+    from servesim.perf.models import resolve_model
+
+    m = resolve_model(MODEL[0])
+    token_bytes = 2 * m.num_kv_heads * m.head_dim * 2  # one layer, K and V, 16-bit
+    points = []
+    for r in _rows(folder(perf, gpu) / "attention.csv"):
+        n, kv = int(r["n_decode"]), int(r["kv_decode"])
+        if int(r["prefill_chunk"]) == 0 and int(r["kv_prefill"]) == 0 and n > 0 and n * kv * token_bytes > l2_bytes:
+            points.append((float(n * kv * token_bytes), float(r["time_us"]) * 1e-6))
+    return points
+
+
+def decode_attention_fit(perf: Path, gpu: str, systems: Path | None = None) -> dict[str, float]:
+    """`latency_us` and `efficiency` of ``seconds = launch + latency + bytes / (efficiency ×
+    bandwidth)`` over the GPU's profiled decode attention beyond its L2 (the table's ``l2_mib``),
+    least squares in relative error; the roofline's launch (3 µs) is its own term."""
+    import numpy as np
+
+    from servesim.perf.hardware import MIB, resolve_gpu
+    from servesim.perf.roofline import RooflineParams
+
+    spec = resolve_gpu(gpu, systems)
+    points = decode_attention_points(perf, gpu, spec.decode_attention["l2_mib"] * MIB)
+    nbytes = np.array([b for b, _ in points])
+    seconds = np.array([t for _, t in points]) - RooflineParams().launch_us * 1e-6
+    design = np.column_stack([np.ones_like(nbytes), nbytes / spec.mem_bw]) / seconds[:, None]
+    (latency, inverse), *_ = np.linalg.lstsq(design, np.ones_like(seconds), rcond=None)
+    return {"latency_us": float(latency) * 1e6, "efficiency": 1.0 / float(inverse)}
+
+
 _PER_LAYER = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act_fn", "rotary_emb", "layernorm", "layernorm")
 _ONCE = ("final_layernorm", "embedding")
 
@@ -89,20 +130,36 @@ def profiled_prefill_ms(perf: Path, gpu: str, chunk: int) -> float:
 
 def check(perf: Path, systems: str | None = None) -> list[tuple[str, dict[str, float], dict[str, float]]]:
     """(GPU, measured, servesim's table) for every profiled GPU whose profiles are under `perf`
-    (`systems`: the AIConfigurator systems directory, None for the default one)."""
+    (`systems`: the AIConfigurator systems directory, None for the default one): the three
+    efficiencies, then the decode attention's latency_us and efficiency as ``decode_latency_us``
+    and ``decode_efficiency``."""
     from servesim.perf.hardware import resolve_gpu, systems_dir
 
     path = systems_dir(systems)[0]
-    return [(gpu, measured_efficiencies(perf, gpu, path), resolve_gpu(gpu, path).efficiency)
-            for gpu in PROFILED if folder(perf, gpu).is_dir()]
+    rows = []
+    for gpu in PROFILED:
+        if not folder(perf, gpu).is_dir():
+            continue
+        spec = resolve_gpu(gpu, path)
+        fit = decode_attention_fit(perf, gpu, path)
+        measured = {**measured_efficiencies(perf, gpu, path),
+                    "decode_latency_us": fit["latency_us"], "decode_efficiency": fit["efficiency"]}
+        table = {**spec.efficiency, "decode_latency_us": spec.decode_attention["latency_us"],
+                 "decode_efficiency": spec.decode_attention["efficiency"]}
+        rows.append((gpu, measured, table))
+    return rows
 
 
 def render(rows: list[tuple[str, dict[str, float], dict[str, float]]]) -> str:
     """A Markdown table: measured efficiencies and the ones servesim's GPU table carries."""
     lines = ["Roofline efficiencies from vLLM's per-layer profiles (measured / servesim's GPU table; "
-             "generic defaults 0.7 / 0.5 / 0.8):", "",
-             "| GPU | GEMM | attention | memory |", "|---|---:|---:|---:|"]
+             "generic defaults 0.7 / 0.5 / 0.8), and vLLM's decode attention beyond the L2 "
+             "(latency per layer call, KV-read efficiency; fused mode):", "",
+             "| GPU | GEMM | attention | memory | decode attention latency (µs) | decode attention KV-read efficiency |",
+             "|---|---:|---:|---:|---:|---:|"]
     for gpu, measured, table in rows:
         cells = [f"{measured[k]:.3f} / {table.get(k, float('nan')):.2f}" for k in ("gemm", "attention", "memory")]
+        cells.append(f"{measured['decode_latency_us']:.1f} / {table['decode_latency_us']:.0f}")
+        cells.append(f"{measured['decode_efficiency']:.3f} / {table['decode_efficiency']:.2f}")
         lines.append(f"| {gpu} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -10,7 +10,9 @@ column with the requests between ``scheduled_ts`` and ``last_token_ts``.
 
 The model's step for the same state is the role's ``decode`` with ⌈running / DP⌉ sequences per
 rank at the running requests' mean context (prompt + tokens produced so far, linear between the
-first and the last token) — what a balanced DP worker's pass costs in the simulation.
+first and the last token) — what a balanced DP worker's pass costs in the simulation — in `sum`
+mode and in `fused` mode (which adds the DP step synchronisation, and on a roofline GPU vLLM's
+measured decode attention).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class StepBand:
     seconds: int
     measured_ms: float
     model_ms: float
+    """`sum` mode's step."""
+    fused_ms: float
+    """`fused` mode's step."""
 
 
 def drain_seconds(folder: Path, waiting: bool = False) -> list[tuple[float, float, float]]:
@@ -87,11 +92,13 @@ def drain_seconds(folder: Path, waiting: bool = False) -> list[tuple[float, floa
 
 def compare(run: openruns.OpenRun, data: Path, systems: str | None = None, waiting: bool = False) -> list[StepBand]:
     """The run's drain seconds (with `waiting`: its seconds with requests waiting) by band,
-    measured and modelled (`timing: default`, sum mode)."""
+    measured and modelled (`timing: default`, sum and fused mode)."""
     from servesim.build import lower
     from servesim.config import parse_config
 
-    pool = lower(parse_config(openruns.config(run, data, {"type": "default"}, systems))).pools[0]
+    pools = [lower(parse_config(openruns.config(run, data, {"type": "default", "mixed_pass": mode}, systems))).pools[0]
+             for mode in ("sum", "fused")]
+    pool = pools[0]
     total_kv = pool.rank_config.num_blocks * pool.rank_config.block_size
     seconds = drain_seconds(run.files(data)[1].parent, waiting)
     bands = []
@@ -99,13 +106,14 @@ def compare(run: openruns.OpenRun, data: Path, systems: str | None = None, waiti
         picked = [s for s in seconds if lo <= s[0] < hi]
         if not picked:
             continue
-        model = []
+        model: list[list[float]] = [[], []]
         for running, _, ctx in picked:
             batch = math.ceil(running / pool.dp_size)
             context = round(ctx)
-            model.append(pool.timing.decode(batch, batch * context, context, total_kv))
+            for times, mode_pool in zip(model, pools, strict=True):
+                times.append(mode_pool.timing.decode(batch, batch * context, context, total_kv))
         bands.append(StepBand(run.name, waiting, lo, hi, len(picked), float(np.mean([s[1] for s in picked])),
-                              float(np.mean(model))))
+                              float(np.mean(model[0])), float(np.mean(model[1]))))
     return bands
 
 
@@ -113,8 +121,10 @@ def render(bands: list[StepBand]) -> str:
     """A Markdown table of the bands."""
     lines = ["Pure-decode step time in the runs' drain, and in the seconds in which requests waited "
              "(running = requests over all DP ranks):", "",
-             "| run | requests waiting | running | seconds | measured (ms) | model (ms) | measured − model (ms) |",
-             "|---|---|---|---:|---:|---:|---:|"]
+             "| run | requests waiting | running | seconds | measured (ms) | model, sum (ms) | measured − sum (ms) "
+             "| model, fused (ms) | measured − fused (ms) |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {b.run} | {'yes' if b.waiting else 'no (drain)'} | {b.lo}–{b.hi - 1} | {b.seconds} | "
-              f"{b.measured_ms:.1f} | {b.model_ms:.1f} | {b.measured_ms - b.model_ms:+.1f} |" for b in bands]
+              f"{b.measured_ms:.1f} | {b.model_ms:.1f} | {b.measured_ms - b.model_ms:+.1f} | "
+              f"{b.fused_ms:.1f} | {b.measured_ms - b.fused_ms:+.1f} |" for b in bands]
     return "\n".join(lines) + "\n"

@@ -42,13 +42,13 @@ from typing import Any
 
 import yaml
 
+from servesim.perf.aicdata import DEFAULT_BACKEND_VERSIONS
 from servesim.perf.models import find_model_files, ModelNotFound
 from servesim.perf.timing import quantize_ms
 from servesim.errors import ConfigError, RunError
 
 log = logging.getLogger("servesim")
 
-DEFAULT_BACKEND_VERSIONS = {"vllm": "0.19.0", "sglang": "0.5.10", "trtllm": "1.3.0rc10"}
 _BACKEND_DIRS = frozenset({"vllm", "sglang", "trtllm", "nccl", "oneccl"})  # legacy-layout folders
 _SLOT_ALIASES = ("current", "previous", "next")
 

@@ -18,6 +18,11 @@ them), so it is servesim's default database. servesim neither installs nor impor
 A server that ignores range requests gets the wheel downloaded whole, once, and every part
 unpacked. ``servesim data fetch`` fills the cache ahead of time (``--from`` a wheel file on a
 machine without network).
+
+One slice of the tree ships inside servesim (`SEED`, ~2 MB): the top-level files and the data
+a vLLM run at the reference's default version on H200 reads (the quick start's). A run that
+slice covers needs no network; its GPU folder is marked partial (`PARTIAL`) and is replaced by
+the whole part as soon as a run needs more of that GPU.
 """
 
 from __future__ import annotations
@@ -50,6 +55,13 @@ TIMEOUT_S = 60
 _TAIL = 1 << 20  # the first request: the archive's last MiB (its directory and RECORD)
 _MIN_READ = 1 << 18
 _MERGE_GAP = 1 << 20
+DEFAULT_BACKEND_VERSIONS = {"vllm": "0.19.0", "sglang": "0.5.10", "trtllm": "1.3.0rc10"}
+"""The reference's backend versions when a config omits ``engine.backend_version``."""
+SEED = Path(__file__).with_name("aic_seed.tar.xz")
+SEED_SLICES = frozenset({("h200_sxm", "vllm", "0.19.0")})
+"""(GPU, backend, version) whose data `SEED` carries (with the GPU's NCCL tables)."""
+PARTIAL = ".servesim-partial"
+"""Marks a GPU folder that holds only the seed's slice of the GPU's data."""
 
 
 @dataclass(frozen=True)
@@ -93,24 +105,66 @@ def _gpu_part(gpu: str) -> str | None:
     return None if not gpu or "/" in gpu or "\\" in gpu or gpu.startswith(".") else f"data/{gpu}"
 
 
+def complete(root: Path, part: str) -> bool:
+    """Whether `part` is unpacked whole under `root` (not just the seed's slice of it)."""
+    return (root / part).is_dir() and not (root / part / PARTIAL).exists()
+
+
 def missing_parts(root: Path, gpus: Iterable[str]) -> list[str]:
     """The parts still to unpack for `gpus`: the top-level files, then the data of each GPU the
-    tree knows (a ``<gpu>.yaml``) but has no ``data/<gpu>`` folder for."""
+    tree knows (a ``<gpu>.yaml``) but has no whole ``data/<gpu>`` folder for."""
     have_top = root.is_dir()
     parts = [] if have_top else [TOP]
     for gpu in gpus:
         part = _gpu_part(gpu)
-        if part and part not in parts and not (root / part).is_dir():
+        if part and part not in parts and not complete(root, part):
             if not have_top or (root / f"{gpu}.yaml").is_file():
                 parts.append(part)
     return parts
 
 
-def ensure(gpus: Iterable[str] = (), *, release: Release = REFERENCE) -> Path:
+def seed_covers(gpus: Iterable[str], backend: str | None, version: str | None) -> bool:
+    """Whether the shipped slice holds all a run of `backend` at `version` (None: the reference's
+    default) on `gpus` reads."""
+    if backend is None:
+        return not list(gpus)
+    version = version or DEFAULT_BACKEND_VERSIONS.get(backend)
+    return all((gpu, backend, version) in SEED_SLICES for gpu in gpus)
+
+
+def _unpack_seed(root: Path) -> None:
+    """Unpack the shipped slice where `root` lacks it (the caller holds the lock)."""
+    import tarfile
+
+    gpus = sorted({gpu for gpu, _, _ in SEED_SLICES})
+    if root.is_dir() and all((root / "data" / gpu).is_dir() for gpu in gpus):
+        return
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root.parent))
+    try:
+        with tarfile.open(SEED) as archive:
+            archive.extractall(staging, filter="data")
+        if not root.is_dir():
+            _place(staging, root)
+            return
+        for gpu in gpus:
+            if not (root / "data" / gpu).is_dir():
+                _place(staging / "data" / gpu, root / "data" / gpu)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def ensure(gpus: Iterable[str] = (), *, backend: str | None = None, version: str | None = None,
+           release: Release = REFERENCE) -> Path:
     """The release's systems tree with its top-level files and the data of `gpus` (names the
-    tree does not know are ignored), fetched first when missing — with a note on stderr."""
+    tree does not know are ignored) for a run of `backend` at `version` — unpacked from the
+    shipped slice when it covers them, else fetched when missing, with a note on stderr."""
     gpus = list(gpus)
     root = systems_root(release)
+    if release is REFERENCE and SEED.is_file() and (not root.is_dir() or seed_covers(gpus, backend, version)):
+        with _locked(root.parent):
+            _unpack_seed(root)
+        if seed_covers(gpus, backend, version):
+            return root
     if missing_parts(root, gpus):
         with _locked(root.parent):
             parts = missing_parts(root, gpus)
@@ -147,7 +201,7 @@ def install(wheel: _Wheel, root: Path, parts: list[str], *, note: bool = False) 
     parts unpacked."""
     known = wheel.all_parts()
     parts = ([TOP] if not root.is_dir() else []) + [
-        p for p in dict.fromkeys(parts) if p != TOP and p in known and not (root / p).is_dir()]
+        p for p in dict.fromkeys(parts) if p != TOP and p in known and not complete(root, p)]
     if note and parts:
         size = sum(wheel.part_size(p) for p in parts)
         host = re.sub(r"^\w+://([^/]+)/.*$", r"\1", wheel.origin)
@@ -170,7 +224,12 @@ def install(wheel: _Wheel, root: Path, parts: list[str], *, note: bool = False) 
 
 
 def _place(staged: Path, dest: Path) -> None:
-    """Rename a staged folder into place; one placed by a concurrent run first is kept."""
+    """Rename a staged folder into place (over the seed's slice of it); one placed whole by a
+    concurrent run first is kept."""
+    if (dest / PARTIAL).exists():
+        slice_ = dest.with_name(f".staging-partial-{dest.name}")
+        os.rename(dest, slice_)
+        shutil.rmtree(slice_, ignore_errors=True)
     try:
         os.rename(staged, dest)
     except OSError:

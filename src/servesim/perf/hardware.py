@@ -33,6 +33,7 @@ MIB = 1 << 20
 DEFAULT_OTHER_MEM = 3758096384  # 3.5 GiB, as in every NVIDIA system file of the database
 DEFAULT_NCCL_MEM = {1: 0, 2: 358612992, 4: 411041792, 8: 411041792}
 EFFICIENCY_KEYS = ("gemm", "attention", "memory")
+DECODE_ATTENTION_KEYS = ("latency_us", "efficiency", "l2_mib")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class GpuSpec:
     efficiency: dict[str, float] = field(default_factory=dict)
     """Measured roofline efficiencies of this GPU (`EFFICIENCY_KEYS`), where known; the roofline
     uses them in place of its generic defaults."""
+    decode_attention: dict[str, float] = field(default_factory=dict)
+    """vLLM's decode attention as measured on this GPU (`DECODE_ATTENTION_KEYS`: a per-layer
+    latency, the KV-read efficiency, the L2 size), where known; fused mode's roofline uses it."""
 
     def nccl_mem_for(self, tp: int) -> int:
         """NCCL buffer reserve for a tensor-parallel size (clamped to 8, as the database does)."""
@@ -80,13 +84,15 @@ def systems_dir(configured: str | None = None) -> tuple[Path, str]:
     return aicdata.systems_root(), REFERENCE_DATABASE
 
 
-def ready_systems_dir(path: Path, how: str, gpu: str | None = None) -> None:
+def ready_systems_dir(path: Path, how: str, gpu: str | None = None, backend: str | None = None,
+                      version: str | None = None) -> None:
     """Make the systems directory usable: a configured one must exist; servesim's copy of the
-    reference's database gets its top-level files and the data of `gpu` fetched if missing."""
+    reference's database gets its top-level files and the data of `gpu` (for a run of `backend`
+    at `version`, which the shipped slice may cover) unpacked or fetched if missing."""
     if how == REFERENCE_DATABASE:
         from servesim.perf import aicdata
 
-        aicdata.ensure([gpu] if gpu else [])
+        aicdata.ensure([gpu] if gpu else [], backend=backend, version=version)
     elif not (path / "data").is_dir():
         raise RunError(f"{how}: {str(path)!r} is not an AIConfigurator systems directory "
                        "(it has no data/ folder)")
@@ -147,6 +153,7 @@ def spec_from_table(name: str, entry: dict[str, Any], source: str) -> GpuSpec:
             other_mem=int(round(float(entry.get("other_mem_gib", DEFAULT_OTHER_MEM / GIB)) * GIB)),
             nccl_mem={int(k): int(float(v) * MIB) for k, v in nccl.items()} if nccl else dict(DEFAULT_NCCL_MEM),
             efficiency=_efficiency(name, entry.get("efficiency"), source),
+            decode_attention=_decode_attention(name, entry.get("decode_attention"), source),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RunError(f"{source}: GPU {name!r} needs memory_gib, memory_bandwidth_gb_s and "
@@ -161,6 +168,20 @@ def _efficiency(name: str, entry: Any, source: str) -> dict[str, float]:
             isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 for v in entry.values()):
         raise RunError(f"{source}: GPU {name!r}: efficiency must map {', '.join(EFFICIENCY_KEYS)} to "
                        f"fractions in (0, 1] (got {entry!r})")
+    return {str(k): float(v) for k, v in entry.items()}
+
+
+def _decode_attention(name: str, entry: Any, source: str) -> dict[str, float]:
+    """An entry's measured decode attention: all of `DECODE_ATTENTION_KEYS` as positive numbers,
+    the efficiency at most 1."""
+    if entry is None:
+        return {}
+    if not isinstance(entry, dict) or set(entry) != set(DECODE_ATTENTION_KEYS) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in entry.values()) \
+            or entry["efficiency"] > 1:
+        raise RunError(f"{source}: GPU {name!r}: decode_attention must map each of "
+                       f"{', '.join(DECODE_ATTENTION_KEYS)} to a positive number, the efficiency at most 1 "
+                       f"(got {entry!r})")
     return {str(k): float(v) for k, v in entry.items()}
 
 
@@ -193,8 +214,10 @@ def resolve_gpu(name: str, systems: Path | None) -> GpuSpec:
         return table[name]
     spec = aic_system(name, systems)
     if spec is not None:
-        measured = table[name].efficiency if name in table else {}
-        return replace(spec, efficiency=measured) if measured else spec
+        if name in table:
+            own = table[name]
+            return replace(spec, efficiency=own.efficiency, decode_attention=own.decode_attention)
+        return spec
     if name in table:
         return table[name]
     known = sorted(set(table) | {p.stem for p in systems.glob("*.yaml")} if systems else set(table))

@@ -24,9 +24,9 @@ nanoseconds. Accuracy against the database: docs/timing.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from servesim.perf.hardware import GpuSpec
+from servesim.perf.hardware import MIB, GpuSpec
 from servesim.perf.models import ModelSpec
 from servesim.perf.timing import quantize_ms
 
@@ -43,6 +43,12 @@ class RooflineParams:
     gemm_floor_us: float = 0.0
     pass_overhead_ms: float = 0.0
     collective_latency_us: float = 10.0
+    decode_attention_latency_us: float = 0.0
+    """Per-layer latency of a decode attention call beyond its KV reads, reached once the
+    layer's KV outgrows `l2_bytes` (before that in proportion to it)."""
+    decode_attention_efficiency: float | None = None
+    """Fraction of the bandwidth decode attention reads KV at (None: `memory_efficiency`)."""
+    l2_bytes: float = 0.0
 
     @classmethod
     def for_gpu(cls, gpu: GpuSpec, **given: float) -> RooflineParams:
@@ -78,6 +84,9 @@ class RooflineTiming:
         self._q = m.num_heads // tp * hd
         self._kv = m.kv_heads_per_rank(tp) * hd
         self._kv_token_bytes = 2 * self._kv * m.kv_cache_bytes  # one layer, K and V
+        kv_efficiency = p.decode_attention_efficiency
+        self._kv_bw = self._bw if kv_efficiency is None else gpu.mem_bw * kv_efficiency
+        self._kv_latency = p.decode_attention_latency_us * 1e-6
         self._inter = m.intermediate_size // tp
         self._moe_inter = m.moe_intermediate_size // max(moe_tp, 1)
         self._local_experts = m.num_experts // max(moe_ep, 1) if m.is_moe else 0
@@ -85,6 +94,7 @@ class RooflineTiming:
         self._h = h
         self._prefill_memo: dict[tuple[int, int, int], float] = {}
         self._decode_memo: dict[tuple[int, int], float] = {}
+        self._measured: RooflineTiming | None = None
 
     # -- operations (seconds) -------------------------------------------------------------------
 
@@ -152,11 +162,30 @@ class RooflineTiming:
         return self._layers * per_layer + self._per_pass(tokens, batch)
 
     def _decode_attention(self, batch: int, active_kv_tokens: int) -> float:
-        """One layer's decode attention: memory-bound reads of the batch's KV."""
+        """One layer's decode attention: memory-bound reads of the batch's KV (plus the measured
+        kernel latency, when the parameters carry one)."""
         heads_dim = self._q
         flops = 4.0 * heads_dim * active_kv_tokens
         traffic = active_kv_tokens * self._kv_token_bytes + 2.0 * batch * heads_dim * 2.0
-        return max(flops / self._attn_peak, traffic / self._bw) + self._launch
+        seconds = max(flops / self._attn_peak, traffic / self._kv_bw) + self._launch
+        if self._kv_latency:
+            l2 = self.params.l2_bytes
+            seconds += self._kv_latency * (min(1.0, traffic / l2) if l2 > 0 else 1.0)
+        return seconds
+
+    def with_measured_decode_attention(self) -> RooflineTiming:
+        """This timing with vLLM's decode attention as measured on the GPU
+        (`GpuSpec.decode_attention`; `timing.mixed_pass: fused`), or itself when not measured."""
+        measured = self.gpu.decode_attention
+        if not measured:
+            return self
+        if self._measured is not None:
+            return self._measured
+        params = replace(self.params, decode_attention_latency_us=measured["latency_us"],
+                         decode_attention_efficiency=measured["efficiency"], l2_bytes=measured["l2_mib"] * MIB)
+        self._measured = RooflineTiming(self.model, self.gpu, tp=self.tp, pp=self.pp, attention_dp=self.attention_dp,
+                                        moe_tp=self.moe_tp, moe_ep=self.moe_ep, params=params)
+        return self._measured
 
     def decode_seconds(self, batch: int, active_kv_tokens: int) -> float:
         per_layer = self._layer_dense_part(batch) + self._decode_attention(batch, active_kv_tokens)

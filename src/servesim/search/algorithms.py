@@ -20,10 +20,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from servesim.search.score import Objective
+from servesim.search.screen import SCREEN_LIMIT
 from servesim.search.space import Branch, Candidate, Dim, Shape
 
 BAYESIAN_ROUND = 4
 """Candidates a model-guided round proposes at once (after the random start-up round)."""
+REPEATS_BEFORE_FILL = 4
+"""Proposals in a row of already-tried candidates after which the model-guided search takes the
+next untried one of the screened ranking (or of the grid) instead."""
 CHUNK = 32
 """Candidates per round of grid and random search (they do not learn: only the ledger's flush
 granularity)."""
@@ -86,12 +90,13 @@ class RandomStrategy:
 class BayesianStrategy:
     """Optuna TPE over one branch: backend, each role's shape and every knob are parameters."""
 
-    def __init__(self, branch: Branch, budget: int, seed: int, objective: Objective) -> None:
+    def __init__(self, branch: Branch, budget: int, seed: int, objective: Objective,
+                 ranked: list[Candidate] | None = None) -> None:
         optuna = import_optuna()
         self.branch = branch
         self.exhausted = False
         self._optuna = optuna
-        self._startup = min(10, max(4, budget // 4))
+        self._startup = _opening_size(budget, ranked)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # multivariate/group/constant_liar are "experimental"
             sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=self._startup, multivariate=True,
@@ -102,12 +107,18 @@ class BayesianStrategy:
         self._pending: dict[Candidate, list[Any]] = {}
         self._labels = {role: _shape_labels(branch, role) for role in branch.roles}
         self._rng = random.Random(seed)
-        for params in self._spread(self._startup, self._rng):
+        opening = (self._spread(self._startup, self._rng) if ranked is None
+                   else [self._params_of(c) for c in _opening(ranked, self._startup)])
+        for params in opening:
             self._study.enqueue_trial(params)
         self._polish_from = budget - budget // 4
         self._asked = 0
         self._seen: set[Candidate] = set()
         self._best: tuple[float, dict[str, Any]] | None = None
+        enumerable = branch.finite and branch.grid_size() <= SCREEN_LIMIT
+        self._fill = iter(ranked if ranked is not None else branch.grid() if enumerable else ())
+        self._fill_covers_space = enumerable
+        self._repeats = 0
 
     def round_size(self, first: bool) -> int:
         return self._startup if first else BAYESIAN_ROUND
@@ -131,8 +142,16 @@ class BayesianStrategy:
                     plan.append(self._params(key[1], groups[key].pop(), rng))
         return plan
 
-    def _params(self, backend: str, shapes: tuple[Shape, ...], rng: random.Random) -> dict[str, Any]:
-        """Optuna parameters that decode to this backend and deployment (knobs drawn at random)."""
+    def _params_of(self, cand: Candidate) -> dict[str, Any]:
+        """Optuna parameters that decode to `cand`."""
+        knobs = dict(cand.knobs)
+        params = self._params(cand.backend, tuple(shape for _, shape in cand.shapes), None)
+        params.update({d.name: knobs[d.name] for d in self.branch.dims})
+        return params
+
+    def _params(self, backend: str, shapes: tuple[Shape, ...], rng: random.Random | None) -> dict[str, Any]:
+        """Optuna parameters that decode to this backend and deployment (knobs drawn at random,
+        none without `rng`)."""
         params: dict[str, Any] = {"engine.backend": backend}
         for role, shape in zip(self.branch.roles, shapes, strict=True):
             pool, base = self.branch.pools[role], f"engine.workers.{role}.parallelism"
@@ -147,8 +166,8 @@ class BayesianStrategy:
                 params[f"{base}.replicas"] = shape.replicas
                 if len(splits) > 1:
                     params[f"{base}.split_of_{g}"] = str(splits.index(_split(shape)))
-        for dim in self.branch.dims:
-            params[dim.name] = dim.sample(rng)
+        if rng is not None:
+            params.update({dim.name: dim.sample(rng) for dim in self.branch.dims})
         return params
 
     def ask(self, n: int) -> list[Candidate]:
@@ -156,15 +175,29 @@ class BayesianStrategy:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for _ in range(n):
-                if self._asked >= self._polish_from:
+                if self._repeats >= REPEATS_BEFORE_FILL and not self._enqueue_untried():
+                    self.exhausted = self._fill_covers_space
+                    if self.exhausted:
+                        break
+                elif self._asked >= self._polish_from:
                     self._enqueue_neighbour()
                 trial = self._study.ask()
                 cand = self._decode(trial)
+                self._repeats = self._repeats + 1 if cand in self._seen else 0
                 self._pending.setdefault(cand, []).append(trial)
                 self._seen.add(cand)
                 self._asked += 1
                 out.append(cand)
         return out
+
+    def _enqueue_untried(self) -> bool:
+        """After repeated proposals, the next untried candidate of the ranking (or of the grid)
+        is enqueued; False when there is none."""
+        for cand in self._fill:
+            if cand not in self._seen:
+                self._study.enqueue_trial(self._params_of(cand))
+                return True
+        return False
 
     def _enqueue_neighbour(self) -> None:
         """The last quarter of the budget polishes the best candidate so far: an untried
@@ -225,6 +258,30 @@ class BayesianStrategy:
             f"{base}.split_of_{g}", [str(i) for i in range(len(splits))]))]
         replicas = trial.suggest_int(f"{base}.replicas", 1, max(s.replicas for s in shapes))
         return Shape(replicas, *split)
+
+
+def _opening_size(budget: int, ranked: list[Candidate] | None) -> int:
+    """Candidates of the first round: a quarter of the budget (4 to 10) drawn spread out, or,
+    screened, half of it (2 to 16) taken from the top of the ranking."""
+    if ranked is None:
+        return min(10, max(4, budget // 4))
+    return max(1, min(len(ranked), 16, max(2, budget // 2)))
+
+
+def _opening(ranked: list[Candidate], n: int) -> list[Candidate]:
+    """The first `n` of the ranking, one per deployment (backend and shapes) while there are
+    enough deployments, then the next best."""
+    chosen: list[Candidate] = []
+    deployments: set[tuple[Any, ...]] = set()
+    for cand in ranked:
+        key = (cand.backend, cand.shapes)
+        if key not in deployments:
+            deployments.add(key)
+            chosen.append(cand)
+            if len(chosen) == n:
+                return chosen
+    taken = set(chosen)
+    return chosen + [c for c in ranked if c not in taken][:n - len(chosen)]
 
 
 def _neighbours(params: dict[str, Any], distributions: dict[str, Any]) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servesim.config import parse_config, runtime_rejections
+from servesim.config import SimConfig, parse_config, runtime_rejections
 from servesim.errors import ConfigError, RunError
 from servesim.search import facts
 from servesim.search.schema import Choices, Range, RecommendConfig, WorkerDomains
@@ -41,6 +41,8 @@ class Prepared:
     config: dict[str, Any] | None
     status: str
     reason: str | None = None
+    parsed: SimConfig | None = None
+    """`config` as the predict schema parsed it (for the analytic estimate)."""
 
 
 class Materializer:
@@ -54,6 +56,7 @@ class Materializer:
         self.context_length = (cfg.engine.context_length if cfg.engine.context_length != "max"
                                else facts.context_length(self.model))
         self.systems_path = self._absolute(cfg.engine.aic_systems_path, base_dir)
+        self.base_dir = base_dir
         self.traffic = self._traffic_template(base_dir)
         self._versions: dict[str, str | None] = {}
 
@@ -111,12 +114,19 @@ class Materializer:
             "scheduler": scheduler,
             "kv_cache": {"block_size": knob("kv_cache.block_size", DEFAULT_BLOCK_SIZE[backend]),
                          "prefix_caching": given.kv_cache.prefix_caching, "capacity": capacity},
-            "timing": copy.deepcopy(given.timing) if given.timing is not None else {"type": "default"},
+            "timing": self._timing(given.timing),
             "startup_seconds": given.startup_seconds,
         }
         if given.speculative is not None:
             worker["speculative"] = copy.deepcopy(given.speculative)
         return worker
+
+    def _timing(self, given: dict[str, Any] | None) -> dict[str, Any]:
+        """A role's timing section as given (a calibration file's path made absolute)."""
+        timing = copy.deepcopy(given) if given is not None else {"type": "default"}
+        if isinstance(timing.get("calibration"), str):
+            timing["calibration"] = self._absolute(timing["calibration"], self.base_dir)
+        return timing
 
     def shape_can_serve(self, backend: str, role: str, shape: Shape) -> bool:
         """Whether a split divides the model and, with the role's most generous settings (fewest
@@ -212,16 +222,18 @@ class Materializer:
                 return Prepared(cand, None, "kv_too_small",
                                 f"{role}: a rank's KV pool ({tokens[role]} tokens) cannot hold one "
                                 f"{self.context_length}-token sequence (context_length)")
+        resolved = False
         if kv_fraction:
             concurrency = self._kv_fraction_concurrency(cand, tokens)
             if isinstance(concurrency, str):
                 return Prepared(cand, None, "kv_too_small", concurrency)
-            mapping = self.config(cand, load_value=concurrency)
+            mapping, resolved = self.config(cand, load_value=concurrency), True
         if cand.mode == "disaggregated" and isinstance(mapping["engine"].get("kv_transfer"), dict) \
                 and mapping["engine"]["kv_transfer"].get("bytes_per_token", "auto") == "auto":
             mapping["engine"]["kv_transfer"]["bytes_per_token"] = max(
                 facts.kv_bytes_per_token(parsed, role) for role in ("prefill", "decode"))
-        return Prepared(cand, mapping, "ok")
+            resolved = True
+        return Prepared(cand, mapping, "ok", parsed=parse_config(mapping) if resolved else parsed)
 
     def _budget_problem(self, cand: Candidate) -> str | None:
         constraints = self.cfg.optimization.constraints

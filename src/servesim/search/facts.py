@@ -8,12 +8,20 @@ same questions for many candidates.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import logging
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
+
+import yaml
 
 from servesim.config import SimConfig
 from servesim.config.schema import Role
+from servesim.engine.pass_time import TimingModel
 from servesim.errors import RunError
 
 log = logging.getLogger("servesim")
@@ -44,7 +52,31 @@ def latest_backend_version(hardware: str, backend: str, systems_path: str | None
     from aiconfigurator_core.sdk.perf_database import get_latest_database_version
 
     logging.getLogger("aiconfigurator_core").setLevel(logging.WARNING)
-    return get_latest_database_version(hardware, backend, systems_paths=str(systems))
+    with _one_gpu_view(systems, hardware) as view:
+        return get_latest_database_version(hardware, backend, systems_paths=str(view))
+
+
+@contextlib.contextmanager
+def _one_gpu_view(systems: Path, hardware: str) -> Iterator[Path]:
+    """The systems tree as AIConfigurator's version discovery sees it for one GPU: a folder
+    linking only that GPU's spec and data (its answer for the GPU depends on nothing else, and
+    scanning every GPU's data took 1-2 s). A tree with version slots (`query_versions.yaml`,
+    which derive a fleet-wide `next`) is used whole."""
+    spec = systems / f"{hardware}.yaml"
+    try:
+        data_dir = (yaml.safe_load(spec.read_text()) or {}).get("data_dir", "")
+    except (OSError, yaml.YAMLError):
+        data_dir = None
+    if (systems / "query_versions.yaml").exists() or not isinstance(data_dir, str) or not data_dir:
+        yield systems
+        return
+    with tempfile.TemporaryDirectory(prefix="servesim-systems-") as tmp:
+        view = Path(tmp)
+        (view / spec.name).symlink_to(spec)
+        target = view / data_dir
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(systems / data_dir, target_is_directory=True)
+        yield view
 
 
 @functools.lru_cache(maxsize=None)
@@ -103,6 +135,26 @@ def _kv_tokens(key: Any, config: SimConfig, role: Role) -> int:
         _KV_MEMO[key] = found
     if isinstance(found, RunError):
         raise found
+    return found
+
+
+_TIMINGS: dict[str, TimingModel] = {}
+
+
+def timing_model(config: SimConfig, role: str) -> TimingModel:
+    """The pass-time model a replay of `config` gives `role` (one per distinct worker split,
+    block size and timing section; replica counts and scheduler knobs share it)."""
+    from servesim.build.perf import timing_model as build
+
+    engine = config.engine
+    worker = engine.roles[cast(Role, role)]
+    key = json.dumps([engine.model, engine.hardware, engine.backend, engine.backend_version, engine.aic_systems_path,
+                      role, worker.parallelism.model_dump(exclude={"replicas"}),
+                      worker.kv_cache.block_size_for(engine.backend), worker.timing.model_dump(mode="json"),
+                      worker.speculative.model_dump() if worker.speculative is not None else None])
+    found = _TIMINGS.get(key)
+    if found is None:
+        found = _TIMINGS[key] = build(engine, worker, role)
     return found
 
 

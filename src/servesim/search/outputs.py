@@ -56,6 +56,7 @@ def ledger(result: SearchResult) -> dict[str, Any]:
         "seed": cfg.optimizer.seed,
         "interrupted": result.interrupted,
         "wall_seconds": round(result.wall_seconds, 3),
+        "screen_seconds": round(result.screen_seconds, 3),
         "statuses": dict(sorted(statuses.items())),
         "notes": result.notes,
         "candidates": result.entries,
@@ -82,7 +83,8 @@ def ledger_csv(entries: list[dict[str, Any]], front: bool = False) -> str:
     knobs = sorted({k for e in entries for k in e["knobs"]})
     derived = ["avg_gpus", "throughput_per_gpu", "throughput_per_user", "goodput_per_gpu",
                "cost_per_million_output_tokens"]
-    head = ["trial", "rank", "status", "reason", "score", "used_gpus", "pareto", "config_path", "eval_seconds"]
+    head = ["trial", "rank", "status", "reason", "score", "estimated_score", "used_gpus", "pareto", "config_path",
+            "eval_seconds"]
     if front:
         entries = sorted(entries, key=lambda e: e["metrics"]["throughput_per_user"])
     buffer = io.StringIO()

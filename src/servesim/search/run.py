@@ -13,6 +13,7 @@ passes what it did not use to the next.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -27,6 +28,7 @@ from servesim.search.algorithms import BayesianStrategy, GridStrategy, RandomStr
 from servesim.search.candidate import Materializer, Prepared
 from servesim.search.executors import LocalExecutor, Outcome, RayExecutor
 from servesim.search.schema import RecommendConfig
+from servesim.search.screen import Screen
 from servesim.search.score import Objective, metrics, pareto_front, rank_key
 from servesim.search.space import Branch, Candidate, build_branches, ladder_shapes
 
@@ -43,6 +45,8 @@ class SearchResult:
     """Trial number -> the concrete predict config of every replayed candidate."""
     interrupted: bool = False
     wall_seconds: float = 0.0
+    screen_seconds: float = 0.0
+    """Spent estimating candidates before any replay (`screen.py`)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -87,6 +91,8 @@ class Search:
         self._prepared: dict[Candidate, Prepared] = {}
         self._by_candidate: dict[Candidate, dict[str, Any]] = {}
         self._by_config: dict[str, dict[str, Any]] = {}
+        self.screen = Screen(self.objective, self.prepare)
+        self._estimates: dict[Candidate, float] = {}
         self.result = SearchResult(cfg, cfg.optimizer.algorithm, [], {})
 
     # -- static checks --------------------------------------------------------------------
@@ -164,10 +170,26 @@ class Search:
         for index, branch in enumerate(self.branches):
             budget = base + (1 if index < extra else 0)
             seed = opt.seed + (0 if branch.mode == "aggregated" else 1)
-            strategy = (BayesianStrategy(branch, max(budget, 1), seed, self.objective) if algorithm == "bayesian"
-                        else RandomStrategy(branch, seed))
+            strategy: Any = RandomStrategy(branch, seed)
+            if algorithm == "bayesian":
+                ranked = self._screened(branch, seed) if opt.screen else None
+                strategy = BayesianStrategy(branch, max(budget, 1), seed, self.objective, ranked)
             runs.append(_BranchRun(branch, strategy, budget))
+        if self.screen.count:
+            self.result.notes.append(f"screened {self.screen.count} candidates by their analytic estimate "
+                                     "before any replay (no trial spent)")
+        if self.screen.unestimated:
+            self.result.notes.append(f"{self.screen.unestimated} runnable candidates had no analytic estimate: "
+                                     "kept, ranked after the estimated ones")
+        self.result.screen_seconds = self.screen.seconds
         return runs
+
+    def _screened(self, branch: Branch, seed: int) -> list[Candidate]:
+        """The branch's candidates best estimate first (`screen.py`); their estimates are kept
+        for the ledger."""
+        ranked = self.screen.rank(branch, seed)
+        self._estimates.update({s.candidate: s.score for s in ranked if math.isfinite(s.score)})
+        return [s.candidate for s in ranked]
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -235,6 +257,7 @@ class Search:
             "feasible": False, "reason": prepared.reason, "knobs": cand.flat_knobs(), "used_gpus": cand.used_gpus,
             "metrics": None, "objectives": None, "score": None, "meets_target": None, "pareto": False,
             "rank": None, "config_path": None, "eval_seconds": None, "warnings": [],
+            "estimated_score": self._estimates.get(cand),
         }
         if prepared.config is not None:
             key = json.dumps(prepared.config, sort_keys=True)

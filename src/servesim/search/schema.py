@@ -302,6 +302,9 @@ class Optimizer(_Model):
     parallelism: PositiveInt = 16
     candidate_timeout_seconds: PositiveNumber = 600.0
     seed: NonNegativeInt = 42
+    screen: bool = True
+    """servesim: rank the candidates by an analytic estimate before any replay and start the
+    model-guided search from the best (no trial spent); false = a spread-out random start."""
 
 
 class RecommendConfig(_Model):

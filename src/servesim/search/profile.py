@@ -1,0 +1,142 @@
+"""The workload of a recommend config reduced to what an analytic estimate needs.
+
+Mean prompt, cached-prefix and output lengths, the request count, and how requests arrive: an
+open-loop rate (requests per ms; infinite for a burst) or a closed loop of N clients. The trace
+or synthetic source is read once per search; each candidate only changes the load (its
+`traffic.load` knob), which `Profile.arrivals` applies.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from servesim.config import SimConfig
+from servesim.config.schema import ConcurrencyLoad, ConstantRateLoad, PoissonLoad, TraceTimestampsLoad
+from servesim.traffic.agentic import AgenticGraph
+from servesim.traffic.workload import Workload
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """Open loop at `rate_per_ms` requests per ms (inf: all at once) over `span_ms` from the
+    first arrival to the last, or a closed loop of `concurrency` clients."""
+
+    rate_per_ms: float = 0.0
+    concurrency: int = 0
+    span_ms: float = 0.0
+    scv: float = 1.0
+    """Squared coefficient of variation of the gaps between arrivals (Poisson 1, a fixed rate 0)."""
+
+    @property
+    def closed(self) -> bool:
+        return self.concurrency > 0
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Means over the workload's requests and the shape of its arrivals."""
+
+    requests: int
+    isl: float
+    """Mean prompt tokens (the whole context of a later turn)."""
+    prefix: float
+    """Mean prompt tokens another request (or the session's previous turn) may have cached."""
+    osl: float
+    sessions: int
+    turns_per_session: float
+    span_ms: float
+    """First arrival of the last session minus that of the first, at speedup 1 (traces)."""
+    chains: int = 0
+    """An agentic graph's plays (each a chain of dependent requests): a closed loop of as many
+    clients, whatever the load; 0 for session workloads."""
+
+    def arrivals(self, config: SimConfig) -> Arrivals:
+        """How this candidate's load releases the requests."""
+        if self.chains:
+            return Arrivals(concurrency=self.chains)
+        traffic = config.traffic
+        load = traffic.load if traffic is not None else None
+        if isinstance(load, ConcurrencyLoad):
+            return Arrivals(concurrency=max(1, min(load.concurrency, self.sessions)))
+        if isinstance(load, PoissonLoad) and load.rate:
+            span = _poisson_span(self.sessions, load.rate, load.seed)
+        elif isinstance(load, ConstantRateLoad) and load.rate:
+            span = (self.sessions - 1) * 1000.0 / load.rate
+            if self.turns_per_session == 1:
+                return Arrivals(rate_per_ms=load.rate / 1000.0, span_ms=span, scv=0.0)
+        else:
+            span = self.span_ms / (load.speedup if isinstance(load, TraceTimestampsLoad) else 1.0)
+        if span <= 0 or self.sessions < 2:
+            return Arrivals(rate_per_ms=float("inf"))
+        return Arrivals(rate_per_ms=(self.sessions - 1) * self.turns_per_session / span, span_ms=span)
+
+
+@functools.lru_cache(maxsize=256)
+def _poisson_span(sessions: int, rate: float, seed: int) -> float:
+    """The last first-arrival of the seeded Poisson schedule (what the run will draw)."""
+    from servesim.traffic.synthetic import poisson_schedule
+
+    return functools.reduce(lambda _previous, arrival: arrival, poisson_schedule(sessions, rate, seed), 0.0)
+
+
+def profile(config: SimConfig) -> Profile:
+    """The workload of `config` (the source read with the config's own rules)."""
+    from servesim.build.traffic import traffic_spec
+
+    assert config.traffic is not None
+    engine = config.engine
+    role = next(iter(engine.roles))
+    spec = traffic_spec(config.traffic, aggregated=engine.mode == "aggregated")
+    workload = spec.workload(engine.block_size(role))
+    if isinstance(workload, AgenticGraph):
+        return _graph_profile(workload)
+    return _session_profile(workload)
+
+
+def _session_profile(workload: Workload) -> Profile:
+    """Sessions in arrival order; a prompt's cacheable prefix is its leading blocks some earlier
+    prompt already held (an unbounded cache) plus, for a later turn of an accumulating session,
+    the whole previous context."""
+    isl = prefix = osl = 0.0
+    count = 0
+    seen: set[int] = set()
+    order = sorted(workload.sessions, key=lambda s: s.first_arrival_ms or 0.0)
+    for session in order:
+        context = 0
+        for index, turn in enumerate(session.turns):
+            prompt = context + turn.input_length if workload.accumulate else turn.input_length
+            shared = min(_seen_prefix(turn.block_values, seen) * turn.block_size, turn.input_length)
+            cached = context + shared if workload.accumulate and index else shared
+            isl += prompt
+            prefix += max(0, min(cached, prompt - 1))
+            osl += turn.max_output_tokens
+            context = prompt + turn.max_output_tokens
+            count += 1
+    present = [s.first_arrival_ms for s in workload.sessions if s.first_arrival_ms is not None]
+    span = max(present) - min(present) if len(present) > 1 else 0.0
+    n = max(1, count)
+    return Profile(count, isl / n, prefix / n, max(1.0, osl / n), len(workload.sessions),
+                   count / max(1, len(workload.sessions)), span)
+
+
+def _seen_prefix(values: Sequence[int], seen: set[int]) -> int:
+    """Leading values already in `seen` (then every value is added to it)."""
+    leading = 0
+    for value in values:
+        if value not in seen:
+            break
+        leading += 1
+    seen.update(values)
+    return leading
+
+
+def _graph_profile(graph: AgenticGraph) -> Profile:
+    """An agentic graph: its plays run side by side, each a chain of requests (a closed loop of
+    one client per play); cached prefixes are not estimated (none)."""
+    nodes = graph.nodes
+    n = max(1, len(nodes))
+    plays = max(1, len(graph.play_sizes()))
+    return Profile(len(nodes), sum(node.input_length for node in nodes) / n, 0.0,
+                   max(1.0, sum(node.output_length for node in nodes) / n), plays, n / plays, 0.0, chains=plays)
