@@ -138,7 +138,7 @@ class IsolatedReplay(Generic[IW, O]):
         if Ending.CAPPED not in endings and Ending.STUCK in endings:
             raise dead_end_error(self.handler.in_flight(), any(w.holds_requests() for w in workers))
         instants += [np.frombuffer(w.pass_ends, float) if len(w.pass_ends) else np.empty(0) for w in workers]
-        self._integrate(np.unique(np.concatenate(instants)), cap)
+        self._integrate(_sorted_distinct(np.concatenate(instants)), cap)
         return self.now
 
     def _run_worker(self, lane: _Lane[IW, O], bound: float, cap: float) -> Ending | None:
@@ -201,3 +201,15 @@ class IsolatedReplay(Generic[IW, O]):
             terms = (steps * len(pool.workers)) / 1000
             pool.worker_seconds = float(np.add.accumulate(terms)[-1])
         self.now = float(instants[-1])
+
+
+def _sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)` for values without NaN, without `np.unique`'s import of `numpy.ma`
+    (~9 ms of every run's start-up)."""
+    values = np.sort(values)
+    if len(values) < 2:
+        return values
+    keep = np.empty(len(values), dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
