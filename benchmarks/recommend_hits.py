@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from recommend import hypervolume  # benchmarks/recommend.py, beside this script
+
 HERE = Path(__file__).resolve().parent
 CACHE = Path.home() / ".cache" / "servesim" / "recommend-hits"
 
@@ -102,16 +104,6 @@ def full_space(case: Path) -> dict[str, dict[str, Any]]:
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cache))
     return cache
-
-
-def hypervolume(points: list[tuple[float, float]]) -> float:
-    """Area dominated by `points` (both maximised) above the origin."""
-    area, best_y = 0.0, 0.0
-    for x, y in sorted(points, reverse=True):
-        if y > best_y:
-            area += x * (y - best_y)
-            best_y = y
-    return area
 
 
 def quality(result: Any) -> float:
