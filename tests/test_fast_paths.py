@@ -65,7 +65,7 @@ SHARED_CLOCK = {"closed-loop-engine-limits", "kv-router"}
 """Configurations the per-worker replay must not take (closed loop; a stateful router)."""
 
 
-def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bool) -> str:
+def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bool, capture: bool = True) -> str:
     if isinstance(config, tuple):  # a case's config with a router section added
         path, router = config
         parsed = parse_config({**yaml.safe_load(path.read_text()), "router": router}, base_dir=path.parent)
@@ -73,9 +73,9 @@ def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bo
         parsed = load_config(config)
     else:
         parsed = parse_config(config)
-    result = simulate(parsed, capture_per_request=True, fast=fast)
-    return json.dumps({"summary": without_host_fields(result.to_dict()), "extensions": result.extensions},
-                      sort_keys=True)
+    result = simulate(parsed, capture_per_request=capture, fast=fast)
+    return json.dumps({"summary": without_host_fields(result.to_dict()), "extensions": result.extensions,
+                       "first_rejection": result.first_rejection}, sort_keys=True)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -104,3 +104,22 @@ def test_routing_ahead_in_small_windows_changes_nothing(name: str, window: int,
     fast = report(CONFIGS[name], fast=True)
     assert windows, "the per-worker replay ran"
     assert fast == report(CONFIGS[name], fast=False)
+
+
+FOLDED = {
+    **CONFIGS,
+    "sla-goodput": CASES / "replay" / "02-polynomial-poisson-sla" / "config.yaml",
+    "client-timeouts": synthetic({"parallelism": {"replicas": 2}, "timing": FIXED, "kv_cache": SMALL_KV},
+                                 rps=400, client_timeout_seconds=1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(FOLDED))
+def test_folding_requests_as_they_end_changes_nothing(name: str) -> None:
+    """Without per-request capture the collector hands each request to the report's tally as it
+    ends and drops its record; the summary and extensions are those of the kept records."""
+    folded = report(FOLDED[name], fast=True, capture=False)
+    assert '"completed_requests": 0,' not in folded
+    kept = json.loads(report(FOLDED[name], fast=True))
+    assert kept["summary"].pop("per_request")
+    assert folded == json.dumps(kept, sort_keys=True)

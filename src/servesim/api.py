@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesim.build import LoweredRun, lower
 from servesim.cluster import AggregatedCluster, Cluster
-from servesim.collect.collector import Collector, Status
+from servesim.collect.collector import Collector
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.errors import ConfigError
 from servesim.report.latency import LatencySamples, from_records
@@ -31,9 +31,9 @@ from servesim.report.summary import (
     PoolUsage,
     Sla,
     request_accounting,
-    request_timelines,
     summarize,
 )
+from servesim.report.tally import RequestTally
 from servesim.report.trajectories import trajectory_fields, unreleased_requests
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
@@ -188,7 +188,9 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     started = time.perf_counter()
     source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
     driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
-    collector = Collector()
+    tally = RequestTally()
+    keep_records = capture_per_request or timeseries or run.disaggregated or isinstance(driver, AgenticDriver)
+    collector = Collector(fold=None if keep_records else tally.add)
     if scaling is None and run.planner is not None:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
 
@@ -217,23 +219,26 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     if meter is not None:
         meter.close()
     wall_ms = (time.perf_counter() - started) * 1000
-    return _report(run, cluster, collector, loop.now, wall_ms, capture_per_request, sampling)
+    return _report(run, cluster, collector, tally, loop.now, wall_ms, capture_per_request, sampling)
 
 
-def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: float, wall_ms: float,
-            capture_per_request: bool, sampling: StateSampling | None) -> Report:
+def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: RequestTally, end_ms: float,
+            wall_ms: float, capture_per_request: bool, sampling: StateSampling | None) -> Report:
     """The summary, the per-worker breakdown, the planner section, the per-request records and,
-    with `sampling`, the time series and latency arrays."""
+    with `sampling`, the time series and latency arrays. `tally` holds the requests the
+    collector folded as they ended; the rest are folded in now."""
+    for record in collector.unfolded():
+        tally.add(record)
     usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
              for p in cluster.serving}
-    timelines = request_timelines([r for r in collector.records if r.counted]) if sampling else None
-    summary: dict[str, Any] = summarize(collector.records, usage, wall_ms, run.sla, timelines)
-    summary.update(request_accounting(collector.records, cluster.driver.total_requests))
+    timelines = tally.timelines()
+    summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla, timelines)
+    summary.update(request_accounting(tally, cluster.driver.total_requests))
     if run.traffic.client_timeout_ms is not None:
-        summary["timed_out_requests"] = sum(1 for r in collector.records if r.status == Status.TIMED_OUT)
+        summary["timed_out_requests"] = tally.timed_out
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
-    extensions: dict[str, Any] = {"workers": worker_breakdown(collector.records, workers, end_ms)}
+    extensions: dict[str, Any] = {"workers": worker_breakdown(tally, workers, end_ms)}
     driver = cluster.driver
     if isinstance(driver, AgenticDriver):
         graph = driver.graph
@@ -242,9 +247,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, end_ms: flo
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
-    rejected = (r for r in collector.records if r.reason is not None)
     report = Report(summary, per_request, extensions, sla=run.sla,
-                    first_rejection=next((r.reason for r in rejected), None))
+                    first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
     if sampling is not None:
         report.timeseries = sampling.finish(cluster, end_ms)
         report.latency = from_records(collector.records, timelines)

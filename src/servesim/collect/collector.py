@@ -3,12 +3,14 @@
 The collector records raw facts only; `servesim.report` derives every metric from them. Token
 timestamps are not copied per token: a record keeps the indices of the worker passes that gave
 it a token (flat ``[first, end)`` ranges) and a reference to that worker's append-only array of
-pass end times.
+pass end times. Records are kept to the end, unless a fold takes each one as it ends (a report
+that needs no per-request output), so memory follows what is in flight.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -90,22 +92,37 @@ class RequestRecord:
 
 
 class Collector:
-    """Append-only store of request records, indexed by request id."""
+    """Store of request records, indexed by request id.
 
-    def __init__(self) -> None:
+    With `fold`, each request is handed to it as it reaches a terminal state and no record of
+    it is kept: `records` then stays empty and only the requests in flight are held.
+    """
+
+    def __init__(self, fold: Callable[[RequestRecord], None] | None = None) -> None:
         self.records: list[RequestRecord] = []
+        self.num_arrived = 0
         self.num_terminal = 0
+        self._fold = fold
+        self._in_flight: dict[int, RequestRecord] = {}
+
+    def unfolded(self) -> Iterable[RequestRecord]:
+        """The records not handed to `fold`: all of them, or those still in flight."""
+        return self._in_flight.values() if self._fold is not None else self.records
 
     def on_arrival(self, session_id: str, turn_index: int, arrival_ms: float, input_length: int,
                    requested_output: int, request_id: str | None = None,
                    play_id: str | None = None, node: int = -1) -> RequestRecord:
-        record = RequestRecord(len(self.records), session_id, turn_index, arrival_ms,
+        record = RequestRecord(self.num_arrived, session_id, turn_index, arrival_ms,
                                input_length, requested_output)
+        self.num_arrived += 1
         if request_id is not None:
             record.request_id = request_id
             record.play_id = play_id
             record.node = node
-        self.records.append(record)
+        if self._fold is not None:
+            self._in_flight[record.rid] = record
+        else:
+            self.records.append(record)
         return record
 
     @staticmethod
@@ -125,3 +142,6 @@ class Collector:
         record.output_length = output_length
         record.token_spans = token_spans
         record.pass_ends = pass_ends
+        if self._fold is not None:
+            del self._in_flight[record.rid]
+            self._fold(record)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from servesim.collect.collector import RequestRecord, Status
-from servesim.report.summary import request_timelines
+from servesim.report.tally import RequestTally, Timelines
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 """The distributions a report draws, in order."""
@@ -52,11 +52,10 @@ class LatencySamples:
         return getattr(self, metric), None
 
 
-def from_records(records: Sequence[RequestRecord], timelines: Any = None) -> LatencySamples:
+def from_records(records: Sequence[RequestRecord], timelines: Timelines | None = None) -> LatencySamples:
     """The samples of a finished simulation, read off the collector's records (`timelines`:
-    `request_timelines` of the counted records, when the caller already has them)."""
-    counted = [r for r in records if r.counted]
-    tl = timelines if timelines is not None else request_timelines(counted)
+    those of their tally, when the caller already has them)."""
+    tl = timelines if timelines is not None else RequestTally.of(records).timelines()
     one, two = tl.count >= 1, tl.count >= 2
     return LatencySamples(
         ttft_ms=np.maximum(tl.first[one] - tl.arrival[one], 0.0),
@@ -65,7 +64,7 @@ def from_records(records: Sequence[RequestRecord], timelines: Any = None) -> Lat
         itl_ms=tl.gaps,
         itl_weights=tl.gap_counts,
         arrival_ms=np.fromiter((r.arrival_ms for r in records), float, len(records)),
-        completion_ms=np.fromiter((r.terminal_ms for r in counted), float, len(counted)),
+        completion_ms=tl.terminal,
     )
 
 

@@ -1,0 +1,195 @@
+"""Every request folded into what the summary and the per-worker breakdown read of it.
+
+A `RequestTally` keeps no Python object per request: counters, per-worker sums and, for each
+counted request, one entry in compact columns (arrival, terminal time, lengths, prefix reuse,
+token count, first/second/last token time) plus the pass indices of its token runs. Requests may
+be added in any order (as they end, so the collector can drop their records); `timelines` puts
+the columns back in request order, so every statistic is the one the records would give.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from servesim.collect.collector import RequestRecord, Status
+
+
+@dataclass(slots=True)
+class Timelines:
+    """Per counted request, in request order: arrival, terminal time, input/output length, prefix
+    reuse (first admission, best admission), token count, first/second/last token time; plus
+    every token gap of every request, as distinct gap values and how many gaps have each."""
+
+    arrival: np.ndarray
+    terminal: np.ndarray
+    input_length: np.ndarray
+    output_length: np.ndarray
+    reused_first: np.ndarray
+    reused_max: np.ndarray
+    count: np.ndarray
+    first: np.ndarray
+    second: np.ndarray
+    last: np.ndarray
+    gaps: np.ndarray
+    gap_counts: np.ndarray
+
+
+WORKER_FIELDS = ("requests", "overlap_tokens_credited", "completed_requests", "input_tokens", "reused_input_tokens")
+"""The per-worker sums, in the order `RequestTally.workers` keeps them."""
+
+
+class RequestTally:
+    """What the report keeps of the requests it has been given (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.num_requests = 0
+        self.num_terminal = 0
+        self.rejected = 0
+        """Rejected or failed."""
+        self.timed_out = 0
+        self.first_rejection: tuple[int, str] | None = None
+        """(request id, reason) of the earliest request with a rejection reason."""
+        self.workers: dict[tuple[str, int], list[int]] = {}
+        """Per (pool, worker id) its routed requests: the sums named by `WORKER_FIELDS`."""
+        self._rid = array("q")
+        self._times = {name: array("d") for name in ("arrival", "terminal", "first", "second", "last")}
+        self._ints = {name: array("q") for name in ("input_length", "output_length", "reused_first",
+                                                    "reused_max", "count")}
+        self._runs: dict[int, tuple[array[float], array[int], array[int]]] = {}
+        """Per worker's pass-end array: [first, last) pass index of each run of 2+ tokens."""
+        self._between = array("d")
+        """Gaps between two runs of one request."""
+
+    @classmethod
+    def of(cls, records: Iterable[RequestRecord]) -> RequestTally:
+        tally = cls()
+        for record in records:
+            tally.add(record)
+        return tally
+
+    def add(self, record: RequestRecord) -> None:
+        """Fold one request in (a terminal one, or one still in flight when the run ended)."""
+        self.num_requests += 1
+        status = record.status
+        if status is not None:
+            self.num_terminal += 1
+            self.rejected += status in (Status.REJECTED, Status.FAILED)
+            self.timed_out += status == Status.TIMED_OUT
+        if record.reason is not None and (self.first_rejection is None or record.rid < self.first_rejection[0]):
+            self.first_rejection = (record.rid, record.reason)
+        counted = record.counted
+        self._add_routes(record, counted)
+        if counted:
+            self._add_counted(record)
+
+    def _add_routes(self, record: RequestRecord, counted: bool) -> None:
+        for route in record.routes:
+            pool = _pool(route.pool)
+            sums = self.workers.get((pool, route.worker_id))
+            if sums is None:
+                sums = self.workers[(pool, route.worker_id)] = [0] * len(WORKER_FIELDS)
+            sums[0] += 1
+            sums[1] += route.overlap_tokens
+            if counted:
+                sums[2] += 1
+                sums[3] += record.input_length
+                sums[4] += _reused(record, pool)
+
+    def _add_counted(self, record: RequestRecord) -> None:
+        admissions = record.admissions
+        reused_first = admissions[0].reused_tokens
+        self._rid.append(record.rid)
+        ints = self._ints
+        ints["input_length"].append(record.input_length)
+        ints["output_length"].append(record.output_length)
+        ints["reused_first"].append(reused_first)
+        ints["reused_max"].append(reused_first if len(admissions) == 1 else max(a.reused_tokens for a in admissions))
+        times = self._times
+        times["arrival"].append(record.arrival_ms)
+        times["terminal"].append(record.terminal_ms if record.terminal_ms is not None else float("nan"))
+        count, first, second, last = self._add_tokens(record)
+        ints["count"].append(count)
+        times["first"].append(first)
+        times["second"].append(second)
+        times["last"].append(last)
+
+    def _add_tokens(self, record: RequestRecord) -> tuple[int, float, float, float]:
+        """Keep the request's token runs; its token count and first, second and last token time."""
+        spans = record.token_spans
+        nan = float("nan")
+        if not spans:
+            return 0, nan, nan, nan
+        ends = record.pass_ends
+        assert ends is not None
+        entry = self._runs.get(id(ends))
+        if entry is None:
+            entry = self._runs[id(ends)] = (ends, array("q"), array("q"))
+        starts, stops = entry[1], entry[2]
+        total = 0
+        for j in range(0, len(spans), 2):
+            a, b = spans[j], spans[j + 1]
+            total += b - a
+            if b - a > 1:
+                starts.append(a)
+                stops.append(b - 1)
+            if j:
+                self._between.append(ends[a] - ends[spans[j - 1] - 1])
+        a0 = spans[0]
+        second = nan
+        if total > 1:
+            second = ends[a0 + 1] if spans[1] - a0 > 1 else ends[spans[2]]
+        return total, ends[a0], second, ends[spans[-1] - 1]
+
+    def timelines(self) -> Timelines:
+        """The counted requests' columns in request order, and the pooled token gaps."""
+        order = np.argsort(np.frombuffer(self._rid, dtype=np.int64), kind="stable")
+        columns: dict[str, np.ndarray] = {}
+        for name, floats in self._times.items():
+            columns[name] = np.frombuffer(floats, dtype=np.float64)[order]
+        for name, ints in self._ints.items():
+            columns[name] = np.frombuffer(ints, dtype=np.int64)[order]
+        columns["gaps"], columns["gap_counts"] = self._gaps()
+        return Timelines(**columns)
+
+    def _gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every token gap, as distinct values and counts: inside a run of consecutive passes of
+        one worker a request's gaps are that worker's pass-to-pass gaps, so each pass gap counts
+        as many times as runs span it; plus one gap per request between its runs."""
+        values = [np.frombuffer(self._between, dtype=np.float64)]
+        weights = [np.ones(len(self._between), dtype=np.int64)]
+        for ends, starts, stops in self._runs.values():
+            if not starts:
+                continue
+            view = np.frombuffer(ends, dtype=np.float64)
+            size = len(view)
+            covering = np.cumsum(np.bincount(np.frombuffer(starts, dtype=np.int64), minlength=size)
+                                 - np.bincount(np.frombuffer(stops, dtype=np.int64), minlength=size))[:-1]
+            used = covering > 0
+            gaps, counts = _merge_equal(np.diff(view)[used], covering[used])
+            values.append(gaps)
+            weights.append(counts)
+        return _merge_equal(np.concatenate(values), np.concatenate(weights))
+
+
+def _merge_equal(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values (ascending) and the total weight of each: pass gaps repeat a lot, so
+    the statistics then work on far fewer samples."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return distinct, np.bincount(inverse, weights=weights, minlength=len(distinct)).astype(np.int64)
+
+
+def _reused(record: RequestRecord, pool: str) -> int:
+    """The most prompt tokens the request reused in one admission to `pool`."""
+    admissions = record.admissions
+    if len(admissions) == 1 and _pool(admissions[0].pool) == pool:
+        return admissions[0].reused_tokens
+    return max((a.reused_tokens for a in admissions if _pool(a.pool) == pool), default=0)
+
+
+def _pool(pool: str) -> str:
+    """The breakdown's pool name: aggregated workers are listed as decode workers."""
+    return "decode" if pool == "agg" else pool
