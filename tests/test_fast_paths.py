@@ -17,7 +17,7 @@ import yaml
 from conftest import CASES, without_host_fields
 
 from servesim import simulate
-from servesim.config import load_config, parse_config
+from servesim.config import SimConfig, load_config, parse_config
 from servesim.runtime.isolated import IsolatedReplay
 
 
@@ -65,15 +65,18 @@ SHARED_CLOCK = {"closed-loop-engine-limits", "kv-router"}
 """Configurations the per-worker replay must not take (closed loop; a stateful router)."""
 
 
-def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bool, capture: bool = True) -> str:
+def parsed(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]]) -> SimConfig:
+    """One of `CONFIGS`, validated."""
     if isinstance(config, tuple):  # a case's config with a router section added
         path, router = config
-        parsed = parse_config({**yaml.safe_load(path.read_text()), "router": router}, base_dir=path.parent)
-    elif isinstance(config, Path):
-        parsed = load_config(config)
-    else:
-        parsed = parse_config(config)
-    result = simulate(parsed, capture_per_request=capture, fast=fast)
+        return parse_config({**yaml.safe_load(path.read_text()), "router": router}, base_dir=path.parent)
+    if isinstance(config, Path):
+        return load_config(config)
+    return parse_config(config)
+
+
+def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bool, capture: bool = True) -> str:
+    result = simulate(parsed(config), capture_per_request=capture, fast=fast)
     return json.dumps({"summary": without_host_fields(result.to_dict()), "extensions": result.extensions,
                        "first_rejection": result.first_rejection}, sort_keys=True)
 

@@ -10,7 +10,7 @@ import gc
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesim.build import LoweredRun, lower
 from servesim.cluster import AggregatedCluster, Cluster
-from servesim.collect.collector import Collector
+from servesim.collect.collector import Collector, RequestRecord
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.errors import ConfigError
 from servesim.report.latency import LatencySamples, from_records
@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # imported where a run needs them (start-up time)
     from servesim.cluster.disaggregated import DisaggregatedCluster
     from servesim.cluster.sampling import StateSampling
     from servesim.collect.sampler import TimeSeries
+    from servesim.report.spool import RecordSpool
     from servesim.scaling.contract import ScalingPolicy
 
 
@@ -97,6 +98,9 @@ class Report:
     """The run's SLA targets (`evaluation.sla`), drawn on the report's distributions."""
     first_rejection: str | None = None
     """Why the first rejected (or failed) request did not complete (None: none was rejected)."""
+    spool: RecordSpool | None = None
+    """The spool that took the per-request records as requests ended, when `simulate(...,
+    spool=...)` used it; `per_request` is then None."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""
@@ -147,7 +151,7 @@ class Report:
 def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_request: bool = False,
              progress: bool = False, fast: bool = True, unservable: str = "reject",
              scaling: ScalingPolicy | None = None, workload: Workload | None = None,
-             timeseries: bool = False) -> Report:
+             timeseries: bool = False, spool: RecordSpool | None = None) -> Report:
     """Run one simulation and return its report.
 
     `config` is a validated `SimConfig`, a mapping in the YAML schema, or a path to a YAML file.
@@ -162,7 +166,10 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     `traffic.load` still decides when they arrive (with `trace_timestamps`, at the sessions'
     own `first_arrival_ms`, counted from `Workload.origin_ms`). `timeseries=True` samples every
     worker's state over simulated time and keeps per-request latency arrays: what
-    `Report.write_html` draws.
+    `Report.write_html` draws. With `capture_per_request` and a `spool`, each request's record
+    goes to the spool as the request ends instead of to `Report.per_request` (so memory does not
+    grow with finished records), unless the run needs whole records to the end (time series,
+    disaggregated serving, agentic traces); `Report.spool` says whether it was used.
     """
     if unservable not in ("reject", "fail"):
         raise ConfigError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
@@ -179,18 +186,22 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     run = lower(config, unservable=unservable)
     with _collection_paused():
         return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
-                       scaling=scaling, workload=workload, timeseries=timeseries)
+                       scaling=scaling, workload=workload, timeseries=timeseries, spool=spool)
 
 
 def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast: bool,
-            scaling: ScalingPolicy | None, workload: Workload | None, timeseries: bool) -> Report:
+            scaling: ScalingPolicy | None, workload: Workload | None, timeseries: bool,
+            spool: RecordSpool | None) -> Report:
     """Wire the stages of a lowered run, replay it and build the report."""
     started = time.perf_counter()
     source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
     driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
     tally = RequestTally()
-    keep_records = capture_per_request or timeseries or run.disaggregated or isinstance(driver, AgenticDriver)
-    collector = Collector(fold=None if keep_records else tally.add)
+    whole_records = timeseries or run.disaggregated or isinstance(driver, AgenticDriver)
+    if not capture_per_request or whole_records:
+        spool = None
+    collector = Collector(fold=None if whole_records or (capture_per_request and spool is None)
+                          else _fold(tally, spool))
     if scaling is None and run.planner is not None:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
 
@@ -219,7 +230,24 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     if meter is not None:
         meter.close()
     wall_ms = (time.perf_counter() - started) * 1000
-    return _report(run, cluster, collector, tally, loop.now, wall_ms, capture_per_request, sampling)
+    report = _report(run, cluster, collector, tally, loop.now, wall_ms, capture_per_request and spool is None,
+                     sampling)
+    report.spool = spool
+    return report
+
+
+def _fold(tally: RequestTally, spool: RecordSpool | None) -> Callable[[RequestRecord], None]:
+    """What the collector does with each request as it ends: the tally takes it and, with a
+    spool, so does the spool."""
+    if spool is None:
+        return tally.add
+    add_to_tally, add_to_spool = tally.add, spool.add
+
+    def fold(record: RequestRecord) -> None:
+        add_to_tally(record)
+        add_to_spool(record)
+
+    return fold
 
 
 def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: RequestTally, end_ms: float,

@@ -81,19 +81,36 @@ def owned_files(folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS) -> list[str]
 class OutputSet:
     """The result files of one run, staged beside their final names and committed together.
 
-    Use as a context manager: files staged but not committed are removed on exit.
+    Use as a context manager: files staged but not committed, and scratch files, are removed
+    on exit.
     """
 
     def __init__(self, folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS) -> None:
         self.folder = folder
         self.owned = tuple(owned)
         self._staged: dict[str, Path] = {}
+        self._scratch: list[Path] = []
 
     def __enter__(self) -> OutputSet:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.discard()
+        for path in self._scratch:
+            _remove(path)
+        self._scratch.clear()
+
+    def scratch(self) -> Path:
+        """A new empty hidden file in the folder for work in progress (never committed; removed
+        on exit)."""
+        try:
+            with _signals_held():  # an interrupt here must not leave an unregistered file
+                handle, path = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".spool", dir=self.folder)
+                self._scratch.append(Path(path))
+            os.close(handle)
+        except OSError as exc:
+            raise OutputError(f"cannot write in {self.folder}: {os_reason(exc)}") from None
+        return Path(path)
 
     def stage(self, name: str, text: str) -> None:
         """Write `text` to a temporary sibling of `name` and flush it to disk."""

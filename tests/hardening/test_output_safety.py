@@ -115,6 +115,18 @@ def test_a_full_disk_keeps_the_previous_results(tmp_path):
     assert _snapshot(out) == before
 
 
+def test_a_full_disk_while_spooling_records_keeps_the_previous_results(tmp_path):
+    """The per-request records spooled during the run (past the spool's 1 MB buffer) hit the
+    limit: exit 1 naming the folder, no spool left behind, the previous results untouched."""
+    out, before = _previous_results(tmp_path)
+    config = write_config(tmp_path, {"traffic.stop.requests": 3000})
+    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(out), "--overwrite",
+                        "--capture-per-request"], file_size=500_000)
+    run.assert_clean(1)
+    assert str(out) in run.stderr and "File too large" in run.stderr
+    assert _snapshot(out) == before
+
+
 # -- --overwrite: the previous results survive until the new ones are complete ------------------
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from servesim.outputs import OutputSet, os_reason, prepare_folder
 
 if TYPE_CHECKING:
     from servesim.api import Report
+    from servesim.report.spool import RecordSpool
 
 
 def register(sub: Any) -> None:
@@ -71,12 +73,14 @@ def _predict(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return config_error(args.config, exc)
     try:
-        report = simulate(config, capture_per_request=args.capture_per_request,
-                          progress=sys.stderr.isatty(), unservable=args.unservable, timeseries=args.report)
-        _check_outcome(report, args)
-        if args.reference_fields:
-            report = report.reference_fields_only()
-        _write_outputs(out_dir, report, args)
+        with OutputSet(out_dir) as outputs, _spool(outputs, args) as spool:
+            report = simulate(config, capture_per_request=args.capture_per_request,
+                              progress=sys.stderr.isatty(), unservable=args.unservable, timeseries=args.report,
+                              spool=spool)
+            _check_outcome(report, args)
+            if args.reference_fields:
+                report = report.reference_fields_only()
+            _write_outputs(outputs, report, args)
     except ConfigError as exc:  # found while building (an unknown backend_version)
         return config_error(args.config, exc)
     except RunError as exc:
@@ -98,34 +102,50 @@ def _check_outcome(report: Report, args: argparse.Namespace) -> None:
         if args.unservable == "fail":
             raise RunError(f"no request completed{detail}")
         print(f"servesim: warning: no request completed{detail}", file=sys.stderr)
-    if args.capture_per_request and not report.per_request:
+    if args.capture_per_request and not (report.per_request or report.spool):
         raise RunError("no request reached a terminal state, so there are no per-request records")
 
 
-def _write_outputs(out_dir: Path, report: Report, args: argparse.Namespace) -> None:
+def _spool(outputs: OutputSet, args: argparse.Namespace) -> AbstractContextManager[RecordSpool | None]:
+    """Where the per-request records go as requests end when they are only written to files:
+    a spool in the output folder's scratch space (nothing to spool: None)."""
+    if not args.capture_per_request or args.per_request_format != "jsonl" or args.stdout_per_request:
+        return nullcontext()
+    from servesim.report.spool import RecordSpool
+    from servesim.report.summary import SERVESIM_RECORD_FIELDS
+
+    return RecordSpool(outputs.scratch(), drop=SERVESIM_RECORD_FIELDS if args.reference_fields else ())
+
+
+def _write_outputs(outputs: OutputSet, report: Report, args: argparse.Namespace) -> None:
     """prediction.json, with capture the per-request records and workers.json, unreleased.json and
     report.html when there are any — replacing the previous set only once all of them are
     written."""
     from servesim.report.render import report_json, write_records_jsonl, write_report_json
 
     extensions = report.extensions or {}
-    with OutputSet(out_dir) as outputs:
+    spool = report.spool
+    if spool is not None:
+        outputs.stage_file("prediction.json", lambda path: spool.write_report_json(report.to_dict(), path))
+    else:
         outputs.stage_file("prediction.json", lambda path: write_report_json(report.to_dict(), path))
-        if args.capture_per_request:
-            if args.per_request_format == "parquet":
-                from servesim.report.tables import write_parquet
+    if args.capture_per_request:
+        if args.per_request_format == "parquet":
+            from servesim.report.tables import write_parquet
 
-                outputs.stage_file("requests.parquet", lambda path: write_parquet(report.per_request or [], path))
-            else:
-                outputs.stage_file("requests.jsonl", lambda path: write_records_jsonl(report.per_request or [], path))
-            if "workers" in extensions:
-                outputs.stage("workers.json", report_json({"workers": extensions["workers"]}))
-        if _unreleased_warning(report) is not None:
-            outputs.stage("unreleased.json", report_json({"unreleased": extensions["unreleased"]}))
-        if args.report:
-            title = f"servesim prediction: {Path(args.config).name}"
-            outputs.stage_file("report.html", lambda path: report.write_html(path, title=title))
-        outputs.commit()
+            outputs.stage_file("requests.parquet", lambda path: write_parquet(report.per_request or [], path))
+        elif spool is not None:
+            outputs.stage_file("requests.jsonl", spool.write_jsonl)
+        else:
+            outputs.stage_file("requests.jsonl", lambda path: write_records_jsonl(report.per_request or [], path))
+        if "workers" in extensions:
+            outputs.stage("workers.json", report_json({"workers": extensions["workers"]}))
+    if _unreleased_warning(report) is not None:
+        outputs.stage("unreleased.json", report_json({"unreleased": extensions["unreleased"]}))
+    if args.report:
+        title = f"servesim prediction: {Path(args.config).name}"
+        outputs.stage_file("report.html", lambda path: report.write_html(path, title=title))
+    outputs.commit()
 
 
 def _unreleased_warning(report: Report) -> str | None:

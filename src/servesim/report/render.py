@@ -153,6 +153,22 @@ def records_jsonl(records: Iterable[Mapping[str, Any]]) -> str:
 
 
 _WRITE_BUFFER = 1 << 20
+_ELEMENT_BREAK = "\n    "
+"""Where an element of the top-level `per_request` array starts a line in ``prediction.json``."""
+_MARKER = "\u0000per_request"
+"""Stands for the `per_request` array while the rest of the report is rendered."""
+
+
+def record_line(record: Mapping[str, Any]) -> str:
+    """One record's ``requests.jsonl`` line, newline included."""
+    return _compact(record) + "\n"
+
+
+def per_request_element(record: Mapping[str, Any]) -> str:
+    """One record as ``prediction.json`` writes it inside its `per_request` array (indented for
+    that place, without the separator before it)."""
+    text = json.dumps(record, indent=2, sort_keys=True, allow_nan=False, default=_plain)
+    return text.replace("\n", _ELEMENT_BREAK)  # JSON strings hold no raw newline
 
 
 def write_report_json(report: Mapping[str, Any], path: Path) -> None:
@@ -161,6 +177,22 @@ def write_report_json(report: Mapping[str, Any], path: Path) -> None:
     with open(path, "w", encoding="utf-8", buffering=_WRITE_BUFFER) as file:
         json.dump(report, file, indent=2, sort_keys=True, allow_nan=False, default=_plain)
         file.write("\n")
+
+
+def write_report_json_with(report: Mapping[str, Any], elements: Iterable[bytes], path: Path) -> None:
+    """Write `report_json` of `report` plus a `per_request` array whose elements are already
+    rendered (`per_request_element`, UTF-8) to `path`: the same bytes as when the records are
+    in the report."""
+    head, tail = report_json({**report, "per_request": _MARKER}).split(json.dumps(_MARKER))
+    with open(path, "wb", buffering=_WRITE_BUFFER) as file:
+        file.write(head.encode())
+        separator = b"[" + _ELEMENT_BREAK.encode()
+        for element in elements:
+            file.write(separator)
+            file.write(element)
+            separator = b"," + _ELEMENT_BREAK.encode()
+        file.write(b"[]" if separator.startswith(b"[") else b"\n  ]")
+        file.write(tail.encode())
 
 
 def write_records_jsonl(records: Iterable[Mapping[str, Any]], path: Path) -> None:
