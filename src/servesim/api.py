@@ -200,8 +200,8 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     whole_records = timeseries or run.disaggregated or isinstance(driver, AgenticDriver)
     if not capture_per_request or whole_records:
         spool = None
-    collector = Collector(fold=None if whole_records or (capture_per_request and spool is None)
-                          else _fold(tally, spool))
+    keep_records = whole_records or (capture_per_request and spool is None)
+    collector = Collector(fold=None if keep_records else _fold(tally, spool))
     if scaling is None and run.planner is not None:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
 

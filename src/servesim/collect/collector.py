@@ -4,7 +4,8 @@ The collector records raw facts only; `servesim.report` derives every metric fro
 timestamps are not copied per token: a record keeps the indices of the worker passes that gave
 it a token (flat ``[first, end)`` ranges) and a reference to that worker's append-only array of
 pass end times. Records are kept to the end, unless a fold takes each one as it ends (a report
-that needs no per-request output), so memory follows what is in flight.
+that needs no whole records: the report's tally, a spool of per-request output), so memory
+follows what is in flight.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ ints stay ints, so callers must keep int-valued fields (counts, token totals) as
 from __future__ import annotations
 
 import json
+import math
 import numbers
+from json.encoder import encode_basestring_ascii as _encode_string
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -165,10 +167,60 @@ def record_line(record: Mapping[str, Any]) -> str:
 
 
 def per_request_element(record: Mapping[str, Any]) -> str:
-    """One record as ``prediction.json`` writes it inside its `per_request` array (indented for
-    that place, without the separator before it)."""
-    text = json.dumps(record, indent=2, sort_keys=True, allow_nan=False, default=_plain)
-    return text.replace("\n", _ELEMENT_BREAK)  # JSON strings hold no raw newline
+    """One record of plain JSON values (as `json.loads` gives) as ``prediction.json`` writes it
+    inside its `per_request` array (indented for that place, without the separator before it)."""
+    out: list[str] = []
+    _pretty(record, _ELEMENT_BREAK, out)
+    return "".join(out)
+
+
+def _pretty(value: Any, newline: str, out: list[str]) -> None:
+    """Append `value` (plain JSON values only) as ``json.dumps(indent=2, sort_keys=True)`` renders
+    it where `newline` starts a line at its depth: the same text, about three times faster than
+    the standard library's pure-Python indenting encoder."""
+    if isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        inner = newline + "  "
+        opening = "{" + inner
+        for key in sorted(value):
+            out += (opening, _encode_string(key), ": ")
+            _pretty(value[key], inner, out)
+            opening = "," + inner
+        out.append(newline + "}")
+    elif isinstance(value, list):
+        if not value:
+            out.append("[]")
+            return
+        inner = newline + "  "
+        opening = "[" + inner
+        for item in value:
+            out.append(opening)
+            _pretty(item, inner, out)
+            opening = "," + inner
+        out.append(newline + "]")
+    else:
+        out.append(_scalar(value))
+
+
+def _scalar(value: Any) -> str:
+    """A JSON string, number, boolean or null, as the standard library writes it."""
+    if isinstance(value, str):
+        return _encode_string(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, float):
+        if value != value or value in (math.inf, -math.inf):
+            raise ValueError(f"Out of range float values are not JSON compliant: {value!r}")
+        return float.__repr__(value)
+    if isinstance(value, int):
+        return int.__repr__(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not a plain JSON value")
 
 
 def write_report_json(report: Mapping[str, Any], path: Path) -> None:
