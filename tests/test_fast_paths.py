@@ -65,15 +65,15 @@ SHARED_CLOCK = {"closed-loop-engine-limits", "kv-router"}
 """Configurations the per-worker replay must not take (closed loop; a stateful router)."""
 
 
-def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bool, capture: bool = True) -> str:
-    if isinstance(config, tuple):  # a case's config with a router section added
+def _parsed(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]]) -> Any:
+    if isinstance(config, tuple):
         path, router = config
-        parsed = parse_config({**yaml.safe_load(path.read_text()), "router": router}, base_dir=path.parent)
-    elif isinstance(config, Path):
-        parsed = load_config(config)
-    else:
-        parsed = parse_config(config)
-    result = simulate(parsed, capture_per_request=capture, fast=fast)
+        return parse_config({**yaml.safe_load(path.read_text()), "router": router}, base_dir=path.parent)
+    return load_config(config) if isinstance(config, Path) else parse_config(config)
+
+
+def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bool, capture: bool = True) -> str:
+    result = simulate(_parsed(config), capture_per_request=capture, fast=fast)
     return json.dumps({"summary": without_host_fields(result.to_dict()), "extensions": result.extensions,
                        "first_rejection": result.first_rejection}, sort_keys=True)
 
@@ -123,3 +123,19 @@ def test_folding_requests_as_they_end_changes_nothing(name: str) -> None:
     kept = json.loads(report(FOLDED[name], fast=True))
     assert kept["summary"].pop("per_request")
     assert folded == json.dumps(kept, sort_keys=True)
+
+
+
+@pytest.mark.parametrize("name", list(FOLDED))
+def test_the_html_reports_samples_need_no_kept_records(name: str) -> None:
+    """`--report`'s latency samples and time series are the same whether the records are kept
+    (with per-request capture) or folded as the requests end (without)."""
+    import numpy as np
+
+    folded = simulate(_parsed(FOLDED[name]), timeseries=True)
+    kept = simulate(_parsed(FOLDED[name]), timeseries=True, capture_per_request=True)
+    assert folded.latency is not None and kept.latency is not None
+    assert len(folded.latency.arrival_ms) > 0
+    for field in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "itl_weights", "arrival_ms", "completion_ms"):
+        assert np.array_equal(getattr(folded.latency, field), getattr(kept.latency, field), equal_nan=True), field
+    assert repr(folded.timeseries) == repr(kept.timeseries)

@@ -21,7 +21,7 @@ from servesim.cluster import AggregatedCluster, Cluster
 from servesim.collect.collector import Collector
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.errors import ConfigError
-from servesim.report.latency import LatencySamples, from_records
+from servesim.report.latency import LatencySamples, from_tally
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import (
@@ -189,7 +189,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
     driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
     tally = RequestTally()
-    keep_records = capture_per_request or timeseries or run.disaggregated or isinstance(driver, AgenticDriver)
+    keep_records = capture_per_request or run.disaggregated or isinstance(driver, AgenticDriver)
     collector = Collector(fold=None if keep_records else tally.add)
     if scaling is None and run.planner is not None:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
@@ -251,7 +251,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
                     first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
     if sampling is not None:
         report.timeseries = sampling.finish(cluster, end_ms)
-        report.latency = from_records(collector.records, timelines)
+        report.latency = from_tally(tally, timelines)
     return report
 
 
