@@ -126,3 +126,19 @@ def test_folding_requests_as_they_end_changes_nothing(name: str) -> None:
     kept = json.loads(report(FOLDED[name], fast=True))
     assert kept["summary"].pop("per_request")
     assert folded == json.dumps(kept, sort_keys=True)
+
+
+
+@pytest.mark.parametrize("name", list(FOLDED))
+def test_the_html_reports_samples_need_no_kept_records(name: str) -> None:
+    """`--report`'s latency samples and time series are the same whether the records are kept
+    (with per-request capture) or folded as the requests end (without)."""
+    import numpy as np
+
+    folded = simulate(parsed(FOLDED[name]), timeseries=True)
+    kept = simulate(parsed(FOLDED[name]), timeseries=True, capture_per_request=True)
+    assert folded.latency is not None and kept.latency is not None
+    assert len(folded.latency.arrival_ms) > 0
+    for field in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "itl_weights", "arrival_ms", "completion_ms"):
+        assert np.array_equal(getattr(folded.latency, field), getattr(kept.latency, field), equal_nan=True), field
+    assert repr(folded.timeseries) == repr(kept.timeseries)

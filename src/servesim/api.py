@@ -21,7 +21,7 @@ from servesim.cluster import AggregatedCluster, Cluster
 from servesim.collect.collector import Collector, RequestRecord
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.errors import ConfigError
-from servesim.report.latency import LatencySamples, from_records
+from servesim.report.latency import LatencySamples, from_tally
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import (
@@ -168,8 +168,8 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     worker's state over simulated time and keeps per-request latency arrays: what
     `Report.write_html` draws. With `capture_per_request` and a `spool`, each request's record
     goes to the spool as the request ends instead of to `Report.per_request` (so memory does not
-    grow with finished records), unless the run needs whole records to the end (time series,
-    disaggregated serving, agentic traces); `Report.spool` says whether it was used.
+    grow with finished records), unless the run needs whole records to the end (disaggregated
+    serving, agentic traces); `Report.spool` says whether it was used.
     """
     if unservable not in ("reject", "fail"):
         raise ConfigError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
@@ -197,7 +197,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
     driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
     tally = RequestTally()
-    whole_records = timeseries or run.disaggregated or isinstance(driver, AgenticDriver)
+    whole_records = run.disaggregated or isinstance(driver, AgenticDriver)
     if not capture_per_request or whole_records:
         spool = None
     keep_records = whole_records or (capture_per_request and spool is None)
@@ -279,7 +279,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
                     first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
     if sampling is not None:
         report.timeseries = sampling.finish(cluster, end_ms)
-        report.latency = from_records(collector.records, timelines)
+        report.latency = from_tally(tally, timelines)
     return report
 
 

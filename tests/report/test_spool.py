@@ -74,17 +74,22 @@ def test_an_empty_spool_writes_an_empty_array(tmp_path):
     assert (tmp_path / "spooled.jsonl").read_bytes() == b""
 
 
-@pytest.mark.parametrize("config, options", [
-    (CASES / "replay" / "11-disagg-kv-transfer" / "config.yaml", {}),
-    (CASES / "traffic" / "agentic_v2-vllm-fixed-replicas" / "config.yaml", {}),
-    (CASES / "replay" / "01-fixed-synthetic-concurrency" / "config.yaml", {"timeseries": True}),
+@pytest.mark.parametrize("config", [
+    CASES / "replay" / "11-disagg-kv-transfer" / "config.yaml",
+    CASES / "traffic" / "agentic_v2-vllm-fixed-replicas" / "config.yaml",
 ])
-def test_runs_that_need_whole_records_keep_them(tmp_path, config, options):
-    """Disaggregated handoffs stamp a record after it ends; agentic trajectories and time series
-    read every record at the end: those runs keep their records and leave the spool unused."""
+def test_runs_that_need_whole_records_keep_them(tmp_path, config):
+    """Disaggregated handoffs stamp a record after it ends; agentic trajectories read every
+    record at the end: those runs keep their records and leave the spool unused."""
     with RecordSpool(tmp_path / "spool") as spool:
-        report = simulate(config, capture_per_request=True, spool=spool, **options)
+        report = simulate(config, capture_per_request=True, spool=spool)
         assert report.spool is None and report.per_request and not len(spool)
+
+
+def test_a_time_series_run_spools_too(tmp_path):
+    with RecordSpool(tmp_path / "spool") as spool:
+        report = simulate(parsed(CONFIGS["p1-like"]), capture_per_request=True, timeseries=True, spool=spool)
+        assert report.spool is spool and len(spool) == 400 and report.timeseries is not None
 
 
 def test_without_capture_the_spool_is_unused(tmp_path):

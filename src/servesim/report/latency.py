@@ -1,19 +1,19 @@
 """Per-request latencies of one run, as arrays: what distributions and rates are drawn from.
 
-A `LatencySamples` comes from a simulation (`from_records`, the collector's records), from
+A `LatencySamples` comes from a simulation (`from_tally`, the tally of its requests), from
 servesim's per-request records (`from_request_rows`, e.g. a `requests.jsonl`), or from a measured
 benchmark (`servesim.measured`). Reports and comparisons only ever see this shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from servesim.collect.collector import RequestRecord, Status
+from servesim.collect.collector import Status
 from servesim.report.tally import RequestTally, Timelines
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -52,10 +52,10 @@ class LatencySamples:
         return getattr(self, metric), None
 
 
-def from_records(records: Sequence[RequestRecord], timelines: Timelines | None = None) -> LatencySamples:
-    """The samples of a finished simulation, read off the collector's records (`timelines`:
-    those of their tally, when the caller already has them)."""
-    tl = timelines if timelines is not None else RequestTally.of(records).timelines()
+def from_tally(tally: RequestTally, timelines: Timelines | None = None) -> LatencySamples:
+    """The samples of a finished simulation, read off the tally of its requests (`timelines`:
+    the tally's, when the caller already has them)."""
+    tl = timelines if timelines is not None else tally.timelines()
     one, two = tl.count >= 1, tl.count >= 2
     return LatencySamples(
         ttft_ms=np.maximum(tl.first[one] - tl.arrival[one], 0.0),
@@ -63,7 +63,7 @@ def from_records(records: Sequence[RequestRecord], timelines: Timelines | None =
         e2e_ms=tl.last[one] - tl.arrival[one],
         itl_ms=tl.gaps,
         itl_weights=tl.gap_counts,
-        arrival_ms=np.fromiter((r.arrival_ms for r in records), float, len(records)),
+        arrival_ms=tally.arrivals(),
         completion_ms=tl.terminal,
     )
 

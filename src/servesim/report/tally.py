@@ -63,6 +63,9 @@ class RequestTally:
         """Per worker's pass-end array: [first, last) pass index of each run of 2+ tokens."""
         self._between = array("d")
         """Gaps between two runs of one request."""
+        self._every_rid = array("q")
+        self._every_arrival = array("d")
+        """Every request's arrival (counted or not), for the report's arrival series."""
 
     @classmethod
     def of(cls, records: Iterable[RequestRecord]) -> RequestTally:
@@ -74,6 +77,8 @@ class RequestTally:
     def add(self, record: RequestRecord) -> None:
         """Fold one request in (a terminal one, or one still in flight when the run ended)."""
         self.num_requests += 1
+        self._every_rid.append(record.rid)
+        self._every_arrival.append(record.arrival_ms)
         status = record.status
         if status is not None:
             self.num_terminal += 1
@@ -154,6 +159,11 @@ class RequestTally:
             columns[name] = np.frombuffer(ints, dtype=np.int64)[order]
         columns["gaps"], columns["gap_counts"] = self._gaps()
         return Timelines(**columns)
+
+    def arrivals(self) -> np.ndarray:
+        """Every request's arrival time, counted or not, in request order."""
+        order = np.argsort(np.frombuffer(self._every_rid, dtype=np.int64), kind="stable")
+        return np.frombuffer(self._every_arrival, dtype=np.float64)[order]
 
     def _gaps(self) -> tuple[np.ndarray, np.ndarray]:
         """Every token gap, as distinct values and counts: inside a run of consecutive passes of
