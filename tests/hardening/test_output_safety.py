@@ -103,25 +103,18 @@ def test_stdout_on_a_full_device(tmp_path, fmt):
     assert json.loads((tmp_path / "o" / "prediction.json").read_text())["completed_requests"] == 5
 
 
-def test_a_full_disk_keeps_the_previous_results(tmp_path):
+@pytest.mark.parametrize(("requests", "file_size"), [
+    pytest.param(40, 3000, id="writing-the-results"),
+    # the per-request records spooled during the run pass the spool's 1 MB buffer and hit the limit
+    pytest.param(3000, 500_000, id="spooling-records"),
+])
+def test_a_full_disk_keeps_the_previous_results(tmp_path, requests, file_size):
     """A write that fails part-way (the file-size limit stands in for a full disk) leaves no
-    truncated file behind, names the file, exits 1, and the previous results are untouched."""
+    truncated file or spool behind, names the folder, exits 1, and the previous results are untouched."""
     out, before = _previous_results(tmp_path)
-    config = write_config(tmp_path, {"traffic.stop.requests": 40})
+    config = write_config(tmp_path, {"traffic.stop.requests": requests})
     run = run_servesim(["predict", "-c", str(config), "--output-dir", str(out), "--overwrite",
-                        "--capture-per-request"], file_size=3000)
-    run.assert_clean(1)
-    assert str(out) in run.stderr and "File too large" in run.stderr
-    assert _snapshot(out) == before
-
-
-def test_a_full_disk_while_spooling_records_keeps_the_previous_results(tmp_path):
-    """The per-request records spooled during the run (past the spool's 1 MB buffer) hit the
-    limit: exit 1 naming the folder, no spool left behind, the previous results untouched."""
-    out, before = _previous_results(tmp_path)
-    config = write_config(tmp_path, {"traffic.stop.requests": 3000})
-    run = run_servesim(["predict", "-c", str(config), "--output-dir", str(out), "--overwrite",
-                        "--capture-per-request"], file_size=500_000)
+                        "--capture-per-request"], file_size=file_size)
     run.assert_clean(1)
     assert str(out) in run.stderr and "File too large" in run.stderr
     assert _snapshot(out) == before
