@@ -197,7 +197,7 @@ def test_the_pool_follows_the_plain_model(caching, ops):
         elif op == "store" and leases:
             real, plain = leases[n % len(leases)]
             first = key % (len(real) + 1)
-            keys = [key * 7 + i for i in range(len(real))]
+            keys = [key * 7 + i * (n % 2) for i in range(len(real))]  # n even: one key repeated
             pool.store_completed(keys, real, first, len(real))
             for i in range(first, len(plain)):
                 if plain[i] is None:

@@ -89,6 +89,8 @@ class BlockPool:
         self._stamp = 0
         """The last release's stamp."""
         self._compact_at = max(4 * num_blocks, 1024)
+        self._spare: list[Block] = []
+        """Evicted shareable blocks, for reuse."""
         self.listener: KvListener | None = None
 
     # -- queries ----------------------------------------------------------------------------
@@ -191,16 +193,35 @@ class BlockPool:
             for block in blocks:
                 self._forget(block)
             return
+        spare = self._spare
         for block in blocks:
             key = block.key
             if key is None:
                 block.refs = -1
             else:
                 del index[key]
+                spare.append(block)
+        if len(spare) > self.num_blocks:
+            del spare[self.num_blocks:]
+
+    def _new_blocks(self, keys: list[int]) -> list[Block]:
+        """Blocks holding `keys`, each held once (evicted ones are reused; no one else holds
+        an evicted shareable block)."""
+        spare = self._spare
+        reuse = len(spare) - min(len(keys), len(spare))
+        blocks = spare[reuse:]
+        del spare[reuse:]
+        for block, key in zip(blocks, keys, strict=False):
+            block.key = key
+            block.refs = 1
+            block.stamp = 0
+        if len(blocks) < len(keys):
+            blocks += [Block(key) for key in keys[len(blocks):]]
+        return blocks
 
     def store(self, key: int) -> Block:
         """Turn one private block of the caller into a cached block holding `key`."""
-        block = Block(key)
+        block = self._new_blocks([key])[0]
         if key in self._index:
             self._copies.setdefault(key, []).append(block)
         else:
@@ -214,11 +235,16 @@ class BlockPool:
         index = self._index
         fresh = keys[first:stop]
         if (self.listener is None and lease[first:stop].count(None) == stop - first
-                and index.keys().isdisjoint(fresh) and len(set(fresh)) == stop - first):
-            blocks = [Block(key) for key in fresh]
-            lease[first:stop] = blocks
+                and index.keys().isdisjoint(fresh)):
+            size = len(index)
+            blocks = self._new_blocks(fresh)
             index.update(zip(fresh, blocks, strict=True))
-            return
+            if len(index) == size + len(fresh):
+                lease[first:stop] = blocks
+                return
+            for key in fresh:  # a key repeats within the chain: store one by one
+                index.pop(key, None)
+            self._spare += blocks
         for b in range(first, stop):
             if lease[b] is None:
                 lease[b] = self.store(keys[b])
