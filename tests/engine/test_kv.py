@@ -29,7 +29,7 @@ def test_pinning_revives_a_free_block_and_protects_it():
     pool = BlockPool(3)
     pool.release(_hold(pool, [1, 2, 3]), 3)
     hit = pool.lookup(1)
-    pool.pin(hit)
+    pool.pin_all([hit])
     assert pool.active_blocks == 1
     assert pool.allocate(2)
     assert pool.lookup(1) is hit
@@ -75,7 +75,7 @@ def test_blocks_are_conserved(ops):
         elif op == "pin":
             block = pool.lookup(key)
             if block is not None:
-                pool.pin(block)
+                pool.pin_all([block])
                 leases.append([block])
         pool.check()
     for lease in leases:
@@ -105,7 +105,7 @@ def test_a_preempted_request_keeps_handles_on_its_private_blocks():
     assert pool.anonymous_blocks == 2, "the partial third block is plain free capacity"
     assert pool.allocate(3)
     assert own[1].refs == -1 and own[0].refs == 0, "released tail-first, so the later block goes first"
-    pool.pin(own[0])
+    pool.pin_all([own[0]])
     pool.check()
 
 
@@ -215,7 +215,7 @@ def test_the_pool_follows_the_plain_model(caching, ops):
             block, plain = pool.lookup(key), model.lookup(key)
             assert (block is None) == (plain is None) and (block is None or twin[id(block)] is plain)
             if block is not None:
-                pool.pin(block)
+                pool.pin_all([block])
                 model.pin(plain)
                 leases.append(([block], [plain]))
         elif op == "reuse" and own:

@@ -118,16 +118,8 @@ class BlockPool:
 
     # -- mutations --------------------------------------------------------------------------
 
-    def pin(self, block: Block) -> None:
-        """Take a reference to a resident block (reviving it from the LRU if free)."""
-        if block.refs == 0:
-            self._lru_size -= 1
-            self.active_blocks += 1
-            block.stamp = 0
-        block.refs += 1
-
     def pin_all(self, blocks: list[Block]) -> None:
-        """`pin` each of `blocks`."""
+        """Take a reference to each of `blocks`, all resident (reviving free ones from the LRU)."""
         revived = 0
         for block in blocks:
             if block.refs == 0:
