@@ -231,3 +231,19 @@ def test_the_pool_follows_the_plain_model(caching, ops):
         for k in range(80):
             block, plain = pool.lookup(k), model.lookup(k)
             assert (block is None) == (plain is None) and (block is None or twin[id(block)] is plain)
+
+
+def test_a_revived_private_block_loses_its_old_lru_place():
+    """A resumed request takes back its kept block (out of the LRU); when it finishes, the
+    block is free again only at the LRU tail, so the next eviction takes the block before it."""
+    pool = BlockPool(3)
+    assert pool.allocate(1)
+    own = pool.release([None], 1, keep_private=True)  # preempted: LRU [own]
+    assert pool.allocate(1)
+    pool.release([pool.store(7)], 1)  # LRU [own, 7]
+    pool.pin_all(own)  # resumed: LRU [7]
+    pool.release(own, 1)  # finished: LRU [7, private]
+    pool.check()
+    assert pool.allocate(2) and pool.lookup(7) is None, "one anonymous block, then the LRU head"
+    assert pool.free_blocks == 1
+    pool.check()
