@@ -40,6 +40,10 @@ class Timelines:
 
 WORKER_FIELDS = ("requests", "overlap_tokens_credited", "completed_requests", "input_tokens", "reused_input_tokens")
 """The per-worker sums, in the order `RequestTally.workers` keeps them."""
+FLOAT_COLUMNS = ("arrival", "terminal", "first", "second", "last")
+INT_COLUMNS = ("input_length", "output_length", "reused_first", "reused_max", "count")
+"""The counted requests' columns (`Timelines` fields), as the tally packs them."""
+NAN = float("nan")
 
 
 class RequestTally:
@@ -55,10 +59,10 @@ class RequestTally:
         """(request id, reason) of the earliest request with a rejection reason."""
         self.workers: dict[tuple[str, int], list[int]] = {}
         """Per (pool, worker id) its routed requests: the sums named by `WORKER_FIELDS`."""
-        self._rid = array("q")
-        self._times = {name: array("d") for name in ("arrival", "terminal", "first", "second", "last")}
-        self._ints = {name: array("q") for name in ("input_length", "output_length", "reused_first",
-                                                    "reused_max", "count")}
+        self._floats = array("d")
+        """Per counted request, `FLOAT_COLUMNS` one after the other."""
+        self._ints = array("q")
+        """Per counted request, its id and then `INT_COLUMNS`, one after the other."""
         self._runs: dict[int, tuple[array[float], array[int], array[int]]] = {}
         """Per worker's pass-end array: [first, last) pass index of each run of 2+ tokens."""
         self._between = array("d")
@@ -82,21 +86,23 @@ class RequestTally:
         status = record.status
         if status is not None:
             self.num_terminal += 1
-            self.rejected += status in (Status.REJECTED, Status.FAILED)
-            self.timed_out += status == Status.TIMED_OUT
+            if status != Status.COMPLETED:
+                self.rejected += status == Status.REJECTED or status == Status.FAILED
+                self.timed_out += status == Status.TIMED_OUT
         if record.reason is not None and (self.first_rejection is None or record.rid < self.first_rejection[0]):
             self.first_rejection = (record.rid, record.reason)
-        counted = record.counted
+        counted = status == Status.COMPLETED and bool(record.admissions)  # `RequestRecord.counted`
         self._add_routes(record, counted)
         if counted:
             self._add_counted(record)
 
     def _add_routes(self, record: RequestRecord, counted: bool) -> None:
+        workers = self.workers
         for route in record.routes:
-            pool = _pool(route.pool)
-            sums = self.workers.get((pool, route.worker_id))
+            pool = "decode" if route.pool == "agg" else route.pool  # `_pool`
+            sums = workers.get((pool, route.worker_id))
             if sums is None:
-                sums = self.workers[(pool, route.worker_id)] = [0] * len(WORKER_FIELDS)
+                sums = workers[(pool, route.worker_id)] = [0] * len(WORKER_FIELDS)
             sums[0] += 1
             sums[1] += route.overlap_tokens
             if counted:
@@ -107,32 +113,27 @@ class RequestTally:
     def _add_counted(self, record: RequestRecord) -> None:
         admissions = record.admissions
         reused_first = admissions[0].reused_tokens
-        self._rid.append(record.rid)
-        ints = self._ints
-        ints["input_length"].append(record.input_length)
-        ints["output_length"].append(record.output_length)
-        ints["reused_first"].append(reused_first)
-        ints["reused_max"].append(reused_first if len(admissions) == 1 else max(a.reused_tokens for a in admissions))
-        times = self._times
-        times["arrival"].append(record.arrival_ms)
-        times["terminal"].append(record.terminal_ms if record.terminal_ms is not None else float("nan"))
+        reused_max = reused_first if len(admissions) == 1 else max(a.reused_tokens for a in admissions)
         count, first, second, last = self._add_tokens(record)
-        ints["count"].append(count)
-        times["first"].append(first)
-        times["second"].append(second)
-        times["last"].append(last)
+        terminal = record.terminal_ms
+        self._floats.extend((record.arrival_ms, terminal if terminal is not None else NAN, first, second, last))
+        self._ints.extend((record.rid, record.input_length, record.output_length, reused_first, reused_max, count))
 
     def _add_tokens(self, record: RequestRecord) -> tuple[int, float, float, float]:
         """Keep the request's token runs; its token count and first, second and last token time."""
         spans = record.token_spans
-        nan = float("nan")
         if not spans:
-            return 0, nan, nan, nan
+            return 0, NAN, NAN, NAN
         ends = record.pass_ends
         assert ends is not None
         entry = self._runs.get(id(ends))
         if entry is None:
             entry = self._runs[id(ends)] = (ends, array("q"), array("q"))
+        a0, b0 = spans[0], spans[1]
+        if len(spans) == 2 and b0 - a0 > 1:  # one run of several tokens: the common case
+            entry[1].append(a0)
+            entry[2].append(b0 - 1)
+            return b0 - a0, ends[a0], ends[a0 + 1], ends[b0 - 1]
         starts, stops = entry[1], entry[2]
         total = 0
         for j in range(0, len(spans), 2):
@@ -143,20 +144,21 @@ class RequestTally:
                 stops.append(b - 1)
             if j:
                 self._between.append(ends[a] - ends[spans[j - 1] - 1])
-        a0 = spans[0]
-        second = nan
+        second = NAN
         if total > 1:
-            second = ends[a0 + 1] if spans[1] - a0 > 1 else ends[spans[2]]
+            second = ends[a0 + 1] if b0 - a0 > 1 else ends[spans[2]]
         return total, ends[a0], second, ends[spans[-1] - 1]
 
     def timelines(self) -> Timelines:
         """The counted requests' columns in request order, and the pooled token gaps."""
-        order = np.argsort(np.frombuffer(self._rid, dtype=np.int64), kind="stable")
+        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(-1, 1 + len(INT_COLUMNS))
+        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(-1, len(FLOAT_COLUMNS))
+        order = np.argsort(ints[:, 0], kind="stable")
         columns: dict[str, np.ndarray] = {}
-        for name, floats in self._times.items():
-            columns[name] = np.frombuffer(floats, dtype=np.float64)[order]
-        for name, ints in self._ints.items():
-            columns[name] = np.frombuffer(ints, dtype=np.int64)[order]
+        for i, name in enumerate(FLOAT_COLUMNS):
+            columns[name] = floats[order, i]
+        for i, name in enumerate(INT_COLUMNS):
+            columns[name] = ints[order, i + 1]
         columns["gaps"], columns["gap_counts"] = self._gaps()
         return Timelines(**columns)
 
