@@ -108,7 +108,8 @@ class SyntheticSessions(Sequence[Session]):
         turns = []
         for k in range(self.turns):
             start = self.first_fresh + (index * self.turns + k) * self.fresh
-            turns.append(Turn(_Blocks(shared, range(start, start + self.fresh)), self.block_size, self.input_tokens,
+            fresh = range(start, start + self.fresh)
+            turns.append(Turn(_Blocks(shared, fresh) if shared else fresh, self.block_size, self.input_tokens,
                               self.output_tokens, self.delay_ms if k else 0.0, unique_from=unique_from))
         return Session(f"session_{index}", turns)
 
