@@ -92,21 +92,28 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
 
 
 def _goodput(tl: Timelines, sla: Sla, ds: float) -> dict[str, float | int]:
-    good = good_tokens = 0
-    for i in range(len(tl.arrival)):
-        n = int(tl.count[i])
-        if n == 0:
-            ok = (sla.e2e_ms is not None and sla.ttft_ms is None
-                  and float(tl.terminal[i]) - float(tl.arrival[i]) <= sla.e2e_ms)
-        else:
-            ttft = max(tl.first[i] - tl.arrival[i], 0.0)
-            e2e = tl.last[i] - tl.arrival[i]
-            ok = ((sla.ttft_ms is None or ttft <= sla.ttft_ms)
-                  and (sla.e2e_ms is None or e2e <= sla.e2e_ms)
-                  and (sla.itl_ms is None or n == 1 or (e2e - ttft) / (n - 1) <= sla.itl_ms))
-        if ok:
-            good += 1
-            good_tokens += int(tl.output_length[i])
+    """The counted requests within every bound of `sla`: a request without tokens by its E2E
+    latency alone (only when E2E is the sole latency bound), the others by TTFT, mean ITL and
+    E2E latency (each bound inclusive)."""
+    n = tl.count
+    ttft = np.maximum(tl.first - tl.arrival, 0.0)
+    e2e = tl.last - tl.arrival
+    ok = np.ones(len(n), dtype=bool)
+    if sla.ttft_ms is not None:
+        ok &= ttft <= sla.ttft_ms
+    if sla.e2e_ms is not None:
+        ok &= e2e <= sla.e2e_ms
+    if sla.itl_ms is not None:
+        several = n > 1
+        itl = np.divide(e2e - ttft, n - 1, out=np.zeros(len(n)), where=several)
+        ok &= ~several | (itl <= sla.itl_ms)
+    tokenless = n == 0
+    if tokenless.any():
+        ok_tokenless = (sla.e2e_ms is not None and sla.ttft_ms is None
+                        and tl.terminal - tl.arrival <= sla.e2e_ms)
+        ok = np.where(tokenless, ok_tokenless, ok)
+    good = int(np.count_nonzero(ok))
+    good_tokens = int(tl.output_length[ok].sum())
     return {
         "goodput_completed_requests": good,
         "goodput_request_throughput_rps": good / ds,
