@@ -78,6 +78,7 @@ class SyntheticSessions(Sequence[Session]):
         self.fresh = num_blocks - self.shared
         # Group g's shared block j has value g * shared + j; fresh values follow all group values.
         self.first_fresh = prefix_groups * self.shared
+        self.unique_from = min(self.shared * block_size, input_tokens)
         self._rng: StdRng | None = None
         self._drawn = 0
         self._group = 0
@@ -102,9 +103,9 @@ class SyntheticSessions(Sequence[Session]):
             return [self[i] for i in range(*index.indices(self.size))]
         if not 0 <= index < self.size:
             raise IndexError(index)
-        first_shared = self._group_of(index) * self.shared
+        first_shared = self._group_of(index) * self.shared if self.groups else 0
         shared = range(first_shared, first_shared + self.shared)
-        unique_from = min(self.shared * self.block_size, self.input_tokens)
+        unique_from = self.unique_from
         turns = []
         for k in range(self.turns):
             start = self.first_fresh + (index * self.turns + k) * self.fresh
