@@ -108,7 +108,9 @@ class RequestTally:
             if counted:
                 sums[2] += 1
                 sums[3] += record.input_length
-                sums[4] += _reused(record, pool)
+                admissions = record.admissions
+                only = admissions[0] if len(admissions) == 1 else None
+                sums[4] += only.reused_tokens if only is not None and only.pool == route.pool else _reused(record, pool)
 
     def _add_counted(self, record: RequestRecord) -> None:
         admissions = record.admissions
@@ -116,8 +118,8 @@ class RequestTally:
         reused_max = reused_first if len(admissions) == 1 else max(a.reused_tokens for a in admissions)
         count, first, second, last = self._add_tokens(record)
         terminal = record.terminal_ms
-        self._floats.extend((record.arrival_ms, terminal if terminal is not None else NAN, first, second, last))
-        self._ints.extend((record.rid, record.input_length, record.output_length, reused_first, reused_max, count))
+        self._floats.fromlist([record.arrival_ms, terminal if terminal is not None else NAN, first, second, last])
+        self._ints.fromlist([record.rid, record.input_length, record.output_length, reused_first, reused_max, count])
 
     def _add_tokens(self, record: RequestRecord) -> tuple[int, float, float, float]:
         """Keep the request's token runs; its token count and first, second and last token time."""
