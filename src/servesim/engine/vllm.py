@@ -100,7 +100,8 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         if cohort:
             plan.schedule_cohort(len(cohort))
             cohort.apply_block_events(pass_index)
-        self._schedule_explicit(plan)
+        if self.explicit:
+            self._schedule_explicit(plan)
         result = plan.result
         if not result.preemptions:
             self._admit_waiting(plan)
@@ -248,7 +249,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
     # -- timing and emission ----------------------------------------------------------------
 
     def _prefill_time(self, plan: PassPlan) -> float:
-        if not self.handoff.charges_prefill:
+        if not self.handoff.charges_prefill or not plan.batch:
             return 0.0
         count, mean_isl, mean_prefix = plan.prefill_batch()
         if count == 0 or mean_isl == mean_prefix:
