@@ -59,7 +59,7 @@ class AggregatedCluster(Cluster):
         the front-end latency), an instant at a time until at least `limit` are routed:
         ([(that time, worker, rank, request)], when the next one arrives — inf if none by `until`)."""
         routed: list[tuple[float, Worker, int, EngineRequest]] = []
-        driver = self.driver
+        driver, route, keep = self.driver, self._route, routed.append
         lag = driver.frontend_ms
         while True:
             instant = driver.next_ready_time()
@@ -69,8 +69,7 @@ class AggregatedCluster(Cluster):
                 return routed, instant
             for arrival in driver.release(instant):
                 seen = arrival.arrival_ms + lag
-                worker, rank, request = self._route(arrival, seen)
-                routed.append((seen, worker, rank, request))
+                keep((seen, *route(arrival, seen)))
 
     def _route(self, arrival: Arrival, now: float) -> tuple[Worker, int, EngineRequest]:
         """Register a request and choose its worker and rank."""
