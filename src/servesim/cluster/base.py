@@ -187,8 +187,7 @@ class Cluster:
     @staticmethod
     def _engine_request(rid: int, arrival: Arrival, block_size: int) -> EngineRequest:
         return EngineRequest(rid, arrival.prompt_runs, arrival.input_length, arrival.max_output_tokens,
-                             arrival.output_base, arrival.output_ids, unique_from=arrival.unique_from,
-                             block_size=block_size)
+                             arrival.output_base, arrival.output_ids, arrival.unique_from, block_size)
 
     def _record(self, request: EngineRequest) -> RequestRecord:
         return self.collector.records[request.rid]
