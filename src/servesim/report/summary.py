@@ -92,9 +92,9 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
 
 
 def _goodput(tl: Timelines, sla: Sla, ds: float) -> dict[str, float | int]:
-    """The counted requests within every bound of `sla`: a request without tokens by its E2E
-    latency alone (only when E2E is the sole latency bound), the others by TTFT, mean ITL and
-    E2E latency (each bound inclusive)."""
+    """Requests within every SLA bound (runtime.md §8.5); one without tokens counts only under an
+    end-to-end bound alone, judged on its terminal time. Element-wise, the same float operations
+    as one request at a time."""
     n = tl.count
     ttft = np.maximum(tl.first - tl.arrival, 0.0)
     e2e = tl.last - tl.arrival
@@ -104,15 +104,13 @@ def _goodput(tl: Timelines, sla: Sla, ds: float) -> dict[str, float | int]:
     if sla.e2e_ms is not None:
         ok &= e2e <= sla.e2e_ms
     if sla.itl_ms is not None:
-        several = n > 1
-        itl = np.divide(e2e - ttft, n - 1, out=np.zeros(len(n)), where=several)
-        ok &= ~several | (itl <= sla.itl_ms)
-    tokenless = n == 0
-    if tokenless.any():
-        ok_tokenless = (sla.e2e_ms is not None and sla.ttft_ms is None
-                        and tl.terminal - tl.arrival <= sla.e2e_ms)
-        ok = np.where(tokenless, ok_tokenless, ok)
-    good = int(np.count_nonzero(ok))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ok &= (n == 1) | ((e2e - ttft) / (n - 1) <= sla.itl_ms)
+    no_tokens = n == 0
+    if no_tokens.any():
+        alone = sla.e2e_ms is not None and sla.ttft_ms is None
+        ok[no_tokens] = alone and (tl.terminal[no_tokens] - tl.arrival[no_tokens] <= sla.e2e_ms)
+    good = int(ok.sum())
     good_tokens = int(tl.output_length[ok].sum())
     return {
         "goodput_completed_requests": good,

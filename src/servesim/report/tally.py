@@ -40,9 +40,6 @@ class Timelines:
 
 WORKER_FIELDS = ("requests", "overlap_tokens_credited", "completed_requests", "input_tokens", "reused_input_tokens")
 """The per-worker sums, in the order `RequestTally.workers` keeps them."""
-FLOAT_COLUMNS = ("arrival", "terminal", "first", "second", "last")
-INT_COLUMNS = ("input_length", "output_length", "reused_first", "reused_max", "count")
-"""The counted requests' columns (`Timelines` fields), as the tally packs them."""
 NAN = float("nan")
 
 
@@ -59,10 +56,10 @@ class RequestTally:
         """(request id, reason) of the earliest request with a rejection reason."""
         self.workers: dict[tuple[str, int], list[int]] = {}
         """Per (pool, worker id) its routed requests: the sums named by `WORKER_FIELDS`."""
-        self._floats = array("d")
-        """Per counted request, `FLOAT_COLUMNS` one after the other."""
-        self._ints = array("q")
-        """Per counted request, its id and then `INT_COLUMNS`, one after the other."""
+        self._rid = array("q")
+        self._times = {name: array("d") for name in ("arrival", "terminal", "first", "second", "last")}
+        self._ints = {name: array("q") for name in ("input_length", "output_length", "reused_first",
+                                                    "reused_max", "count")}
         self._runs: dict[int, tuple[array[float], array[int], array[int]]] = {}
         """Per worker's pass-end array: [first, last) pass index of each run of 2+ tokens."""
         self._between = array("d")
@@ -70,6 +67,8 @@ class RequestTally:
         self._every_rid = array("q")
         self._every_arrival = array("d")
         """Every request's arrival (counted or not), for the report's arrival series."""
+        self._timelines: Timelines | None = None
+        self._arrivals: np.ndarray | None = None
 
     @classmethod
     def of(cls, records: Iterable[RequestRecord]) -> RequestTally:
@@ -115,11 +114,20 @@ class RequestTally:
     def _add_counted(self, record: RequestRecord) -> None:
         admissions = record.admissions
         reused_first = admissions[0].reused_tokens
-        reused_max = reused_first if len(admissions) == 1 else max(a.reused_tokens for a in admissions)
+        self._rid.append(record.rid)
+        ints = self._ints
+        ints["input_length"].append(record.input_length)
+        ints["output_length"].append(record.output_length)
+        ints["reused_first"].append(reused_first)
+        ints["reused_max"].append(reused_first if len(admissions) == 1 else max(a.reused_tokens for a in admissions))
+        times = self._times
+        times["arrival"].append(record.arrival_ms)
+        times["terminal"].append(record.terminal_ms if record.terminal_ms is not None else NAN)
         count, first, second, last = self._add_tokens(record)
-        terminal = record.terminal_ms
-        self._floats.fromlist([record.arrival_ms, terminal if terminal is not None else NAN, first, second, last])
-        self._ints.fromlist([record.rid, record.input_length, record.output_length, reused_first, reused_max, count])
+        ints["count"].append(count)
+        times["first"].append(first)
+        times["second"].append(second)
+        times["last"].append(last)
 
     def _add_tokens(self, record: RequestRecord) -> tuple[int, float, float, float]:
         """Keep the request's token runs; its token count and first, second and last token time."""
@@ -152,22 +160,33 @@ class RequestTally:
         return total, ends[a0], second, ends[spans[-1] - 1]
 
     def timelines(self) -> Timelines:
-        """The counted requests' columns in request order, and the pooled token gaps."""
-        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(-1, 1 + len(INT_COLUMNS))
-        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(-1, len(FLOAT_COLUMNS))
-        order = np.argsort(ints[:, 0], kind="stable")
-        columns: dict[str, np.ndarray] = {}
-        for i, name in enumerate(FLOAT_COLUMNS):
-            columns[name] = floats[order, i]
-        for i, name in enumerate(INT_COLUMNS):
-            columns[name] = ints[order, i + 1]
-        columns["gaps"], columns["gap_counts"] = self._gaps()
-        return Timelines(**columns)
+        """The counted requests' columns in request order, and the pooled token gaps.
+
+        Read once the tally is complete: the first call moves the columns into request order and
+        frees the unordered ones (a column at a time, so the peak holds one extra column)."""
+        if self._timelines is None:
+            order = np.argsort(np.frombuffer(self._rid, dtype=np.int64), kind="stable")
+            self._rid = array("q")
+            columns: dict[str, np.ndarray] = {}
+            for name, floats in self._times.items():
+                columns[name] = np.frombuffer(floats, dtype=np.float64)[order]
+                self._times[name] = array("d")
+            for name, ints in self._ints.items():
+                columns[name] = np.frombuffer(ints, dtype=np.int64)[order]
+                self._ints[name] = array("q")
+            del order
+            columns["gaps"], columns["gap_counts"] = self._gaps()
+            self._timelines = Timelines(**columns)
+        return self._timelines
 
     def arrivals(self) -> np.ndarray:
-        """Every request's arrival time, counted or not, in request order."""
-        order = np.argsort(np.frombuffer(self._every_rid, dtype=np.int64), kind="stable")
-        return np.frombuffer(self._every_arrival, dtype=np.float64)[order]
+        """Every request's arrival time, counted or not, in request order (read once the tally is
+        complete, as `timelines`)."""
+        if self._arrivals is None:
+            order = np.argsort(np.frombuffer(self._every_rid, dtype=np.int64), kind="stable")
+            self._arrivals = np.frombuffer(self._every_arrival, dtype=np.float64)[order]
+            self._every_rid, self._every_arrival = array("q"), array("d")
+        return self._arrivals
 
     def _gaps(self) -> tuple[np.ndarray, np.ndarray]:
         """Every token gap, as distinct values and counts: inside a run of consecutive passes of
