@@ -257,10 +257,11 @@ class BlockPool:
         gap = queued = freed = anonymous = 0
         if not keep_private:
             split = private_from if private_from < held else held
-            if split < held and lease[split:].count(None) != held - split:
+            if split < held and (lease[split:] if split else lease).count(None) != held - split:
                 split = held
             freed = held - split
-            gap = max(0, min(complete, held) - split) if caching else 0
+            top = complete if complete < held else held
+            gap = top - split if caching and top > split else 0
             anonymous = freed - gap
         self._stamp += 1
         stamp = self._stamp
