@@ -23,6 +23,7 @@ from servesim.config import SimConfig
 from servesim.config.schema import Role
 from servesim.engine.pass_time import TimingModel
 from servesim.errors import RunError
+from servesim.perf import save_timing_cache
 
 log = logging.getLogger("servesim")
 
@@ -168,7 +169,8 @@ def kv_bytes_per_token(config: SimConfig, role: str) -> int:
 
 def warm_up(configs: list[SimConfig]) -> None:
     """Import the simulator and build the timing models of `configs` in this process, so worker
-    processes forked afterwards start with the timing database loaded (and share its memory)."""
+    processes forked afterwards start with the timing database loaded and the AIC engines compiled
+    (and share their memory), and the parent's new timing-cache entries written."""
     import importlib
 
     from servesim.build.perf import timing_model
@@ -180,8 +182,10 @@ def warm_up(configs: list[SimConfig]) -> None:
         for config in configs:
             for role, worker in config.engine.roles.items():
                 try:
-                    timing_model(config.engine, worker, role)
+                    model = timing_model(config.engine, worker, role)
+                    getattr(model, "engine", None)  # an AIC engine the timing cache deferred: compiled now
                 except Exception:  # noqa: BLE001 - the candidate's own replay reports it
                     pass
     finally:
         log.disabled = False
+    save_timing_cache()  # so the workers start with nothing of the parent's left to write
