@@ -121,6 +121,21 @@ def test_off_writes_nothing_and_the_default_place_is_under_servesims_cache(tmp_p
         assert len(timingcache.files(timing_dir)) == written, setting
 
 
+def test_data_timing_cache_lists_and_clears(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, timing = run(monkeypatch)
+    env = dict(os.environ)
+    listed = subprocess.run([*SERVESIM, "data", "timing-cache"], env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    memo = timing._memo
+    assert f"{cache}\n  1 files" in listed.stdout
+    assert (f"Qwen/Qwen3-8B on h200_sxm, vllm 0.19.0, tp 1 pp 1; {len(memo.decode):,} decode + "
+            f"{len(memo.prefill):,} prefill answers") in listed.stdout
+    cleared = subprocess.run([*SERVESIM, "data", "timing-cache", "--clear"], env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert cleared.returncode == 0 and "removed 1 files" in cleared.stdout
+    assert timingcache.files(cache) == []
+
+
 def test_every_part_of_the_identity_names_its_own_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     base = aic.AicKey(model="Qwen/Qwen3-8B", system="h200_sxm", backend="vllm", version="0.19.0", tp=1, pp=1,
                       attention_dp=1, moe_tp=None, moe_ep=None, block_size=16,

@@ -181,6 +181,14 @@ def read_header(blob: bytes) -> tuple[dict[str, Any], int]:
     return header, start + length
 
 
+def file_header(path: Path) -> dict[str, Any]:
+    """The header of the memo file at `path` (without reading its entries)."""
+    with open(path, "rb") as handle:
+        start = handle.read(len(MAGIC) + _LENGTH.size)
+        (length,) = _LENGTH.unpack_from(start, len(MAGIC)) if len(start) == len(MAGIC) + _LENGTH.size else (0,)
+        return read_header(start + handle.read(length))[0]
+
+
 def parse(blob: bytes, identity: dict[str, Any] | None) -> tuple[Decode, Prefill]:
     """The entries of a memo file of `identity`; ValueError for a damaged or foreign file."""
     header, start = read_header(blob)
@@ -309,9 +317,9 @@ def package_identity() -> str:
 def limit_bytes() -> int:
     """The cache's size bound (``SERVESIM_TIMING_CACHE_MB``, default `DEFAULT_MB`)."""
     try:
-        return int(float(os.environ.get(ENV_MB, DEFAULT_MB)) * (1 << 20))
+        return int(float(os.environ.get(ENV_MB, DEFAULT_MB)) * 1e6)
     except ValueError:
-        return DEFAULT_MB << 20
+        return DEFAULT_MB * 10**6
 
 
 def files(folder: Path) -> list[Path]:
