@@ -9,9 +9,9 @@ each value quantised to whole nanoseconds. `AicTiming` makes exactly these calls
 ``aiconfigurator-core`` package and memoises the results on their integer arguments, so every
 value is bit-identical to a direct call. The raw answers persist across processes in
 `servesim.perf.timingcache`; an engine whose cache file exists is compiled only when a run asks
-something the file lacks. With ``interpolate_context: B`` (opt-in) the
-decode latency is instead interpolated linearly between the exact values at the multiples of B
-tokens of context (spec/timing.md §2.5: ≤ 0.21 % error at B = 256; docs/timing.md).
+something the file lacks. With ``interpolate_context: B`` (opt-in) the decode latency is
+instead interpolated linearly between the exact values at the multiples of B tokens of context
+(spec/timing.md §2.5: ≤ 0.21 % error at B = 256; docs/timing.md).
 
 The engine is compiled as the reference compiles it (engine.md §6.3)::
 
@@ -386,5 +386,5 @@ def engine_identity(key: AicKey) -> dict[str, Any]:
 
 
 __all__ = ["AicKey", "AicTiming", "AicUnavailable", "DEFAULT_BACKEND_VERSIONS", "aic_engine",
-           "aic_model_name", "aic_timing", "current_version", "engine_identity", "data_versions", "gemm_versions", "resolve_version",
-           "ModelNotFound"]
+           "aic_model_name", "aic_timing", "current_version", "data_versions", "engine_identity", "gemm_versions",
+           "resolve_version", "ModelNotFound"]

@@ -87,14 +87,12 @@ class EngineMemo:
     def dirty(self) -> bool:
         return bool(self.fresh_decode or self.fresh_prefill)
 
-    def load(self) -> bool:
-        """Read the file into the memo; whether it held a valid memo of this engine."""
-        if self.path is None:
-            return False
-        found = _guarded(f"reading {self.path}", self._merge_file)
-        if found:
-            _guarded(f"touching {self.path}", self._touch)
-        return bool(found)
+    def load(self) -> None:
+        """Read the file into the memo, and mark it used (eviction goes by last use)."""
+        if self.path is not None and _guarded(f"reading {self.path}", self._merge_file):
+            with contextlib.suppress(OSError):  # a read-only cache is still a cache
+                os.utime(self.path)
+                self._seen = _signature(self.path)
 
     def sync(self) -> None:
         """Write new entries (merged with the file), or read what others wrote since."""
@@ -145,11 +143,6 @@ class EngineMemo:
         self.fresh_decode.clear()
         self.fresh_prefill.clear()
         evict(folder, limit_bytes(), keep=self.path)
-
-    def _touch(self) -> None:
-        assert self.path is not None
-        os.utime(self.path)
-        self._seen = _signature(self.path)
 
 
 def _signature(path: Path) -> tuple[int, int, int]:
@@ -226,10 +219,7 @@ def engine_memo(identity: dict[str, Any]) -> EngineMemo:
         identity = json.loads(text)  # as a file's header reads back
         root = cache_root()
         memo = _MEMOS[digest] = EngineMemo(identity, root / f"{digest[:40]}{SUFFIX}" if root else None)
-        if memo.path is not None:
-            if len(_MEMOS) == 1:
-                atexit.register(save)
-            memo.load()
+        memo.load()
     return memo
 
 
@@ -239,9 +229,7 @@ def save() -> None:
         memo.sync()
 
 
-def _forget() -> None:
-    """Drop this process's memos (tests: the next lookup reads the cache again)."""
-    _MEMOS.clear()
+atexit.register(save)  # the `servesim` command ends with os._exit: it saves before
 
 
 # -- identity -------------------------------------------------------------------------------------
