@@ -66,6 +66,8 @@ class RequestTally:
         self._every_rid = array("q")
         self._every_arrival = array("d")
         """Every request's arrival (counted or not), for the report's arrival series."""
+        self._timelines: Timelines | None = None
+        self._arrivals: np.ndarray | None = None
 
     @classmethod
     def of(cls, records: Iterable[RequestRecord]) -> RequestTally:
@@ -150,20 +152,33 @@ class RequestTally:
         return total, ends[a0], second, ends[spans[-1] - 1]
 
     def timelines(self) -> Timelines:
-        """The counted requests' columns in request order, and the pooled token gaps."""
-        order = np.argsort(np.frombuffer(self._rid, dtype=np.int64), kind="stable")
-        columns: dict[str, np.ndarray] = {}
-        for name, floats in self._times.items():
-            columns[name] = np.frombuffer(floats, dtype=np.float64)[order]
-        for name, ints in self._ints.items():
-            columns[name] = np.frombuffer(ints, dtype=np.int64)[order]
-        columns["gaps"], columns["gap_counts"] = self._gaps()
-        return Timelines(**columns)
+        """The counted requests' columns in request order, and the pooled token gaps.
+
+        Read once the tally is complete: the first call moves the columns into request order and
+        frees the unordered ones (a column at a time, so the peak holds one extra column)."""
+        if self._timelines is None:
+            order = np.argsort(np.frombuffer(self._rid, dtype=np.int64), kind="stable")
+            self._rid = array("q")
+            columns: dict[str, np.ndarray] = {}
+            for name, floats in self._times.items():
+                columns[name] = np.frombuffer(floats, dtype=np.float64)[order]
+                self._times[name] = array("d")
+            for name, ints in self._ints.items():
+                columns[name] = np.frombuffer(ints, dtype=np.int64)[order]
+                self._ints[name] = array("q")
+            del order
+            columns["gaps"], columns["gap_counts"] = self._gaps()
+            self._timelines = Timelines(**columns)
+        return self._timelines
 
     def arrivals(self) -> np.ndarray:
-        """Every request's arrival time, counted or not, in request order."""
-        order = np.argsort(np.frombuffer(self._every_rid, dtype=np.int64), kind="stable")
-        return np.frombuffer(self._every_arrival, dtype=np.float64)[order]
+        """Every request's arrival time, counted or not, in request order (read once the tally is
+        complete, as `timelines`)."""
+        if self._arrivals is None:
+            order = np.argsort(np.frombuffer(self._every_rid, dtype=np.int64), kind="stable")
+            self._arrivals = np.frombuffer(self._every_arrival, dtype=np.float64)[order]
+            self._every_rid, self._every_arrival = array("q"), array("d")
+        return self._arrivals
 
     def _gaps(self) -> tuple[np.ndarray, np.ndarray]:
         """Every token gap, as distinct values and counts: inside a run of consecutive passes of
