@@ -169,8 +169,9 @@ def kv_bytes_per_token(config: SimConfig, role: str) -> int:
 
 def warm_up(configs: list[SimConfig]) -> None:
     """Import the simulator and build the timing models of `configs` in this process, so worker
-    processes forked afterwards start with the timing database loaded and the AIC engines compiled
-    (and share their memory), and the parent's new timing-cache entries written."""
+    processes forked afterwards start with the timing database loaded (and share its memory): each
+    AIC engine compiled, or, when the timing cache has answers of it, those answers read (the
+    engine is then compiled only by a worker that asks something new)."""
     import importlib
 
     from servesim.build.perf import timing_model
@@ -182,8 +183,7 @@ def warm_up(configs: list[SimConfig]) -> None:
         for config in configs:
             for role, worker in config.engine.roles.items():
                 try:
-                    model = timing_model(config.engine, worker, role)
-                    getattr(model, "engine", None)  # an AIC engine the timing cache deferred: compiled now
+                    timing_model(config.engine, worker, role)
                 except Exception:  # noqa: BLE001 - the candidate's own replay reports it
                     pass
     finally:
