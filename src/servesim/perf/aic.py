@@ -65,6 +65,7 @@ class AicKey:
     """Everything an AIC engine is compiled from."""
 
     model: str
+    """As the config names it (AIC is handed `aic_model_name` of it)."""
     system: str
     backend: str
     version: str
@@ -176,7 +177,6 @@ def resolve_version(systems: Path, system: str, backend: str, requested: str | N
 # -- models --------------------------------------------------------------------------------------
 
 _MATERIALISED: dict[str, str] = {}
-_MATERIALISED_FROM: dict[str, str] = {}
 
 
 def aic_model_name(model: str) -> str:
@@ -199,7 +199,6 @@ def aic_model_name(model: str) -> str:
         if quant is not None:
             (folder / "hf_quant_config.json").write_bytes(quant.read_bytes())
         _MATERIALISED[model] = str(folder)
-        _MATERIALISED_FROM[str(folder)] = model
     return _MATERIALISED[model]
 
 
@@ -230,10 +229,11 @@ def aic_engine(key: AicKey) -> Any:
         from aiconfigurator_core.sdk.engine import compile_engine
     except ImportError as exc:  # pragma: no cover - it is a dependency
         raise AicUnavailable(f"aiconfigurator-core cannot be imported ({exc})") from None
+    model = aic_model_name(key.model)
     with quiet_aic():
         try:
             spec = compile_engine(
-                key.model, key.system, key.backend, backend_version=key.version, tp_size=key.tp,
+                model, key.system, key.backend, backend_version=key.version, tp_size=key.tp,
                 pp_size=key.pp, attention_dp_size=key.attention_dp, moe_tp_size=key.moe_tp,
                 moe_ep_size=key.moe_ep, nextn=key.nextn, kv_block_size=key.block_size,
                 systems_path=key.systems_path)
@@ -381,8 +381,7 @@ def aic_timing(key: AicKey, interpolate_context: int | None) -> AicTiming:
 def engine_identity(key: AicKey) -> dict[str, Any]:
     """Everything the answers of `key`'s engine depend on (`servesim.perf.timingcache`)."""
     systems = Path(key.systems_path) if key.systems_path else None
-    return timingcache.engine_identity(asdict(key), _MATERIALISED_FROM.get(key.model, key.model), systems,
-                                       _data_dir(systems, key.system) if systems else None)
+    return timingcache.engine_identity(asdict(key), systems, _data_dir(systems, key.system) if systems else None)
 
 
 __all__ = ["AicKey", "AicTiming", "AicUnavailable", "DEFAULT_BACKEND_VERSIONS", "aic_engine",

@@ -234,18 +234,15 @@ atexit.register(save)  # the `servesim` command ends with os._exit: it saves bef
 
 # -- identity -------------------------------------------------------------------------------------
 
-def engine_identity(key: dict[str, Any], model: str, systems: Path | None, data: Path | None) -> dict[str, Any]:
-    """The identity of an engine compiled from `key` (`servesim.perf.aic.AicKey` as a dict) for
-    `model` (the config's name: not a temporary copy's path) on the database `systems` whose
-    data for the GPU is in `data` (None: aiconfigurator-core's own)."""
+def engine_identity(key: dict[str, Any], systems: Path | None, data: Path | None) -> dict[str, Any]:
+    """The identity of an engine compiled from `key` (`servesim.perf.aic.AicKey` as a dict) on
+    the database `systems` whose data for the GPU is in `data` (None: aiconfigurator-core's own).
+    Raises `ModelNotFound` for a model without a config."""
     from servesim.perf import aicdata
-    from servesim.perf.models import ModelNotFound, find_model_files
+    from servesim.perf.models import find_model_files
 
-    try:
-        _, config, quant = find_model_files(model)
-        model_files = files_digest([config] + ([quant] if quant else []))
-    except ModelNotFound:
-        model_files = "none"
+    _, config, quant = find_model_files(key["model"])
+    model_files = files_digest([config] + ([quant] if quant else []))
     if systems is not None and data is not None and systems == aicdata.systems_root():
         release = aicdata.REFERENCE
         database = f"{release.label}:{release.systems_digest}" + (
@@ -254,7 +251,7 @@ def engine_identity(key: dict[str, Any], model: str, systems: Path | None, data:
         database = f"{systems.resolve()}:{stat_digest(systems, [data])}"
     else:
         database = "aiconfigurator-core's own"
-    return {"key": dict(key, systems_path=None, model=model), "model_files": model_files, "database": database,
+    return {"key": dict(key, systems_path=None), "model_files": model_files, "database": database,
             "aiconfigurator_core": package_identity(),
             "strict_provenance": os.environ.get("AIC_STRICT_PROVENANCE", "")}
 
