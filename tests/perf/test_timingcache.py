@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -88,14 +89,15 @@ def test_values_are_the_engines_bit_for_bit(cache: Path, monkeypatch: pytest.Mon
         assert engine.predict_prefill_latency(batch, isl, prefix) == value
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "foreign", "header"])
 def test_a_damaged_file_is_ignored_with_a_warning_and_rewritten(
         damage: str, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     cold, first = run(monkeypatch)
     path = only_file(cache)
     blob = path.read_bytes()
     damaged = {"truncate": blob[:len(blob) // 2], "flip": blob[:-9] + bytes([blob[-9] ^ 1]) + blob[-8:],
-               "garbage": b"not a cache file"}[damage]
+               "garbage": b"not a cache file", "foreign": timingcache.serialize({"other": "engine"}, {(1, 1): 1.0}, {}),
+               "header": timingcache.MAGIC + struct.pack("<Q", 8) + b"{}      "}[damage]
     path.write_bytes(damaged)
     with caplog.at_level(logging.WARNING, logger="servesim"):
         again, timing = run(monkeypatch)

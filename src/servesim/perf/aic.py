@@ -371,7 +371,7 @@ def aic_timing(key: AicKey, interpolate_context: int | None) -> AicTiming:
     found = _TIMINGS.get((key, interpolate_context))
     if found is None:
         label = f"AIC {key.model} on {key.system}, {key.backend} {key.version}"
-        memo = timingcache.engine_memo(engine_identity(key))
+        memo = timingcache.engine_memo(engine_identity(key)) if key.systems_path else timingcache.EngineMemo()
         engine = aic_engine(key) if not (memo.decode or memo.prefill) else None
         found = _TIMINGS[(key, interpolate_context)] = AicTiming(
             engine, interpolate_context=interpolate_context, label=label, memo=memo, key=key)
@@ -379,9 +379,12 @@ def aic_timing(key: AicKey, interpolate_context: int | None) -> AicTiming:
 
 
 def engine_identity(key: AicKey) -> dict[str, Any]:
-    """Everything the answers of `key`'s engine depend on (`servesim.perf.timingcache`)."""
-    systems = Path(key.systems_path) if key.systems_path else None
-    return timingcache.engine_identity(asdict(key), systems, _data_dir(systems, key.system) if systems else None)
+    """Everything the answers of `key`'s engine depend on (`servesim.perf.timingcache`); the key
+    names its database (`systems_path`: without one, AIC's choice is not known here)."""
+    if not key.systems_path:
+        raise ValueError("an engine on AIC's own choice of database has no persistent identity")
+    systems = Path(key.systems_path)
+    return timingcache.engine_identity(asdict(key), systems, _data_dir(systems, key.system))
 
 
 __all__ = ["AicKey", "AicTiming", "AicUnavailable", "DEFAULT_BACKEND_VERSIONS", "aic_engine",

@@ -177,9 +177,11 @@ def read_header(blob: bytes) -> tuple[dict[str, Any], int]:
 def file_header(path: Path) -> dict[str, Any]:
     """The header of the memo file at `path` (without reading its entries)."""
     with open(path, "rb") as handle:
-        start = handle.read(len(MAGIC) + _LENGTH.size)
-        (length,) = _LENGTH.unpack_from(start, len(MAGIC)) if len(start) == len(MAGIC) + _LENGTH.size else (0,)
-        return read_header(start + handle.read(length))[0]
+        head = handle.read(len(MAGIC) + _LENGTH.size)
+        if len(head) < len(MAGIC) + _LENGTH.size:
+            raise ValueError("not a servesim timing cache file")
+        (length,) = _LENGTH.unpack_from(head, len(MAGIC))
+        return read_header(head + handle.read(length))[0]
 
 
 def parse(blob: bytes, identity: dict[str, Any] | None) -> tuple[Decode, Prefill]:
@@ -187,11 +189,14 @@ def parse(blob: bytes, identity: dict[str, Any] | None) -> tuple[Decode, Prefill
     header, start = read_header(blob)
     if header.get("identity") != identity or header.get("byteorder") != sys.byteorder:
         raise ValueError("written for another engine or machine")
-    n, m = int(header["decode"]), int(header["prefill"])
+    try:
+        n, m, crc = int(header["decode"]), int(header["prefill"]), int(header["crc32"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("malformed header") from None
     payload = memoryview(blob)[start:]
     if len(payload) != 8 * (3 * n + 4 * m):
         raise ValueError(f"{len(payload)} payload bytes where {8 * (3 * n + 4 * m)} belong (truncated?)")
-    if zlib.crc32(payload) != header["crc32"]:
+    if zlib.crc32(payload) != crc:
         raise ValueError("checksum mismatch")
     rest = payload[24 * n:]
     return _entries(payload[:16 * n], 2, payload[16 * n:24 * n]), _entries(rest[:24 * m], 3, rest[24 * m:])
@@ -234,23 +239,21 @@ atexit.register(save)  # the `servesim` command ends with os._exit: it saves bef
 
 # -- identity -------------------------------------------------------------------------------------
 
-def engine_identity(key: dict[str, Any], systems: Path | None, data: Path | None) -> dict[str, Any]:
+def engine_identity(key: dict[str, Any], systems: Path, data: Path) -> dict[str, Any]:
     """The identity of an engine compiled from `key` (`servesim.perf.aic.AicKey` as a dict) on
-    the database `systems` whose data for the GPU is in `data` (None: aiconfigurator-core's own).
-    Raises `ModelNotFound` for a model without a config."""
+    the database `systems` whose data for the GPU is in `data`. Raises `ModelNotFound` for a
+    model without a config."""
     from servesim.perf import aicdata
     from servesim.perf.models import find_model_files
 
     _, config, quant = find_model_files(key["model"])
     model_files = files_digest([config] + ([quant] if quant else []))
-    if systems is not None and data is not None and systems == aicdata.systems_root():
+    if systems == aicdata.systems_root():
         release = aicdata.REFERENCE
         database = f"{release.label}:{release.systems_digest}" + (
             ":partial" if (data / aicdata.PARTIAL).exists() else "")
-    elif systems is not None and data is not None:
-        database = f"{systems.resolve()}:{stat_digest(systems, [data])}"
     else:
-        database = "aiconfigurator-core's own"
+        database = f"{systems.resolve()}:{stat_digest(systems, [data])}"
     return {"key": dict(key, systems_path=None), "model_files": model_files, "database": database,
             "aiconfigurator_core": package_identity(),
             "strict_provenance": os.environ.get("AIC_STRICT_PROVENANCE", "")}
@@ -307,21 +310,27 @@ def limit_bytes() -> int:
         return DEFAULT_MB * 10**6
 
 
-def files(folder: Path) -> list[Path]:
-    """The memo files in `folder`, least recently used first."""
+def _listing(folder: Path) -> list[tuple[int, Path, int]]:
+    """(last use, path, size) of the memo files in `folder`, least recently used first."""
     found = []
     for path in folder.glob(f"*{SUFFIX}"):
-        with contextlib.suppress(OSError):
-            found.append((path.stat().st_mtime_ns, path))
-    return [path for _, path in sorted(found)]
+        with contextlib.suppress(OSError):  # removed by another process meanwhile
+            st = path.stat()
+            found.append((st.st_mtime_ns, path, st.st_size))
+    return sorted(found)
+
+
+def files(folder: Path) -> list[Path]:
+    """The memo files in `folder`, least recently used first."""
+    return [path for _, path, _ in _listing(folder)]
 
 
 def evict(folder: Path, limit: int, keep: Path | None = None) -> list[Path]:
     """Remove the least recently used files until the folder is within `limit` bytes."""
-    found = [(path, path.stat().st_size) for path in files(folder)]
-    total = sum(size for _, size in found)
+    found = _listing(folder)
+    total = sum(size for _, _, size in found)
     removed = []
-    for path, size in found:
+    for _, path, size in found:
         if total <= limit:
             break
         if path != keep:
