@@ -194,8 +194,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         after = before + desired
         fresh_lease = not request.lease
         if hits and fresh_lease:
-            for block in hits:
-                pool.pin(block)
+            pool.pin_all(hits)
             request.lease = list(hits)
         need = -(-after // bs) - len(request.lease)
         while need > 0 and not pool.allocate(need):
