@@ -7,6 +7,12 @@ same machine; the table gives wall time, the servesim / reference ratio and peak
     python3 benchmarks/run.py                 # all cases, best of 3
     python3 benchmarks/run.py -n 5 p1         # cases whose name contains "p1"
     python3 benchmarks/run.py --write-readme  # also refresh the table in benchmarks/README.md
+    python3 benchmarks/run.py --cold p3       # servesim's AIC timing cache empty for every run
+
+servesim runs with a timing cache of its own (`servesim.perf.timingcache`) in a temporary folder:
+primed by one untimed run of the case first ("warm", what a user's second run sees), or emptied
+before every run with ``--cold`` (a first run). The table's last column says which; "—" for a
+case without AIConfigurator timing, which the cache does not concern.
 
 The reference is AISimulate 0.1.0.dev2, installed by ../shared/reference/install.sh; without
 it only servesim is timed. Cases whose inputs are missing (e.g. ../shared/data) are skipped.
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,12 +57,12 @@ _ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 """Both tools run as installed for users: compiled modules cached (the first run writes them)."""
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
+def timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of one run of `cmd`."""
     import time
 
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_ENV)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env or _ENV)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -69,18 +76,27 @@ def predict(tool: list[str], config: Path, out: Path) -> list[str]:
     return tool + ["predict", "-c", config.name, "--output-dir", str(out), "--overwrite", "--format", "json"]
 
 
-def run_case(config: Path, repeats: int, reference: list[str] | None) -> dict:
+def run_case(config: Path, repeats: int, reference: list[str] | None, cold: bool = False) -> dict:
     servesim = [sys.executable, "-m", "servesim"]
     best: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "timing-cache"
+        env = dict(_ENV, SERVESIM_TIMING_CACHE=str(cache))
+        if not cold:
+            timed(predict(servesim, config, Path(tmp) / "priming"), config.parent, env)
         for _ in range(repeats):
             for name, tool in (("servesim", servesim), ("reference", reference)):
                 if tool is None:
                     continue
-                wall, rss = timed(predict(tool, config, Path(tmp) / name), config.parent)
+                if cold:
+                    shutil.rmtree(cache, ignore_errors=True)
+                wall, rss = timed(predict(tool, config, Path(tmp) / name), config.parent,
+                                  env if name == "servesim" else None)
                 if name not in best or wall < best[name][0]:
                     best[name] = (wall, max(rss, best.get(name, (0, 0))[1]))
-    row = {"case": config.stem, "servesim_s": best["servesim"][0], "servesim_mb": best["servesim"][1]}
+        used = any(cache.glob("*.aictc"))
+    row = {"case": config.stem, "servesim_s": best["servesim"][0], "servesim_mb": best["servesim"][1],
+           "timing_cache": ("cold" if cold else "warm") if used else "—"}
     if "reference" in best:
         row.update(reference_s=best["reference"][0], reference_mb=best["reference"][1],
                    ratio=best["servesim"][0] / best["reference"][0])
@@ -88,13 +104,14 @@ def run_case(config: Path, repeats: int, reference: list[str] | None) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| case | servesim (s) | reference (s) | ratio | servesim peak MB | reference peak MB |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| case | servesim (s) | reference (s) | ratio | servesim peak MB | reference peak MB | AIC timing cache |",
+             "|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         ref = f"{r['reference_s']:.2f}" if "reference_s" in r else "—"
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else "—"
         ref_mb = f"{r['reference_mb']:.0f}" if "reference_mb" in r else "—"
-        lines.append(f"| {r['case']} | {r['servesim_s']:.2f} | {ref} | {ratio} | {r['servesim_mb']:.0f} | {ref_mb} |")
+        lines.append(f"| {r['case']} | {r['servesim_s']:.2f} | {ref} | {ratio} | {r['servesim_mb']:.0f} | {ref_mb} "
+                     f"| {r['timing_cache']} |")
     return "\n".join(lines)
 
 
@@ -112,6 +129,8 @@ def main() -> int:
     parser.add_argument("-n", "--repeats", type=int, default=3, help="runs per tool, best kept (default 3)")
     parser.add_argument("--no-reference", action="store_true", help="time servesim only")
     parser.add_argument("--write-readme", action="store_true", help="refresh the table in benchmarks/README.md")
+    parser.add_argument("--cold", action="store_true",
+                        help="empty servesim's AIC timing cache before every run (default: prime it first: warm)")
     args = parser.parse_args()
     reference = None if args.no_reference else reference_command()
     if reference is None:
@@ -124,7 +143,7 @@ def main() -> int:
             print(f"{config.stem}: inputs missing, skipped", file=sys.stderr)
             continue
         print(f"{config.stem} ...", file=sys.stderr, flush=True)
-        rows.append(run_case(config, args.repeats, reference))
+        rows.append(run_case(config, args.repeats, reference, args.cold))
     text = table(rows)
     print(text)
     if args.write_readme:

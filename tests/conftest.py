@@ -40,6 +40,19 @@ def _no_real_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.environ[key] = value
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_timing_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite starts from an empty timing cache of its own (`servesim.perf.timingcache`), so
+    AIC lookups are computed, not read from the user's cache, and the user's is left alone."""
+    saved = os.environ.get("SERVESIM_TIMING_CACHE")
+    os.environ["SERVESIM_TIMING_CACHE"] = str(tmp_path_factory.mktemp("timing-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("SERVESIM_TIMING_CACHE", None)
+    else:
+        os.environ["SERVESIM_TIMING_CACHE"] = saved
+
+
 @pytest.fixture(scope="session")
 def reference_systems() -> Path:
     """servesim's copy of the reference's AIC database with the h100_sxm and h200_sxm data —

@@ -21,6 +21,7 @@ from servesim.cluster import AggregatedCluster, Cluster
 from servesim.collect.collector import Collector, RequestRecord
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.errors import ConfigError
+from servesim.perf import save_timing_cache
 from servesim.report.latency import LatencySamples, from_tally
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
@@ -184,9 +185,12 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
         raise ConfigError(f"config must be a SimConfig, a mapping in the YAML schema or a path to a YAML file "
                           f"(got {type(config).__name__})")
     run = lower(config, unservable=unservable)
-    with _collection_paused():
-        return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
-                       scaling=scaling, workload=workload, timeseries=timeseries, spool=spool)
+    try:
+        with _collection_paused():
+            return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
+                           scaling=scaling, workload=workload, timeseries=timeseries, spool=spool)
+    finally:
+        save_timing_cache()  # the AIC answers this run added, for the next one
 
 
 def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast: bool,

@@ -74,7 +74,7 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
         version = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
         moe = par.moe_tensor * par.moe_expert > 1
         key = aic.AicKey(
-            model=aic.aic_model_name(engine.model), system=engine.hardware, backend=engine.backend,
+            model=engine.model, system=engine.hardware, backend=engine.backend,
             version=version, tp=par.tensor, pp=par.pipeline, attention_dp=par.attention_data,
             moe_tp=par.moe_tensor if moe else None, moe_ep=par.moe_expert if moe else None,
             block_size=worker.kv_cache.block_size_for(engine.backend), systems_path=str(systems),

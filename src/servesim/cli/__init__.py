@@ -15,6 +15,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from servesim.perf import save_timing_cache
+
 
 def _parser() -> argparse.ArgumentParser:
     from servesim.cli import predict, tools
@@ -69,6 +71,7 @@ def run() -> None:
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     code = main()
+    save_timing_cache()  # os._exit skips the atexit hook that would
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,9 +1,11 @@
-"""`servesim data fetch` (the reference's AIConfigurator database into servesim's cache) and
-`servesim compare` (runs side by side in one HTML page)."""
+"""`servesim data fetch` (the reference's AIConfigurator database into servesim's cache),
+`servesim data timing-cache` (the memo of AIConfigurator lookups) and `servesim compare` (runs
+side by side in one HTML page)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,8 @@ from servesim.errors import ConfigError, RunError
 
 
 def register(sub: Any) -> None:
-    """Add `data fetch` and `compare` to the `servesim` command."""
-    data = sub.add_parser("data", help="the reference's AIConfigurator database in servesim's cache")
+    """Add `data fetch`, `data timing-cache` and `compare` to the `servesim` command."""
+    data = sub.add_parser("data", help="servesim's cache: the reference's AIConfigurator database, the timing cache")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     fetch = data_sub.add_parser("fetch", help="fetch (or unpack) it ahead of time; prints where it is")
     fetch.add_argument("--gpu", action="append", default=[], metavar="NAME",
@@ -21,6 +23,10 @@ def register(sub: Any) -> None:
     fetch.add_argument("--from", dest="source", metavar="WHEEL_OR_URL",
                        help="a downloaded aisimulate-0.1.0.dev2 wheel, or a mirror's URL of it")
     fetch.set_defaults(run_command=data_fetch)
+    timing = data_sub.add_parser("timing-cache", help="the memo of AIConfigurator lookups runs share: where it is "
+                                                      "and what it holds")
+    timing.add_argument("--clear", action="store_true", help="remove every file of it")
+    timing.set_defaults(run_command=data_timing_cache)
     compare = sub.add_parser("compare", help="compare runs (servesim outputs or measured benchmarks) in one HTML page")
     compare.add_argument("runs", nargs="+", metavar="RUN",
                          help="a servesim --output-dir, or a measured run: per-request JSONL with send/first-token/"
@@ -47,6 +53,38 @@ def data_fetch(args: argparse.Namespace) -> int:
         return 1
     done = ", ".join(p.removeprefix("data/") or "top-level files" for p in parts) or "nothing new"
     print(f"{root}\n  unpacked: {done}")
+    return 0
+
+
+def data_timing_cache(args: argparse.Namespace) -> int:
+    """List (or clear) the timing cache's files: one per AIC engine, with its entry counts."""
+    import time
+
+    from servesim.perf import timingcache
+
+    folder = timingcache.cache_root()
+    if folder is None:
+        print(f"the timing cache is off ({timingcache.ENV}={os.environ.get(timingcache.ENV)})")
+        return 0
+    found = timingcache.files(folder) if folder.is_dir() else []
+    size = sum(p.stat().st_size for p in found)
+    if args.clear:
+        for path in found:
+            path.unlink(missing_ok=True)
+        print(f"{folder}\n  removed {len(found)} files ({size / 1e6:.1f} MB)")
+        return 0
+    print(f"{folder}\n  {len(found)} files, {size / 1e6:.1f} MB (bound {timingcache.limit_bytes() / 1e6:.0f} MB, "
+          f"{timingcache.ENV_MB})")
+    for path in reversed(found):
+        try:
+            header = timingcache.file_header(path)
+            key = header["identity"]["key"]
+            what = (f"{key['model']} on {key['system']}, {key['backend']} {key['version']}, tp {key['tp']} pp {key['pp']}"
+                    f"; {header['decode']:,} decode + {header['prefill']:,} prefill answers")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            what = f"unreadable ({exc})"
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
+        print(f"  {path.name}  {stamp}  {path.stat().st_size / 1e6:.1f} MB  {what}")
     return 0
 
 

@@ -74,7 +74,7 @@ def _pro6000_engine(systems: str | None) -> Any:
 
     path, how = systems_dir(systems)
     ready_systems_dir(path, how, "rtx_pro_6000_server")
-    key = aic.AicKey(model=aic.aic_model_name("meta-llama/Meta-Llama-3.1-8B"), system="rtx_pro_6000_server",
+    key = aic.AicKey(model="meta-llama/Meta-Llama-3.1-8B", system="rtx_pro_6000_server",
                      backend="vllm", version="0.19.0", tp=1, pp=1, attention_dp=1, moe_tp=None, moe_ep=None,
                      block_size=16, systems_path=str(path))
     return aic.aic_engine(key)

@@ -6,10 +6,12 @@ The reference builds one AIC engine per worker role and asks it, on every pass::
     decode_ms  = eng.predict_decode_latency(n_ready, Σlen // n_ready, 2)
 
 each value quantised to whole nanoseconds. `AicTiming` makes exactly these calls through the
-``aiconfigurator-core`` package and memoises the quantised results on their integer arguments,
-so every value is bit-identical to a direct call. With ``interpolate_context: B`` (opt-in) the
-decode latency is instead interpolated linearly between the exact values at the multiples of B
-tokens of context (spec/timing.md §2.5: ≤ 0.21 % error at B = 256; docs/timing.md).
+``aiconfigurator-core`` package and memoises the results on their integer arguments, so every
+value is bit-identical to a direct call. The raw answers persist across processes in
+`servesim.perf.timingcache`; an engine whose cache file exists is compiled only when a run asks
+something the file lacks. With ``interpolate_context: B`` (opt-in) the decode latency is
+instead interpolated linearly between the exact values at the multiples of B tokens of context
+(spec/timing.md §2.5: ≤ 0.21 % error at B = 256; docs/timing.md).
 
 The engine is compiled as the reference compiles it (engine.md §6.3)::
 
@@ -36,12 +38,13 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from servesim.perf import timingcache
 from servesim.perf.aicdata import DEFAULT_BACKEND_VERSIONS
 from servesim.perf.models import find_model_files, ModelNotFound
 from servesim.perf.timing import quantize_ms
@@ -62,6 +65,7 @@ class AicKey:
     """Everything an AIC engine is compiled from."""
 
     model: str
+    """As the config names it (AIC is handed `aic_model_name` of it)."""
     system: str
     backend: str
     version: str
@@ -225,10 +229,11 @@ def aic_engine(key: AicKey) -> Any:
         from aiconfigurator_core.sdk.engine import compile_engine
     except ImportError as exc:  # pragma: no cover - it is a dependency
         raise AicUnavailable(f"aiconfigurator-core cannot be imported ({exc})") from None
+    model = aic_model_name(key.model)
     with quiet_aic():
         try:
             spec = compile_engine(
-                key.model, key.system, key.backend, backend_version=key.version, tp_size=key.tp,
+                model, key.system, key.backend, backend_version=key.version, tp_size=key.tp,
                 pp_size=key.pp, attention_dp_size=key.attention_dp, moe_tp_size=key.moe_tp,
                 moe_ep_size=key.moe_ep, nextn=key.nextn, kv_block_size=key.block_size,
                 systems_path=key.systems_path)
@@ -253,23 +258,44 @@ class AicTiming:
     """Pass times from an AIC engine, memoised on the call's integer arguments.
 
     `interpolate_context` (tokens, optional) interpolates decode latency linearly along the
-    context length between exact values at its multiples; None keeps every call exact.
+    context length between exact values at its multiples; None keeps every call exact. `memo`
+    holds the engine's raw answers (shared, possibly persistent: `servesim.perf.timingcache`);
+    with `engine` None the engine of `key` is compiled on the first question `memo` lacks.
     """
 
-    def __init__(self, engine: Any, *, interpolate_context: int | None = None, label: str = "") -> None:
+    def __init__(self, engine: Any = None, *, interpolate_context: int | None = None, label: str = "",
+                 memo: timingcache.EngineMemo | None = None, key: AicKey | None = None) -> None:
+        if engine is None and key is None:
+            raise ValueError("AicTiming needs an engine or the key to compile one")
         self._engine = engine
+        self._key = key
         self._bucket = interpolate_context
+        self._memo = memo if memo is not None else timingcache.EngineMemo()
         self._prefill: dict[tuple[int, int, int], float] = {}
         self._decode: dict[int, dict[int, float]] = {}
         """Decode times by batch, then mean context."""
-        self._raw_decode: dict[tuple[int, int], float] = {}
+        self._raw_decode = self._memo.decode
+        self._raw_prefill = self._memo.prefill
         self.label = label
         self.calls = 0
+        """Questions put to the engine (those no memo answered)."""
 
     @property
     def engine(self) -> Any:
-        """The compiled AIC engine behind this model."""
+        """The compiled AIC engine behind this model (compiled now if it was deferred)."""
+        if self._engine is None:
+            assert self._key is not None
+            try:
+                self._engine = aic_engine(self._key)
+            except AicUnavailable as exc:
+                raise RunError(f"AIConfigurator cannot compile the engine its timing cache was made by ({exc})") \
+                    from None
         return self._engine
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the engine is compiled (it is not while the memo answers every question)."""
+        return self._engine is not None
 
     def _checked(self, value: float, what: str) -> float:
         if not (value == value and 0.0 <= value < float("inf")):
@@ -280,9 +306,13 @@ class AicTiming:
         key = (batch, mean_isl, mean_prefix)
         ms = self._prefill.get(key)
         if ms is None:
-            self.calls += 1
-            raw = self._engine.predict_prefill_latency(batch, mean_isl, mean_prefix)
-            ms = self._prefill[key] = quantize_ms(self._checked(raw, f"prefill{key}"))
+            raw = self._raw_prefill.get(key)
+            if raw is None:
+                self.calls += 1
+                raw = self._raw_prefill[key] = self._checked(
+                    self.engine.predict_prefill_latency(batch, mean_isl, mean_prefix), f"prefill{key}")
+                self._memo.fresh_prefill.append(key)
+            ms = self._prefill[key] = quantize_ms(raw)
         return ms
 
     def _exact_decode(self, batch: int, ctx: int) -> float:
@@ -291,7 +321,8 @@ class AicTiming:
         if raw is None:
             self.calls += 1
             raw = self._raw_decode[key] = self._checked(
-                self._engine.predict_decode_latency(batch, ctx, 2), f"decode({batch}, {ctx}, 2)")
+                self.engine.predict_decode_latency(batch, ctx, 2), f"decode({batch}, {ctx}, 2)")
+            self._memo.fresh_decode.append(key)
         return raw
 
     def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
@@ -334,15 +365,28 @@ _TIMINGS: dict[tuple[AicKey, int | None], AicTiming] = {}
 
 
 def aic_timing(key: AicKey, interpolate_context: int | None) -> AicTiming:
-    """The shared `AicTiming` of one compiled engine (workers of a role share its memo)."""
+    """The shared `AicTiming` of one compiled engine (workers of a role share its memo; so do
+    processes, through the timing cache). An engine the cache has answers of is compiled only
+    when needed: its file proves it compiled (and passed the probes) before."""
     found = _TIMINGS.get((key, interpolate_context))
     if found is None:
         label = f"AIC {key.model} on {key.system}, {key.backend} {key.version}"
+        memo = timingcache.engine_memo(engine_identity(key)) if key.systems_path else timingcache.EngineMemo()
+        engine = aic_engine(key) if not (memo.decode or memo.prefill) else None
         found = _TIMINGS[(key, interpolate_context)] = AicTiming(
-            aic_engine(key), interpolate_context=interpolate_context, label=label)
+            engine, interpolate_context=interpolate_context, label=label, memo=memo, key=key)
     return found
 
 
+def engine_identity(key: AicKey) -> dict[str, Any]:
+    """Everything the answers of `key`'s engine depend on (`servesim.perf.timingcache`); the key
+    names its database (`systems_path`: without one, AIC's choice is not known here)."""
+    if not key.systems_path:
+        raise ValueError("an engine on AIC's own choice of database has no persistent identity")
+    systems = Path(key.systems_path)
+    return timingcache.engine_identity(asdict(key), systems, _data_dir(systems, key.system))
+
+
 __all__ = ["AicKey", "AicTiming", "AicUnavailable", "DEFAULT_BACKEND_VERSIONS", "aic_engine",
-           "aic_model_name", "aic_timing", "current_version", "data_versions", "gemm_versions", "resolve_version",
-           "ModelNotFound"]
+           "aic_model_name", "aic_timing", "current_version", "data_versions", "engine_identity", "gemm_versions",
+           "resolve_version", "ModelNotFound"]

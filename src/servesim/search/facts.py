@@ -23,6 +23,7 @@ from servesim.config import SimConfig
 from servesim.config.schema import Role
 from servesim.engine.pass_time import TimingModel
 from servesim.errors import RunError
+from servesim.perf import save_timing_cache
 
 log = logging.getLogger("servesim")
 
@@ -168,7 +169,9 @@ def kv_bytes_per_token(config: SimConfig, role: str) -> int:
 
 def warm_up(configs: list[SimConfig]) -> None:
     """Import the simulator and build the timing models of `configs` in this process, so worker
-    processes forked afterwards start with the timing database loaded (and share its memory)."""
+    processes forked afterwards start with the timing database loaded (and share its memory): each
+    AIC engine compiled, or, when the timing cache has answers of it, those answers read (the
+    engine is then compiled only by a worker that asks something new)."""
     import importlib
 
     from servesim.build.perf import timing_model
@@ -185,3 +188,4 @@ def warm_up(configs: list[SimConfig]) -> None:
                     pass
     finally:
         log.disabled = False
+    save_timing_cache()  # so the workers start with nothing of the parent's left to write
