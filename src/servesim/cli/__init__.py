@@ -71,6 +71,9 @@ def run() -> None:
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     code = main()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):  # the run is over: its results stand
+            signal.signal(signum, signal.SIG_IGN)
     save_timing_cache()  # os._exit skips the atexit hook that would
     try:
         sys.stdout.flush()
