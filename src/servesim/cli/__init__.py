@@ -15,6 +15,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from servesim.cli import pydantic_plugins
+
 
 def _parser() -> argparse.ArgumentParser:
     from servesim.cli import predict, tools
@@ -68,10 +70,12 @@ def run() -> None:
     machine, and search workers would only oversubscribe the cores with it. Pydantic plugins
     (found by scanning every installed distribution's entry points, ~3 ms here and more in
     larger environments) are not loaded for the command's own config models unless the user
-    set PYDANTIC_DISABLE_PLUGINS (an empty value loads them all).
+    set PYDANTIC_DISABLE_PLUGINS (an empty value loads them all); nor is pydantic's plugin
+    loader then (`servesim.cli.pydantic_plugins`).
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    pydantic_plugins.skip_loader()
     code = main()
     try:
         sys.stdout.flush()
