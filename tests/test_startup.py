@@ -35,6 +35,8 @@ NOT_FOR_A_SHORT_RUN = (
     "plotly", "optuna", "pandas", "polars", "pyarrow", "ray", "aiconfigurator_core", "servesim.perf.aic",
     # pydantic's plugin discovery (servesim.cli.pydantic_plugins)
     "importlib.metadata", "email", "pydantic.plugin._loader",
+    # the standard library's logging: imported by what has something to say
+    "logging",
     # what only other kinds of runs use
     "numpy.ma", "servesim.cluster.disaggregated", "servesim.collect.sampler", "servesim.scaling.planner.settings",
     "servesim.placement.routers", "servesim.perf.roofline", "servesim.perf.capacity", "servesim.report.html",

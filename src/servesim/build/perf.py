@@ -16,7 +16,6 @@ starts without them.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from servesim.config.schema import (
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from servesim.perf.hardware import GpuSpec
     from servesim.perf.roofline import RooflineTiming
 
-log = logging.getLogger("servesim")
 
 
 def parallel(worker: WorkerConfig) -> Parallel:
@@ -67,6 +65,8 @@ def timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> Timin
 
 def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTimingConfig) -> TimingModel:
     """AIConfigurator timing, or the roofline (with a warning) when the database cannot serve it."""
+    import logging
+
     from servesim.perf import aic
     from servesim.perf.hardware import aic_system, ready_systems_dir, systems_dir
 
@@ -88,9 +88,10 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
             nextn=worker.speculative.num_speculative_tokens if worker.speculative is not None else 0)
         model = aic.aic_timing(key, timing.interpolate_context)
     except aic.AicUnavailable as exc:
-        log.warning("servesim: warning: AIConfigurator cannot time %s on %s with %s (%s); "
-                    "falling back to the roofline model (timing.type: roofline)",
-                    engine.model, engine.hardware, engine.backend, exc)
+        logging.getLogger("servesim").warning(
+            "servesim: warning: AIConfigurator cannot time %s on %s with %s (%s); "
+            "falling back to the roofline model (timing.type: roofline)",
+            engine.model, engine.hardware, engine.backend, exc)
         return roofline_timing(engine, worker, RooflineTimingConfig())
     return model
 
