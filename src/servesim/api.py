@@ -21,7 +21,6 @@ from servesim.cluster import AggregatedCluster, Cluster
 from servesim.collect.collector import Collector, RequestRecord
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.errors import ConfigError
-from servesim.report.latency import LatencySamples, from_tally
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import (
@@ -41,6 +40,7 @@ from servesim.traffic.agentic_driver import AgenticDriver
 from servesim.traffic.workload import Workload
 
 if TYPE_CHECKING:  # imported where a run needs them (start-up time)
+    from servesim.report.latency import LatencySamples
     from servesim.cluster.disaggregated import DisaggregatedCluster
     from servesim.cluster.sampling import StateSampling
     from servesim.collect.sampler import TimeSeries
@@ -278,6 +278,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
     report = Report(summary, per_request, extensions, sla=run.sla,
                     first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
     if sampling is not None:
+        from servesim.report.latency import from_tally
+
         report.timeseries = sampling.finish(cluster, end_ms)
         report.latency = from_tally(tally, timelines)
     return report
