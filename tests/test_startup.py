@@ -40,6 +40,7 @@ NOT_FOR_A_SHORT_RUN = (
     # what only other kinds of runs use
     "numpy.ma", "servesim.cluster.disaggregated", "servesim.collect.sampler", "servesim.scaling.planner.settings",
     "servesim.placement.routers", "servesim.perf.roofline", "servesim.perf.capacity", "servesim.report.html",
+    "servesim.report.latency", "servesim.traffic.agentic", "servesim.traffic.agentic_driver",
 )
 
 
