@@ -8,6 +8,7 @@ capture (`--capture-per-request`, which writes requests.jsonl) up to `--capture-
     python3 benchmarks/scale.py                       # 100k, 300k, 1M; capture on up to 300k
     python3 benchmarks/scale.py 100000 --capture-up-to 0   # one size, capture off only
     python3 benchmarks/scale.py --write-readme        # refresh the table in benchmarks/README.md
+    python3 benchmarks/scale.py --reference           # also the reference (capture off), when installed
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from run import write_readme
+from run import reference_command, write_readme
 
 CONFIG = Path(__file__).resolve().parent / "configs" / "r1-fixed-report.yaml"
 MARKERS = ("<!-- scale:begin -->", "<!-- scale:end -->")
 
 
-def measure(requests: int, capture: bool, out: Path) -> tuple[float, float, float]:
-    """(wall seconds, CPU seconds, peak RSS in MB) of one run."""
-    cmd = [sys.executable, "-m", "servesim", "predict", "-c", str(CONFIG), "--output-dir", str(out),
-           "--overwrite", "--format", "json", "--set", f"traffic.stop.requests={requests}"]
+def measure(requests: int, capture: bool, out: Path, tool: list[str] | None = None) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS in MB) of one run of servesim (or of `tool`)."""
+    cmd = (tool or [sys.executable, "-m", "servesim"]) + [
+        "predict", "-c", str(CONFIG), "--output-dir", str(out),
+        "--overwrite", "--format", "json", "--set", f"traffic.stop.requests={requests}"]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd + (["--capture-per-request"] if capture else []), stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -44,19 +46,28 @@ def main() -> int:
     parser.add_argument("requests", nargs="*", type=int, default=[100_000, 300_000, 1_000_000])
     parser.add_argument("--capture-up-to", type=int, default=300_000,
                         help="also run with per-request capture at sizes up to this (default 300,000)")
+    parser.add_argument("--reference", action="store_true",
+                        help="also run the reference (capture off) at each size, when it is installed")
     parser.add_argument("--write-readme", action="store_true", help="refresh the table in benchmarks/README.md")
     args = parser.parse_args()
-    lines = ["| requests | capture | wall (s) | CPU (s) | peak RSS (MB) | output (MB) |",
-             "|---:|---|---:|---:|---:|---:|"]
+    tools: list[tuple[str, list[str] | None]] = [("servesim", None)]
+    reference = reference_command() if args.reference else None
+    if reference:
+        tools.append(("reference", reference))
+    lines = ["| tool | requests | capture | wall (s) | CPU (s) | peak RSS (MB) | output (MB) |",
+             "|---|---:|---|---:|---:|---:|---:|"]
     for requests in args.requests:
-        for capture in (False, True) if requests <= args.capture_up_to else (False,):
-            with tempfile.TemporaryDirectory() as tmp:
-                out = Path(tmp) / "out"
-                wall, cpu, rss = measure(requests, capture, out)
-                size = sum(f.stat().st_size for f in out.iterdir()) / 1e6
-            row = f"| {requests:,} | {'on' if capture else 'off'} | {wall:.1f} | {cpu:.1f} | {rss:.0f} | {size:.1f} |"
-            print(row, flush=True)
-            lines.append(row)
+        for name, tool in tools:
+            captures = (False, True) if name == "servesim" and requests <= args.capture_up_to else (False,)
+            for capture in captures:
+                with tempfile.TemporaryDirectory() as tmp:
+                    out = Path(tmp) / "out"
+                    wall, cpu, rss = measure(requests, capture, out, tool)
+                    size = sum(f.stat().st_size for f in out.iterdir()) / 1e6
+                row = (f"| {name} | {requests:,} | {'on' if capture else 'off'} | {wall:.1f} | {cpu:.1f} | "
+                       f"{rss:.0f} | {size:.1f} |")
+                print(row, flush=True)
+                lines.append(row)
     if args.write_readme:
         write_readme("\n".join(lines), MARKERS)
     return 0

@@ -29,7 +29,7 @@ def test_pinning_revives_a_free_block_and_protects_it():
     pool = BlockPool(3)
     pool.release(_hold(pool, [1, 2, 3]), 3)
     hit = pool.lookup(1)
-    pool.pin(hit)
+    pool.pin_all([hit])
     assert pool.active_blocks == 1
     assert pool.allocate(2)
     assert pool.lookup(1) is hit
@@ -75,7 +75,7 @@ def test_blocks_are_conserved(ops):
         elif op == "pin":
             block = pool.lookup(key)
             if block is not None:
-                pool.pin(block)
+                pool.pin_all([block])
                 leases.append([block])
         pool.check()
     for lease in leases:
@@ -105,5 +105,145 @@ def test_a_preempted_request_keeps_handles_on_its_private_blocks():
     assert pool.anonymous_blocks == 2, "the partial third block is plain free capacity"
     assert pool.allocate(3)
     assert own[1].refs == -1 and own[0].refs == 0, "released tail-first, so the later block goes first"
-    pool.pin(own[0])
+    pool.pin_all([own[0]])
+    pool.check()
+
+
+class _ModelPool:
+    """The pool's rules written plainly: one list in LRU order, a list of copies per key."""
+
+    def __init__(self, num_blocks, caching=True):
+        self.caching = caching
+        self.anonymous = num_blocks
+        self.active = 0
+        self.lru = []  # free blocks, least recently released first; "gap" for private content
+        self.copies = {}  # key -> resident copies, oldest first
+
+    def lookup(self, key):
+        copies = self.copies.get(key)
+        return copies[0] if copies else None
+
+    def allocate(self, count):
+        if count > self.anonymous + len(self.lru):
+            return False
+        self.active += count
+        take = min(count, self.anonymous)
+        self.anonymous -= take
+        for _ in range(count - take):
+            block = self.lru.pop(0)
+            if isinstance(block, _ModelBlock):
+                if block.key is None:
+                    block.refs = -1
+                else:
+                    self.copies[block.key].remove(block)
+        return True
+
+    def store(self, key):
+        block = _ModelBlock(key, 1)
+        self.copies.setdefault(key, []).append(block)
+        return block
+
+    def pin(self, block):
+        if block.refs == 0:
+            self.lru.remove(block)
+            self.active += 1
+        block.refs += 1
+
+    def release(self, lease, complete, keep_private=False):
+        own = []
+        for index in range(len(lease) - 1, -1, -1):
+            block = lease[index]
+            if block is None:
+                self.active -= 1
+                if index >= complete or not self.caching:
+                    self.anonymous += 1
+                    continue
+                block = _ModelBlock(None, 0)
+            else:
+                block.refs -= 1
+                if block.refs:
+                    continue
+                self.active -= 1
+                if block.key is not None and not self.caching:
+                    self.copies[block.key].remove(block)
+                    self.anonymous += 1
+                    continue
+            if block.key is None and not keep_private:
+                block = "gap"
+            elif block.key is None:
+                own.append(block)
+            self.lru.append(block)
+        return own[::-1]
+
+
+class _ModelBlock:
+    def __init__(self, key, refs):
+        self.key, self.refs = key, refs
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.booleans(), st.lists(st.tuples(st.sampled_from(["alloc", "store", "release", "preempt", "pin", "reuse"]),
+                                         st.integers(0, 6), st.integers(0, 9)), min_size=20, max_size=100))
+def test_the_pool_follows_the_plain_model(caching, ops):
+    """Same operations on the pool and on the plain model: the same hits, the same free
+    counts and the same survivors of every eviction (which checks the LRU order exactly)."""
+    pool, model = BlockPool(10, caching), _ModelPool(10, caching)
+    twin = {}  # id(pool block) -> model block
+    leases = []  # (pool lease, model lease)
+    own = []  # (pool blocks, model blocks) kept by preempted requests
+    for op, n, key in ops:
+        if op == "alloc" and pool.allocate(n) == model.allocate(n) is True:
+            leases.append(([None] * n, [None] * n))
+        elif op == "store" and leases:
+            real, plain = leases[n % len(leases)]
+            first = key % (len(real) + 1)
+            keys = [key * 7 + i * (n % 2) for i in range(len(real))]  # n even: one key repeated
+            pool.store_completed(keys, real, first, len(real))
+            for i in range(first, len(plain)):
+                if plain[i] is None:
+                    plain[i] = model.store(keys[i])
+                    twin[id(real[i])] = plain[i]
+        elif op in ("release", "preempt") and leases:
+            real, plain = leases.pop(n % len(leases))
+            complete = len(real) - key % 2
+            kept = pool.release(real, complete, keep_private=op == "preempt", private_from=key)
+            kept_plain = model.release(plain, complete, keep_private=op == "preempt")
+            assert len(kept) == len(kept_plain)
+            twin.update(zip(map(id, kept), kept_plain, strict=True))
+            own.append((kept, kept_plain))
+        elif op == "pin":
+            block, plain = pool.lookup(key), model.lookup(key)
+            assert (block is None) == (plain is None) and (block is None or twin[id(block)] is plain)
+            if block is not None:
+                pool.pin_all([block])
+                model.pin(plain)
+                leases.append(([block], [plain]))
+        elif op == "reuse" and own:
+            kept, kept_plain = own.pop(n % len(own))
+            live = [b for b in kept if b.refs >= 0]
+            assert [twin[id(b)] for b in live] == [b for b in kept_plain if b.refs >= 0]
+            pool.pin_all(live)
+            for b in live:
+                model.pin(twin[id(b)])
+            leases.append((live, [twin[id(b)] for b in live]))
+        pool.check()
+        assert (pool.free_blocks, pool.active_blocks) == (model.anonymous + len(model.lru), model.active)
+        for k in range(80):
+            block, plain = pool.lookup(k), model.lookup(k)
+            assert (block is None) == (plain is None) and (block is None or twin[id(block)] is plain)
+
+
+def test_a_revived_private_block_loses_its_old_lru_place():
+    """A resumed request takes back its kept block (out of the LRU); when it finishes, the
+    block is free again only at the LRU tail, so the next eviction takes the block before it."""
+    pool = BlockPool(3)
+    assert pool.allocate(1)
+    own = pool.release([None], 1, keep_private=True)  # preempted: LRU [own]
+    assert pool.allocate(1)
+    pool.release([pool.store(7)], 1)  # LRU [own, 7]
+    pool.pin_all(own)  # resumed: LRU [7]
+    pool.release(own, 1)  # finished: LRU [7, private]
+    pool.check()
+    assert pool.allocate(2) and pool.lookup(7) is None, "one anonymous block, then the LRU head"
+    assert pool.free_blocks == 1
     pool.check()

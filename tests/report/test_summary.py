@@ -5,6 +5,8 @@ from __future__ import annotations
 from array import array
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servesim.collect.collector import Admission, RequestRecord
 from servesim.report.summary import PoolUsage, Sla, summarize
@@ -71,3 +73,33 @@ def test_empty_run_reports_zeros():
     s = summarize([], {}, 0.0)
     assert s["completed_requests"] == 0 and s["duration_ms"] == 0.0
     assert s["mean_ttft_ms"] == 0.0 and s["p99_itl_ms"] == 0.0 and s["processed_tokens_per_s"] == 0.0
+
+
+def _good_one_by_one(record: RequestRecord, sla: Sla) -> bool:
+    """The goodput rule of docs/metrics.md for one request, written out plainly."""
+    n = record.output_length
+    if n == 0:
+        return (sla.e2e_ms is not None and sla.ttft_ms is None
+                and record.terminal_ms - record.arrival_ms <= sla.e2e_ms)
+    first, last = PASS_ENDS[record.token_spans[0]], PASS_ENDS[record.token_spans[-1] - 1]
+    ttft, e2e = max(first - record.arrival_ms, 0.0), last - record.arrival_ms
+    return ((sla.ttft_ms is None or ttft <= sla.ttft_ms) and (sla.e2e_ms is None or e2e <= sla.e2e_ms)
+            and (sla.itl_ms is None or n == 1 or (e2e - ttft) / (n - 1) <= sla.itl_ms))
+
+
+_BOUND = st.none() | st.floats(0.0, 40.0)
+
+
+@given(requests=st.lists(st.tuples(st.floats(0.0, 31.0), st.integers(0, 6), st.integers(0, 6)), max_size=12),
+       ttft=_BOUND, itl=_BOUND, e2e=_BOUND)
+def test_goodput_matches_the_rule_request_by_request(requests, ttft, itl, e2e):
+    records = []
+    for rid, (arrival, a, b) in enumerate(requests):
+        lo, hi = min(a, b), max(a, b)
+        records.append(_record(rid, arrival, [lo, hi] if hi > lo else []))
+    sla = Sla(ttft_ms=ttft, itl_ms=itl, e2e_ms=e2e)
+    s = summarize(records, {}, 1.0, sla)
+    good = [r for r in records if _good_one_by_one(r, sla)]
+    assert s["goodput_completed_requests"] == len(good)
+    duration = max((r.terminal_ms for r in records), default=0.0) / 1000
+    assert s["goodput_output_throughput_tok_s"] == sum(r.output_length for r in good) / max(duration, 1e-9)

@@ -169,12 +169,14 @@ class Cluster:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _register(self, arrival: Arrival) -> tuple[RequestRecord, EngineRequest]:
+    def _register(self, arrival: Arrival, block_size: int = 1) -> tuple[RequestRecord, EngineRequest]:
+        """Open a record of an arriving request and make its engine request (whose shareable
+        blocks are counted in `block_size` blocks)."""
         record = self.collector.on_arrival(arrival.session_id, arrival.turn_index, arrival.arrival_ms,
                                            arrival.input_length, arrival.max_output_tokens,
                                            arrival.request_id, arrival.play_id, arrival.session_index)
         self._open[record.rid] = (arrival, record)
-        return record, self._engine_request(record.rid, arrival, 1)
+        return record, self._engine_request(record.rid, arrival, block_size)
 
     def _reject_unrouted(self, request: EngineRequest, pool: str, now: float) -> None:
         """A request that finds no active worker in `pool` (the fleet was scaled to zero) is
@@ -185,8 +187,7 @@ class Cluster:
     @staticmethod
     def _engine_request(rid: int, arrival: Arrival, block_size: int) -> EngineRequest:
         return EngineRequest(rid, arrival.prompt_runs, arrival.input_length, arrival.max_output_tokens,
-                             arrival.output_base, arrival.output_ids, unique_from=arrival.unique_from,
-                             block_size=block_size)
+                             arrival.output_base, arrival.output_ids, arrival.unique_from, block_size)
 
     def _record(self, request: EngineRequest) -> RequestRecord:
         return self.collector.records[request.rid]
@@ -195,9 +196,10 @@ class Cluster:
         arrival, record = self._open.pop(request.rid)
         self.collector.on_terminal(record, now, status, request.generated, request.token_spans,
                                    worker.pass_ends if worker is not None else None, request.reject_reason)
-        self.driver.on_terminal(arrival, now, request.generated, ends_session=status == Status.FAILED,
-                                completed=status == Status.COMPLETED)
-        if status == Status.COMPLETED:
+        completed = status is Status.COMPLETED
+        self.driver.on_terminal(arrival, now, request.generated, ends_session=status is Status.FAILED,
+                                completed=completed)
+        if completed and self.scaler is not None:
             self.hooks.on_completed(record)
 
     # -- a finished pass ------------------------------------------------------------------------
@@ -207,11 +209,15 @@ class Cluster:
         first tokens, completions, rejections and (prefill pool) held prompts."""
         worker.finish_pass()
         pool = self.serving[worker.order[0]]
-        for _rank, result in outcome.ranks:
+        ranks = outcome.ranks
+        open_requests, admit, start, label = self._open, self.collector.on_admit, outcome.start_ms, pool.label
+        for _rank, result in ranks:
             for request, reused in result.admitted:
-                self.collector.on_admit(self._open[request.rid][1], outcome.start_ms, reused, pool.label)
-        self._flush_kv_events(pool, worker, now)
-        self.hooks.on_pass(pool.name, worker, outcome)
+                admit(open_requests[request.rid][1], start, reused, label)
+        if self._kv_events:
+            self._flush_kv_events(pool, worker, now)
+        if self.scaler is not None:
+            self.hooks.on_pass(pool.name, worker, outcome)
         for observer in self.observers:
             observer.on_pass_end(pool.label, worker, outcome, now)
         if not inline:
@@ -219,12 +225,13 @@ class Cluster:
         if outcome.early_finishes:
             self.finish_early(worker, outcome, now)
         router = pool.router
-        for _rank, result in outcome.ranks:
+        terminal, completed = self._terminal, Status.COMPLETED
+        for _rank, result in ranks:
             for request in result.first_tokens:
                 router.on_first_token(request.rid, now)
             for request in result.finished:
                 router.on_terminal(request.rid, now)
-                self._terminal(request, worker, Status.COMPLETED, now)
+                terminal(request, worker, completed, now)
             for request in result.rejected:
                 router.on_terminal(request.rid, now)
                 self._terminal(request, worker, Status.REJECTED, now)

@@ -94,7 +94,11 @@ class DecodeCohort:
             return
         bs = self.block_size
         pool = self.pool
-        allocs = [r for kind, r, epoch in events if kind == ALLOC and r.epoch == epoch]
+        allocs: list[EngineRequest] = []
+        caches: list[EngineRequest] = []
+        for kind, r, epoch in events:
+            if r.epoch == epoch:
+                (allocs if kind == ALLOC else caches).append(r)
         if allocs:
             pool.allocate(len(allocs))
             caching = self.caching
@@ -105,13 +109,12 @@ class DecodeCohort:
                     self._schedule_block(r, pass_index + bs - 1, CACHE)
                 else:
                     self._schedule_block(r, pass_index + bs, ALLOC)
-        for kind, r, epoch in events:
-            if kind == CACHE and r.epoch == epoch:
-                steps = pass_index - r.anchor
-                block = (r.computed + steps + 1) // bs - 1
-                key = r.full_block_keys(block + 1, bs, r.generated + steps)[block]
-                r.lease[block] = pool.store(key)
-                self._schedule_block(r, pass_index + 1, ALLOC)
+        for r in caches:
+            steps = pass_index - r.anchor
+            block = (r.computed + steps + 1) // bs - 1
+            key = r.full_block_keys(block + 1, bs, r.generated + steps)[block]
+            r.lease[block] = pool.store(key)
+            self._schedule_block(r, pass_index + 1, ALLOC)
 
     def block_events_until(self, first: int, stop: int, token_budget: int) -> int:
         """The block work of passes [first, stop), which no member finishes in, pass by pass

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from servesim.engine.pass_time import MixedPassTiming
 from servesim.engine.rank import RankPass
 from servesim.engine.request import EngineRequest
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PassPlan:
     """The token budget left, what each explicitly scheduled request computes, and the record
     of the pass."""
 
     budget: int
-    result: RankPass = field(default_factory=RankPass)
-    batch: dict[EngineRequest, tuple[int, int, int]] = field(default_factory=dict)
+    result: RankPass
+    batch: dict[EngineRequest, tuple[int, int, int]]
     """request → (tokens scheduled, prompt end of its chunk or −1 when it has no prompt tokens,
     prompt tokens computed before the chunk)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.result = RankPass()
+        self.batch = {}
 
     def schedule(self, request: EngineRequest, before: int, tokens: int) -> None:
         """`request` computes `tokens` tokens from position `before` in this pass."""

@@ -68,9 +68,10 @@ class RankConfig:
         return limit if self.max_model_len is None else min(limit, self.max_model_len)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RankPass:
-    """What one rank did in one pass."""
+    """What one rank did in one pass (one is made per pass: its `__init__` is written out, which
+    is faster than the generated one with its default factories)."""
 
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
@@ -89,6 +90,21 @@ class RankPass:
     emitted: int = 0
     metrics: ForwardPassMetrics | None = None
     """Forward-pass metrics, when the rank records them."""
+
+    def __init__(self, prefill_ms: float = 0.0, decode_ms: float = 0.0, *,
+                 finished: list[EngineRequest] | None = None, scheduled_tokens: int = 0, emitted: int = 0,
+                 metrics: ForwardPassMetrics | None = None) -> None:
+        self.prefill_ms = prefill_ms
+        self.decode_ms = decode_ms
+        self.admitted = []
+        self.finished = [] if finished is None else finished
+        self.rejected = []
+        self.first_tokens = []
+        self.held = []
+        self.preemptions = 0
+        self.scheduled_tokens = scheduled_tokens
+        self.emitted = emitted
+        self.metrics = metrics
 
     @property
     def has_effect(self) -> bool:

@@ -100,7 +100,8 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         if cohort:
             plan.schedule_cohort(len(cohort))
             cohort.apply_block_events(pass_index)
-        self._schedule_explicit(plan)
+        if self.explicit:
+            self._schedule_explicit(plan)
         result = plan.result
         if not result.preemptions:
             self._admit_waiting(plan)
@@ -164,8 +165,8 @@ class VllmRank(VllmHandoff, VllmRunAhead):
     def _cache_hits(self, request: EngineRequest) -> list[Block]:
         """Resident leading blocks of the known sequence (shareable ones by key, then the
         request's own blocks kept from before a preemption), within the policy's limit."""
-        if not self.config.prefix_caching:
-            return []
+        if not self.config.prefix_caching or (request.shared_blocks <= 0 and not request.own_blocks):
+            return []  # nothing it holds could be cached
         bs = self.config.block_size
         limit = self.policy.cache_limit(request)
         shared = min(limit, request.shared_blocks)
@@ -194,8 +195,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         after = before + desired
         fresh_lease = not request.lease
         if hits and fresh_lease:
-            for block in hits:
-                pool.pin(block)
+            pool.pin_all(hits)
             request.lease = list(hits)
         need = -(-after // bs) - len(request.lease)
         while need > 0 and not pool.allocate(need):
@@ -248,7 +248,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
     # -- timing and emission ----------------------------------------------------------------
 
     def _prefill_time(self, plan: PassPlan) -> float:
-        if not self.handoff.charges_prefill:
+        if not self.handoff.charges_prefill or not plan.batch:
             return 0.0
         count, mean_isl, mean_prefix = plan.prefill_batch()
         if count == 0 or mean_isl == mean_prefix:
@@ -261,17 +261,21 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         result = plan.result
         ready: list[EngineRequest] = []
         done: list[EngineRequest] = []
+        ready_length = 0
         for request in self.explicit:
-            if request.computed >= request.length:
+            length = request.prompt_len + request.generated
+            if request.computed >= length:
                 if request.generated >= request.max_output:
                     done.append(request)
                 else:
                     ready.append(request)
+                    ready_length += length
         if self.handoff.holds:
             self._hold(done + ready, result)
             return
         if self.drafts is not None:
             ready = self._reserve_draft_blocks(plan, ready)
+            ready_length = sum(r.prompt_len + r.generated for r in ready)
             done = [r for r in done if r in self.running]  # a preempted one runs again later
         cohort = self.cohort
         n = len(cohort) + len(ready)
@@ -279,7 +283,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
             result.prefill_ms, result.decode_ms = 0.0, plan.fused_ms(self.mixed, ready, (
                 len(cohort), cohort.length_sum), self.total_kv_tokens)
         elif n:
-            total = cohort.length_sum + sum(r.prompt_len + r.generated for r in ready)
+            total = cohort.length_sum + ready_length
             result.decode_ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
         result.emitted = n
         cohort.advance()
@@ -310,9 +314,10 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         """Requests finished in this pass leave the rank and release their blocks."""
         self.handoff.capacity_changed(len(done))
         bs = self.config.block_size
+        running, release = self.running, self.pool.release
         for request in done:
-            del self.running[request]
-            self.pool.release(request.lease, request.computed // bs, private_from=request.shared_blocks)
+            del running[request]
+            release(request.lease, request.computed // bs, private_from=request.shared_blocks)
             request.lease = []
         if self.explicit:
             finished = set(done)

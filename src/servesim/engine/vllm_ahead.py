@@ -44,7 +44,7 @@ class VllmRunAhead:
 
     def can_run_ahead(self, pass_index: int) -> bool:
         """Whether pass `pass_index` would only advance the decode cohort (nothing else)."""
-        return (bool(self.cohort) and not self.explicit and not self.waiting and not self.handoff.pending
+        return (not self.waiting and not self.explicit and bool(self.cohort) and not self.handoff.pending
                 and self.cohort.fits(pass_index, self.config.max_batched_tokens))
 
     def decode_pass(self, pass_index: int) -> DecodePass:

@@ -60,8 +60,7 @@ class VllmHandoff:
         if fresh > pool.free_blocks - sum(1 for b in hits if b.refs == 0):
             handoff.refuse(request)
             return None
-        for block in hits:
-            pool.pin(block)
+        pool.pin_all(hits)
         pool.allocate(fresh)
         request.lease = [*hits, *([None] * fresh)]
         return handoff.reserved(request, fresh * bs)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import bisect
 import random
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(slots=True, frozen=True)
-class Placement:
-    """Where a request goes: a worker, one of its DP ranks, and the prefix the router credited."""
+class Placement(NamedTuple):
+    """Where a request goes: a worker, one of its DP ranks, and the prefix the router credited
+    (a named tuple: one is made per request, several times faster than a frozen dataclass)."""
 
     worker: int
     rank: int

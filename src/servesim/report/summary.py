@@ -92,21 +92,26 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
 
 
 def _goodput(tl: Timelines, sla: Sla, ds: float) -> dict[str, float | int]:
-    good = good_tokens = 0
-    for i in range(len(tl.arrival)):
-        n = int(tl.count[i])
-        if n == 0:
-            ok = (sla.e2e_ms is not None and sla.ttft_ms is None
-                  and float(tl.terminal[i]) - float(tl.arrival[i]) <= sla.e2e_ms)
-        else:
-            ttft = max(tl.first[i] - tl.arrival[i], 0.0)
-            e2e = tl.last[i] - tl.arrival[i]
-            ok = ((sla.ttft_ms is None or ttft <= sla.ttft_ms)
-                  and (sla.e2e_ms is None or e2e <= sla.e2e_ms)
-                  and (sla.itl_ms is None or n == 1 or (e2e - ttft) / (n - 1) <= sla.itl_ms))
-        if ok:
-            good += 1
-            good_tokens += int(tl.output_length[i])
+    """Requests within every SLA bound (runtime.md §8.5); one without tokens counts only under an
+    end-to-end bound alone, judged on its terminal time. Element-wise, the same float operations
+    as one request at a time."""
+    n = tl.count
+    ttft = np.maximum(tl.first - tl.arrival, 0.0)
+    e2e = tl.last - tl.arrival
+    ok = np.ones(len(n), dtype=bool)
+    if sla.ttft_ms is not None:
+        ok &= ttft <= sla.ttft_ms
+    if sla.e2e_ms is not None:
+        ok &= e2e <= sla.e2e_ms
+    if sla.itl_ms is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ok &= (n == 1) | ((e2e - ttft) / (n - 1) <= sla.itl_ms)
+    no_tokens = n == 0
+    if no_tokens.any():
+        alone = sla.e2e_ms is not None and sla.ttft_ms is None
+        ok[no_tokens] = alone and (tl.terminal[no_tokens] - tl.arrival[no_tokens] <= sla.e2e_ms)
+    good = int(ok.sum())
+    good_tokens = int(tl.output_length[ok].sum())
     return {
         "goodput_completed_requests": good,
         "goodput_request_throughput_rps": good / ds,

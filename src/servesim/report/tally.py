@@ -40,6 +40,7 @@ class Timelines:
 
 WORKER_FIELDS = ("requests", "overlap_tokens_credited", "completed_requests", "input_tokens", "reused_input_tokens")
 """The per-worker sums, in the order `RequestTally.workers` keeps them."""
+NAN = float("nan")
 
 
 class RequestTally:
@@ -66,6 +67,8 @@ class RequestTally:
         self._every_rid = array("q")
         self._every_arrival = array("d")
         """Every request's arrival (counted or not), for the report's arrival series."""
+        self._timelines: Timelines | None = None
+        self._arrivals: np.ndarray | None = None
 
     @classmethod
     def of(cls, records: Iterable[RequestRecord]) -> RequestTally:
@@ -82,27 +85,31 @@ class RequestTally:
         status = record.status
         if status is not None:
             self.num_terminal += 1
-            self.rejected += status in (Status.REJECTED, Status.FAILED)
-            self.timed_out += status == Status.TIMED_OUT
+            if status != Status.COMPLETED:
+                self.rejected += status == Status.REJECTED or status == Status.FAILED
+                self.timed_out += status == Status.TIMED_OUT
         if record.reason is not None and (self.first_rejection is None or record.rid < self.first_rejection[0]):
             self.first_rejection = (record.rid, record.reason)
-        counted = record.counted
+        counted = status == Status.COMPLETED and bool(record.admissions)  # `RequestRecord.counted`
         self._add_routes(record, counted)
         if counted:
             self._add_counted(record)
 
     def _add_routes(self, record: RequestRecord, counted: bool) -> None:
+        workers = self.workers
         for route in record.routes:
-            pool = _pool(route.pool)
-            sums = self.workers.get((pool, route.worker_id))
+            pool = "decode" if route.pool == "agg" else route.pool  # `_pool`
+            sums = workers.get((pool, route.worker_id))
             if sums is None:
-                sums = self.workers[(pool, route.worker_id)] = [0] * len(WORKER_FIELDS)
+                sums = workers[(pool, route.worker_id)] = [0] * len(WORKER_FIELDS)
             sums[0] += 1
             sums[1] += route.overlap_tokens
             if counted:
                 sums[2] += 1
                 sums[3] += record.input_length
-                sums[4] += _reused(record, pool)
+                admissions = record.admissions
+                only = admissions[0] if len(admissions) == 1 else None
+                sums[4] += only.reused_tokens if only is not None and only.pool == route.pool else _reused(record, pool)
 
     def _add_counted(self, record: RequestRecord) -> None:
         admissions = record.admissions
@@ -115,7 +122,7 @@ class RequestTally:
         ints["reused_max"].append(reused_first if len(admissions) == 1 else max(a.reused_tokens for a in admissions))
         times = self._times
         times["arrival"].append(record.arrival_ms)
-        times["terminal"].append(record.terminal_ms if record.terminal_ms is not None else float("nan"))
+        times["terminal"].append(record.terminal_ms if record.terminal_ms is not None else NAN)
         count, first, second, last = self._add_tokens(record)
         ints["count"].append(count)
         times["first"].append(first)
@@ -125,14 +132,18 @@ class RequestTally:
     def _add_tokens(self, record: RequestRecord) -> tuple[int, float, float, float]:
         """Keep the request's token runs; its token count and first, second and last token time."""
         spans = record.token_spans
-        nan = float("nan")
         if not spans:
-            return 0, nan, nan, nan
+            return 0, NAN, NAN, NAN
         ends = record.pass_ends
         assert ends is not None
         entry = self._runs.get(id(ends))
         if entry is None:
             entry = self._runs[id(ends)] = (ends, array("q"), array("q"))
+        a0, b0 = spans[0], spans[1]
+        if len(spans) == 2 and b0 - a0 > 1:  # one run of several tokens: the common case
+            entry[1].append(a0)
+            entry[2].append(b0 - 1)
+            return b0 - a0, ends[a0], ends[a0 + 1], ends[b0 - 1]
         starts, stops = entry[1], entry[2]
         total = 0
         for j in range(0, len(spans), 2):
@@ -143,27 +154,39 @@ class RequestTally:
                 stops.append(b - 1)
             if j:
                 self._between.append(ends[a] - ends[spans[j - 1] - 1])
-        a0 = spans[0]
-        second = nan
+        second = NAN
         if total > 1:
-            second = ends[a0 + 1] if spans[1] - a0 > 1 else ends[spans[2]]
+            second = ends[a0 + 1] if b0 - a0 > 1 else ends[spans[2]]
         return total, ends[a0], second, ends[spans[-1] - 1]
 
     def timelines(self) -> Timelines:
-        """The counted requests' columns in request order, and the pooled token gaps."""
-        order = np.argsort(np.frombuffer(self._rid, dtype=np.int64), kind="stable")
-        columns: dict[str, np.ndarray] = {}
-        for name, floats in self._times.items():
-            columns[name] = np.frombuffer(floats, dtype=np.float64)[order]
-        for name, ints in self._ints.items():
-            columns[name] = np.frombuffer(ints, dtype=np.int64)[order]
-        columns["gaps"], columns["gap_counts"] = self._gaps()
-        return Timelines(**columns)
+        """The counted requests' columns in request order, and the pooled token gaps.
+
+        Read once the tally is complete: the first call moves the columns into request order and
+        frees the unordered ones (a column at a time, so the peak holds one extra column)."""
+        if self._timelines is None:
+            order = np.argsort(np.frombuffer(self._rid, dtype=np.int64), kind="stable")
+            self._rid = array("q")
+            columns: dict[str, np.ndarray] = {}
+            for name, floats in self._times.items():
+                columns[name] = np.frombuffer(floats, dtype=np.float64)[order]
+                self._times[name] = array("d")
+            for name, ints in self._ints.items():
+                columns[name] = np.frombuffer(ints, dtype=np.int64)[order]
+                self._ints[name] = array("q")
+            del order
+            columns["gaps"], columns["gap_counts"] = self._gaps()
+            self._timelines = Timelines(**columns)
+        return self._timelines
 
     def arrivals(self) -> np.ndarray:
-        """Every request's arrival time, counted or not, in request order."""
-        order = np.argsort(np.frombuffer(self._every_rid, dtype=np.int64), kind="stable")
-        return np.frombuffer(self._every_arrival, dtype=np.float64)[order]
+        """Every request's arrival time, counted or not, in request order (read once the tally is
+        complete, as `timelines`)."""
+        if self._arrivals is None:
+            order = np.argsort(np.frombuffer(self._every_rid, dtype=np.int64), kind="stable")
+            self._arrivals = np.frombuffer(self._every_arrival, dtype=np.float64)[order]
+            self._every_rid, self._every_arrival = array("q"), array("d")
+        return self._arrivals
 
     def _gaps(self) -> tuple[np.ndarray, np.ndarray]:
         """Every token gap, as distinct values and counts: inside a run of consecutive passes of

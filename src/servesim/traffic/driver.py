@@ -164,6 +164,8 @@ class Driver:
 
     def release(self, now: float) -> list[Arrival]:
         """Every turn ready at or before `now`, ordered by (ready time, session, turn)."""
+        if self.fixed_arrivals:
+            return self._release_first_turns(now)
         out: list[Arrival] = []
         ready, lag = self._ready, self.frontend_ms
         while True:
@@ -181,10 +183,25 @@ class Driver:
             else:
                 return out
 
+    def _release_first_turns(self, now: float) -> list[Arrival]:
+        """`release` in open loop with single-turn sessions: the first arrivals by `now` (no
+        session needs to be followed, as its only turn ends it)."""
+        out: list[Arrival] = []
+        first, lag, sessions = self._next_first, self.frontend_ms, self._sessions
+        while first is not None and first[0] + lag <= now:
+            t, s = first
+            out.append(self._arrival(sessions[s], s, 0, t, None))
+            first = next(self._first, None)
+        self._next_first = first
+        return out
+
     def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
                     completed: bool = True) -> None:
         """A released turn reached a terminal state after emitting `emitted` tokens (a rejected
         turn, `completed` False, still lets its session go on)."""
+        if self.fixed_arrivals:  # the turn was its session's only one
+            self._finished += 1
+            return
         s = arrival.session_index
         progress = self._progress[s]
         session = progress.session
@@ -225,12 +242,17 @@ class Driver:
 
     def _emit(self, s: int, t: float) -> Arrival:
         progress = self._progress[s]
-        session = progress.session
         k = progress.next_turn
         progress.next_turn = k + 1
+        return self._arrival(progress.session, s, k, t, progress)
+
+    def _arrival(self, session: Session, s: int, k: int, t: float, progress: _SessionProgress | None) -> Arrival:
+        """Turn `k` of session `s` released with arrival time `t` (`progress`: where the
+        session is, needed from its second turn on)."""
         turn = session.turns[k]
         length = turn.input_length
         if self._accumulate and k:
+            assert progress is not None
             runs = self._bounded(progress.context, progress.context_length, turn.input_runs)
             length += progress.context_length
         else:

@@ -78,6 +78,7 @@ class SyntheticSessions(Sequence[Session]):
         self.fresh = num_blocks - self.shared
         # Group g's shared block j has value g * shared + j; fresh values follow all group values.
         self.first_fresh = prefix_groups * self.shared
+        self.unique_from = min(self.shared * block_size, input_tokens)
         self._rng: StdRng | None = None
         self._drawn = 0
         self._group = 0
@@ -102,13 +103,14 @@ class SyntheticSessions(Sequence[Session]):
             return [self[i] for i in range(*index.indices(self.size))]
         if not 0 <= index < self.size:
             raise IndexError(index)
-        first_shared = self._group_of(index) * self.shared
+        first_shared = self._group_of(index) * self.shared if self.groups else 0
         shared = range(first_shared, first_shared + self.shared)
-        unique_from = min(self.shared * self.block_size, self.input_tokens)
+        unique_from = self.unique_from
         turns = []
         for k in range(self.turns):
             start = self.first_fresh + (index * self.turns + k) * self.fresh
-            turns.append(Turn(_Blocks(shared, range(start, start + self.fresh)), self.block_size, self.input_tokens,
+            fresh = range(start, start + self.fresh)
+            turns.append(Turn(_Blocks(shared, fresh) if shared else fresh, self.block_size, self.input_tokens,
                               self.output_tokens, self.delay_ms if k else 0.0, unique_from=unique_from))
         return Session(f"session_{index}", turns)
 
