@@ -39,13 +39,13 @@ from servesim.traffic.driver import Driver, RequestDriver
 from servesim.traffic.workload import Workload
 
 if TYPE_CHECKING:  # imported where a run needs them (start-up time)
-    from servesim.report.latency import LatencySamples
-    from servesim.traffic.agentic_driver import AgenticDriver
     from servesim.cluster.disaggregated import DisaggregatedCluster
     from servesim.cluster.sampling import StateSampling
     from servesim.collect.sampler import TimeSeries
+    from servesim.report.latency import LatencySamples
     from servesim.report.spool import RecordSpool
     from servesim.scaling.contract import ScalingPolicy
+    from servesim.traffic.agentic_driver import AgenticDriver
 
 
 class ProgressMeter:

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from servesim.perf.roofline import RooflineTiming
 
 
-
 def parallel(worker: WorkerConfig) -> Parallel:
     from servesim.perf.capacity import Parallel
 

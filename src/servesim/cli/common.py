@@ -37,7 +37,7 @@ def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs:
 def start_up() -> Iterator[None]:
     """A command's start-up (its imports, reading and validating the config) without the cyclic
     garbage collector: it makes many long-lived objects (modules, classes, pydantic's schemas)
-    and next to no garbage cycles, so collections would only walk them again and again (~3% of
+    and next to no garbage cycles, so collections would only walk them again and again (~2% of
     a short run). Afterwards they are frozen (`gc.freeze`): later collections skip them too."""
     enabled = gc.isenabled()
     gc.disable()
