@@ -22,7 +22,6 @@ from servesim.collect.collector import Collector, RequestRecord
 from servesim.config import SimConfig, load_config, parse_config
 from servesim.errors import ConfigError
 from servesim.perf import save_timing_cache
-from servesim.report.latency import LatencySamples, from_tally
 from servesim.report.records import request_records
 from servesim.report.workers import WorkerUsage, worker_breakdown
 from servesim.report.summary import (
@@ -35,18 +34,19 @@ from servesim.report.summary import (
     summarize,
 )
 from servesim.report.tally import RequestTally
-from servesim.report.trajectories import trajectory_fields, unreleased_requests
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
-from servesim.traffic.agentic_driver import AgenticDriver
+from servesim.traffic.driver import Driver, RequestDriver
 from servesim.traffic.workload import Workload
 
 if TYPE_CHECKING:  # imported where a run needs them (start-up time)
     from servesim.cluster.disaggregated import DisaggregatedCluster
     from servesim.cluster.sampling import StateSampling
     from servesim.collect.sampler import TimeSeries
+    from servesim.report.latency import LatencySamples
     from servesim.report.spool import RecordSpool
     from servesim.scaling.contract import ScalingPolicy
+    from servesim.traffic.agentic_driver import AgenticDriver
 
 
 class ProgressMeter:
@@ -201,7 +201,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
     driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
     tally = RequestTally()
-    whole_records = run.disaggregated or isinstance(driver, AgenticDriver)
+    whole_records = run.disaggregated or _agentic(driver) is not None
     if not capture_per_request or whole_records:
         spool = None
     keep_records = whole_records or (capture_per_request and spool is None)
@@ -271,8 +271,10 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
     extensions: dict[str, Any] = {"workers": worker_breakdown(tally, workers, end_ms)}
-    driver = cluster.driver
-    if isinstance(driver, AgenticDriver):
+    driver = _agentic(cluster.driver)
+    if driver is not None:
+        from servesim.report.trajectories import trajectory_fields, unreleased_requests
+
         graph = driver.graph
         summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block()))
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
@@ -282,9 +284,21 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
     report = Report(summary, per_request, extensions, sla=run.sla,
                     first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
     if sampling is not None:
+        from servesim.report.latency import from_tally
+
         report.timeseries = sampling.finish(cluster, end_ms)
         report.latency = from_tally(tally, timelines)
     return report
+
+
+def _agentic(driver: RequestDriver) -> AgenticDriver | None:
+    """The driver when it replays an agentic trace's dependency graph, else None (a run of
+    sessions never imports the agentic modules)."""
+    if isinstance(driver, Driver):
+        return None
+    from servesim.traffic.agentic_driver import AgenticDriver
+
+    return driver if isinstance(driver, AgenticDriver) else None
 
 
 @contextmanager

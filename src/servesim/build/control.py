@@ -3,9 +3,13 @@ settings `servesim.placement` and `servesim.scaling.planner` are built from."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from servesim.config.schema import PlannerConfig, RouterConfig, SlaConfig
 from servesim.placement.factory import RouterSpec
-from servesim.scaling.planner.settings import DEFAULT_ITL_MS, DEFAULT_TTFT_MS, ForecastSettings, PlannerSettings
+
+if TYPE_CHECKING:
+    from servesim.scaling.planner.settings import PlannerSettings
 
 
 def router_spec(config: RouterConfig) -> RouterSpec:
@@ -23,6 +27,8 @@ def planner_settings(config: PlannerConfig, sla: SlaConfig | None, disaggregated
     planner is disabled)."""
     if config.policy != "enabled":
         return None
+    from servesim.scaling.planner.settings import DEFAULT_ITL_MS, DEFAULT_TTFT_MS, ForecastSettings, PlannerSettings
+
     throughput_on, load_on = config.scaling_modes
     ttft, itl = DEFAULT_TTFT_MS, DEFAULT_ITL_MS
     if config.target == "sla" and sla is not None:

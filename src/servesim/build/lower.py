@@ -9,6 +9,7 @@ reads the user's config.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from servesim.build.control import planner_settings, router_spec
 from servesim.build.traffic import traffic_spec
@@ -21,8 +22,10 @@ from servesim.errors import RunError
 from servesim.fidelity.apply import async_scheduling, frontend_ms
 from servesim.placement.factory import RouterSpec
 from servesim.report.summary import Sla
-from servesim.scaling.planner.settings import PlannerSettings
 from servesim.traffic.spec import TrafficSpec
+
+if TYPE_CHECKING:
+    from servesim.scaling.planner.settings import PlannerSettings
 
 
 @dataclass

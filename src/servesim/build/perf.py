@@ -9,12 +9,14 @@
   for every role before the run whatever the timing.
 
 Warnings go to the ``servesim`` logger (one line each; shown on stderr when logging is not
-configured).
+configured). The analytic models (`servesim.perf.capacity`, `hardware`, `models`, `roofline`)
+are imported by the functions that use them: a run with fixed timing and fixed capacity
+starts without them.
 """
 
 from __future__ import annotations
 
-import logging
+from typing import TYPE_CHECKING
 
 from servesim.config.schema import (
     DefaultTiming as DefaultTimingConfig,
@@ -26,19 +28,20 @@ from servesim.config.schema import (
     RooflineTiming as RooflineTimingConfig,
     WorkerConfig,
 )
-from servesim.perf.capacity import Capacity, Parallel, kv_blocks
-from servesim.perf.hardware import GpuSpec, aic_system, ready_systems_dir, resolve_gpu, spec_from_table, systems_dir
-from servesim.perf.models import ModelNotFound, resolve_model
-from servesim.perf.roofline import RooflineParams, RooflineTiming
 from servesim.engine.pass_time import TimingModel
 from servesim.perf.timing import FixedTiming, PolynomialTiming
 from servesim.errors import RunError
 from servesim.fidelity.apply import calibrated_kv_blocks, timing_with_fidelity
 
-log = logging.getLogger("servesim")
+if TYPE_CHECKING:
+    from servesim.perf.capacity import Capacity, Parallel
+    from servesim.perf.hardware import GpuSpec
+    from servesim.perf.roofline import RooflineTiming
 
 
 def parallel(worker: WorkerConfig) -> Parallel:
+    from servesim.perf.capacity import Parallel
+
     par = worker.parallelism
     return Parallel(tp=par.tensor, pp=par.pipeline, attention_dp=par.attention_data,
                     moe_tp=par.moe_tensor, moe_ep=par.moe_expert)
@@ -61,7 +64,10 @@ def timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> Timin
 
 def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTimingConfig) -> TimingModel:
     """AIConfigurator timing, or the roofline (with a warning) when the database cannot serve it."""
-    from servesim.perf import aic  # keeps fixed/polynomial runs free of the import
+    import logging
+
+    from servesim.perf import aic
+    from servesim.perf.hardware import aic_system, ready_systems_dir, systems_dir
 
     systems, how = systems_dir(engine.aic_systems_path)
     ready_systems_dir(systems, how, engine.hardware, engine.backend, engine.backend_version)
@@ -81,9 +87,10 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
             nextn=worker.speculative.num_speculative_tokens if worker.speculative is not None else 0)
         model = aic.aic_timing(key, timing.interpolate_context)
     except aic.AicUnavailable as exc:
-        log.warning("servesim: warning: AIConfigurator cannot time %s on %s with %s (%s); "
-                    "falling back to the roofline model (timing.type: roofline)",
-                    engine.model, engine.hardware, engine.backend, exc)
+        logging.getLogger("servesim").warning(
+            "servesim: warning: AIConfigurator cannot time %s on %s with %s (%s); "
+            "falling back to the roofline model (timing.type: roofline)",
+            engine.model, engine.hardware, engine.backend, exc)
         return roofline_timing(engine, worker, RooflineTimingConfig())
     return model
 
@@ -93,6 +100,9 @@ _ROOFLINES: dict[tuple, RooflineTiming] = {}
 
 def roofline_timing(engine: EngineConfig, worker: WorkerConfig, timing: RooflineTimingConfig) -> RooflineTiming:
     """servesim's analytic timing (shared by the workers of a role, like its memo)."""
+    from servesim.perf.models import resolve_model
+    from servesim.perf.roofline import RooflineParams, RooflineTiming
+
     model = resolve_model(engine.model)
     gpu = gpu_for(engine, worker)
     p = parallel(worker)
@@ -109,11 +119,15 @@ def roofline_timing(engine: EngineConfig, worker: WorkerConfig, timing: Roofline
 
 
 def _inline_gpu(name: str, spec: GpuSpecConfig) -> GpuSpec:
+    from servesim.perf.hardware import spec_from_table
+
     return spec_from_table(name, spec.model_dump(exclude_none=True), "timing.gpu_spec")
 
 
 def gpu_for(engine: EngineConfig, worker: WorkerConfig) -> GpuSpec:
     """The GPU constants of a role: a roofline's inline spec or GPU name, else engine.hardware."""
+    from servesim.perf.hardware import ready_systems_dir, resolve_gpu, systems_dir
+
     timing = worker.timing
     name = (timing.gpu if isinstance(timing, RooflineTimingConfig) else None) or engine.hardware
     if isinstance(timing, RooflineTimingConfig) and timing.gpu_spec is not None:
@@ -127,6 +141,10 @@ def gpu_for(engine: EngineConfig, worker: WorkerConfig) -> GpuSpec:
 
 def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
     """The default KV capacity of one rank of a role (servesim's formula; see engine.capacity)."""
+    from servesim.perf.capacity import kv_blocks
+    from servesim.perf.hardware import ready_systems_dir, systems_dir
+    from servesim.perf.models import ModelNotFound, resolve_model
+
     cap = worker.kv_cache.capacity
     assert not isinstance(cap, FixedCapacity)
     try:

@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servesim.cli.common import add_common_arguments, config_error
+from servesim.cli.common import add_common_arguments, config_error, start_up
 from servesim.errors import ConfigError, RunError
 from servesim.outputs import OutputSet, os_reason, prepare_folder
 
@@ -56,22 +56,23 @@ def _check_extras(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from servesim.api import simulate
-    from servesim.config import load_config
-    from servesim.config.load import STACKS
+    with start_up():
+        from servesim.api import simulate
+        from servesim.config import load_config
+        from servesim.config.load import STACKS
 
-    if args.stack not in (None, *STACKS):
-        print(f"servesim: error: stack {args.stack!r} is unavailable; installed stacks: {', '.join(STACKS)}",
-              file=sys.stderr)
-        return 2
-    out_dir = Path(args.output_dir)
-    try:
-        config = load_config(args.config, args.overrides, stack=args.stack,
-                             allow_duplicate_keys=args.allow_duplicate_keys)
-        _check_extras(args)
-        prepare_folder(out_dir, args.overwrite)
-    except ConfigError as exc:
-        return config_error(args.config, exc)
+        if args.stack not in (None, *STACKS):
+            print(f"servesim: error: stack {args.stack!r} is unavailable; installed stacks: {', '.join(STACKS)}",
+                  file=sys.stderr)
+            return 2
+        out_dir = Path(args.output_dir)
+        try:
+            config = load_config(args.config, args.overrides, stack=args.stack,
+                                 allow_duplicate_keys=args.allow_duplicate_keys)
+            _check_extras(args)
+            prepare_folder(out_dir, args.overwrite)
+        except ConfigError as exc:
+            return config_error(args.config, exc)
     try:
         with OutputSet(out_dir) as outputs, _spool(outputs, args) as spool:
             report = simulate(config, capture_per_request=args.capture_per_request,

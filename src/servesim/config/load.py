@@ -7,7 +7,6 @@ problem, ``dotted.key.path: rule``, prefixed by the file when there is one.
 from __future__ import annotations
 
 import copy
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,8 +31,6 @@ __all__ = ["STACKS", "apply_overrides", "describe_validation_error", "load_confi
 
 MAX_CONFIG_CHARS = 16 << 20
 """Largest configuration file read (a config is a few kilobytes)."""
-
-log = logging.getLogger("servesim")
 
 STACKS = ("dynamo", "engine")
 """The reference's execution stacks (``--stack``): ``engine`` has no router or planner."""
@@ -207,8 +204,11 @@ def _locate(path: str, base_dir: Path, key: str, exists: Any) -> str:
     beside = str(base_dir / path)
     if beside not in _NOTED:
         _NOTED.add(beside)
-        log.warning("servesim: note: %s %r is not in the current directory; using the one beside the "
-                    "config, %s", key, path, beside)
+        import logging  # imported only to say something: a run starts without it
+
+        logging.getLogger("servesim").warning(
+            "servesim: note: %s %r is not in the current directory; using the one beside the config, %s",
+            key, path, beside)
     return beside
 
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from servesim.placement.base import Router
 from servesim.placement.round_robin import FlatRoundRobin, RoundRobin
-from servesim.placement.routers import KvRouter, KvRouterSettings, LeastLoaded, RandomRouter, SessionAffinity
 
 PrefillTime = Callable[[int, int, int], float]
 """A pool's prefill time model: (batch, mean prompt end, mean cached prefix) → ms."""
@@ -39,30 +38,46 @@ def make_router(spec: RouterSpec, *, ranks: int, workers: int, block_size: int, 
     pool, and the KV router of the decode pool is overlap-blind (it only balances load), as in
     Dynamo.
     """
-    if spec.policy == "kv_router":
-        def prefill_duration(isl: int, cached: int) -> float:
-            return prefill_time(1, isl, cached) if isl > cached else 0.0
-
-        timed = spec.timed_prefill and not decode
-        settings = KvRouterSettings(
-            block_size=block_size,
-            overlap_credit=0.0 if decode else spec.overlap_credit,
-            prefill_scale=spec.prefill_scale,
-            temperature=spec.temperature,
-            credit_decay=spec.credit_decay,
-            request_weight=spec.request_weight,
-            track_prefill=not decode,
-            track_blocks=not flat or decode,
-            assume_reuse=not decode,
-            prefill_duration=prefill_duration if timed else None,
-        )
-        router: Router = KvRouter(ranks, settings, spec.seed)
-    elif spec.policy == "random":
-        router = RandomRouter(ranks, spec.seed)
-    elif spec.policy == "least_loaded":
-        router = LeastLoaded(ranks, spec.seed)
+    router: Router
+    if spec.policy in ("kv_router", "random", "least_loaded"):
+        router = _stateful_router(spec, ranks=ranks, block_size=block_size, prefill_time=prefill_time,
+                                  flat=flat, decode=decode)
     else:
         router = FlatRoundRobin(ranks) if flat else RoundRobin(ranks)
     for w in range(workers):
         router.worker_added(w)
-    return SessionAffinity(router) if spec.session_affinity else router
+    if spec.session_affinity:
+        from servesim.placement.routers import SessionAffinity
+
+        return SessionAffinity(router)
+    return router
+
+
+def _stateful_router(spec: RouterSpec, *, ranks: int, block_size: int, prefill_time: PrefillTime,
+                     flat: bool, decode: bool) -> Router:
+    """The KV, random or least-loaded router (`placement.routers`, imported here: a run with
+    the default round robin starts without it)."""
+    from servesim.placement.routers import KvRouter, KvRouterSettings, LeastLoaded, RandomRouter
+
+    if spec.policy == "random":
+        return RandomRouter(ranks, spec.seed)
+    if spec.policy == "least_loaded":
+        return LeastLoaded(ranks, spec.seed)
+
+    def prefill_duration(isl: int, cached: int) -> float:
+        return prefill_time(1, isl, cached) if isl > cached else 0.0
+
+    timed = spec.timed_prefill and not decode
+    settings = KvRouterSettings(
+        block_size=block_size,
+        overlap_credit=0.0 if decode else spec.overlap_credit,
+        prefill_scale=spec.prefill_scale,
+        temperature=spec.temperature,
+        credit_decay=spec.credit_decay,
+        request_weight=spec.request_weight,
+        track_prefill=not decode,
+        track_blocks=not flat or decode,
+        assume_reuse=not decode,
+        prefill_duration=prefill_duration if timed else None,
+    )
+    return KvRouter(ranks, settings, spec.seed)

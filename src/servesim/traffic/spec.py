@@ -4,13 +4,15 @@ come from, when they arrive, and the driver that releases them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from servesim.errors import RunError
-from servesim.traffic.agentic import AgenticGraph
-from servesim.traffic.agentic_driver import AgenticDriver
 from servesim.traffic.driver import Driver, RequestDriver
 from servesim.traffic.synthetic import constant_rate_schedule, poisson_schedule, synthetic_workload
 from servesim.traffic.workload import Workload
+
+if TYPE_CHECKING:
+    from servesim.traffic.agentic import AgenticGraph
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +83,11 @@ class TrafficSpec:
         """The driver releasing `workload`'s requests under this load (see `Driver` for
         `prompt_limit`)."""
         lag = self.frontend_ms
-        if isinstance(workload, AgenticGraph):
+        if not isinstance(workload, Workload):  # an agentic trace's dependency graph
             if self.graph_refusal is not None:
                 raise RunError(self.graph_refusal)
+            from servesim.traffic.agentic_driver import AgenticDriver
+
             return AgenticDriver(workload, frontend_ms=lag)
         load = self.load
         n = len(workload.sessions)
