@@ -42,6 +42,12 @@ def quantize_ms(ms: float) -> float:
     return (secs + nanos / 1e9) * 1000.0
 
 
+DENSE_SERIES = 1 << 21
+"""Active-token counts below this are kept in a table (at most 16 MB per pool size)."""
+SERIES_CHUNK = 4096
+"""Table entries computed at once."""
+
+
 class FixedTiming:
     """Constant costs: `prefill_ms` per prefill phase, `max(1, decode_ms)` per decode phase."""
 
@@ -72,6 +78,9 @@ class PolynomialTiming:
         self._prefill: dict[int, float] = {}
         self._decode: dict[int, dict[int, float]] = {}
         """Decode times by total KV tokens, then active KV tokens."""
+        self._dense: dict[int, tuple[list[float], bytearray]] = {}
+        """Decode times by total KV tokens: a table by active KV tokens, and which of its
+        `SERIES_CHUNK`-count chunks are filled in."""
 
     def prefill(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
         tokens = batch * (mean_isl - mean_prefix)
@@ -92,14 +101,41 @@ class PolynomialTiming:
         return ms
 
     def decode_series(self, batch: int, active: range, total_kv_tokens: int) -> list[float]:
-        """`decode` at each active-token count of `active`."""
+        """`decode` at each active-token count of `active`.
+
+        Counts below `DENSE_SERIES` are answered from a table indexed by the count (a slice per
+        series), filled `SERIES_CHUNK` counts at a time; the rest from `decode`'s memo.
+        """
+        if not active:
+            return []
+        top = active[-1]
+        if top >= DENSE_SERIES or active.start < 0 or total_kv_tokens >= 1 << 53:
+            return self._sparse_series(active, total_kv_tokens)
+        dense = self._dense.get(total_kv_tokens)
+        if dense is None:
+            dense = self._dense[total_kv_tokens] = ([], bytearray())
+        table, filled = dense
+        last_chunk = top // SERIES_CHUNK
+        if last_chunk >= len(filled):
+            grow = last_chunk + 1 - len(filled)
+            table += [0.0] * (grow * SERIES_CHUNK)
+            filled += bytes(grow)
+        for chunk in range(active.start // SERIES_CHUNK, last_chunk + 1):
+            if not filled[chunk]:
+                lo = chunk * SERIES_CHUNK
+                table[lo:lo + SERIES_CHUNK] = decode_ms_range(lo, lo + SERIES_CHUNK, total_kv_tokens)
+                filled[chunk] = 1
+        return table[active.start:top + 1:active.step]
+
+    def _sparse_series(self, active: range, total_kv_tokens: int) -> list[float]:
+        """`decode_series` through `decode`'s memo."""
         memo = self._decode.get(total_kv_tokens)
         if memo is None:
             memo = self._decode[total_kv_tokens] = {}
         series = list(map(memo.get, active))
         if None in series:
-            for i, ms in enumerate(series):
-                if ms is None:
+            for i in range(series.index(None), len(series)):
+                if series[i] is None:
                     a = active[i]
                     series[i] = memo[a] = self._decode_ms(a, total_kv_tokens)
         return series  # type: ignore[return-value]
@@ -108,3 +144,24 @@ class PolynomialTiming:
     def _decode_ms(active_kv_tokens: int, total_kv_tokens: int) -> float:
         u = 1.0 if total_kv_tokens == 0 else min(1.0, active_kv_tokens / total_kv_tokens)
         return quantize_ms(max(1.0, (-25.74 * (u * u) + 54.01 * u) + 5.74))
+
+
+def decode_ms_range(lo: int, hi: int, total_kv_tokens: int) -> list[float]:
+    """`PolynomialTiming._decode_ms` at each active-token count in [lo, hi) (total below 2⁵³),
+    computed with numpy: the same IEEE operations in the same order, element by element."""
+    import numpy as np
+
+    if total_kv_tokens == 0:
+        return [PolynomialTiming._decode_ms(a, 0) for a in range(lo, hi)]
+    u = np.minimum(1.0, np.arange(lo, hi, dtype=np.int64) / total_kv_tokens)
+    ms = np.maximum(1.0, (-25.74 * (u * u) + 54.01 * u) + 5.74)
+    ns = (ms / 1000.0) * 1e9
+    whole = np.floor(ns)
+    frac = ns - whole
+    q = (whole + (frac > 0.5)).astype(np.int64)
+    out = (((q // 1_000_000_000).astype(np.float64) + (q % 1_000_000_000).astype(np.float64) / 1e9)
+           * 1000.0).tolist()
+    near_half = (ns >= _EXACT_NS) | ((frac >= 0.499) & (frac <= 0.501))
+    for i in np.flatnonzero(near_half).tolist():
+        out[i] = quantize_ms(float(ms[i]))
+    return out
