@@ -211,8 +211,12 @@ class RequestTally:
 def _merge_equal(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values (ascending) and the total weight of each: pass gaps repeat a lot, so
     the statistics then work on far fewer samples."""
-    distinct, inverse = np.unique(values, return_inverse=True)
-    return distinct, np.bincount(inverse, weights=weights, minlength=len(distinct)).astype(np.int64)
+    if not len(values):
+        return values, np.zeros(0, dtype=np.int64)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    return ordered[starts], np.add.reduceat(weights[order], starts).astype(np.int64, copy=False)
 
 
 def _reused(record: RequestRecord, pool: str) -> int:
