@@ -42,8 +42,9 @@ def quantize_ms(ms: float) -> float:
     return (secs + nanos / 1e9) * 1000.0
 
 
-DENSE_SERIES = 1 << 21
-"""Active-token counts below this are kept in a table (at most 16 MB per pool size)."""
+DENSE_SERIES = 1 << 20
+"""Active-token counts below this are kept in a table: ~32 bytes per count up to the largest
+count asked (at most 32 MB per pool size; `decode`'s memo takes ~100 bytes per value)."""
 SERIES_CHUNK = 4096
 """Table entries computed at once."""
 
