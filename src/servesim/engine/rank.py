@@ -149,7 +149,7 @@ class DecodeRun:
         """`count` more passes ending at ``sums[1 : count + 1]`` (``sums[0]`` is the run's end);
         the last of them did `last`."""
         self._settle_last()
-        ends.extend(sums[1:count + 1])
+        ends.fromlist(sums[1:count + 1])  # twice as fast as extend from a list
         self.last_start_ms = sums[count - 1]
         self.end_ms = sums[count]
         self.last = last
