@@ -11,6 +11,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import count
 from typing import Protocol
 
 from servesim.traffic.workload import GENERATED_BASE, NEVER, Prompt, Run, Session, Workload, output_runs, prompt_runs
@@ -131,9 +132,9 @@ class Driver:
             assert first_arrivals is not None
             if isinstance(first_arrivals, Sequence):
                 order = sorted(range(self._num_sessions), key=first_arrivals.__getitem__)
-                self._first = ((first_arrivals[i], i) for i in order)
+                self._first = zip(map(first_arrivals.__getitem__, order), order, strict=True)
             else:
-                self._first = ((t, i) for i, t in enumerate(first_arrivals))
+                self._first = zip(first_arrivals, count())
         self._next_first = next(self._first, None)
         self.total_requests = workload.num_requests
         """Turns in the workload (the requests of the input)."""
