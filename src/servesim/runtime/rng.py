@@ -289,6 +289,7 @@ def poisson_arrivals(rate_per_s: float, count: int, seed: int) -> Iterator[float
 
 
 def _poisson_chunks(rate_per_s: float, count: int, seed: int) -> Iterator[list[float]]:
+    """The arrival times in lists: the first arrival, then up to `_CHUNK` at a time."""
     if count <= 0:
         return
     if not rate_per_s > 0.0 or not math.isfinite(rate_per_s):
