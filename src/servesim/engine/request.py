@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from servesim.engine.blocks import ROOT_KEY, chain_keys
 from servesim.engine.kv import Block
-from servesim.traffic.workload import Run, output_runs
+from servesim.traffic.workload import Prompt, Run, output_runs
 
 
 class EngineRequest:
@@ -16,19 +16,19 @@ class EngineRequest:
     """
 
     __slots__ = (
-        "rid", "prompt_len", "max_output", "prompt_runs", "output_base", "output_ids",
+        "rid", "prompt_len", "max_output", "_prompt", "output_base", "output_ids",
         "keys", "generated", "computed", "lease", "preempted", "token_spans", "admissions",
         "order", "anchor", "epoch", "shared_blocks", "own_blocks", "reject_reason",
         "prebuilt", "reserve_attempt",
     )
 
-    def __init__(self, rid: int, prompt_runs: list[Run], prompt_len: int, max_output: int,
+    def __init__(self, rid: int, prompt_runs: Prompt, prompt_len: int, max_output: int,
                  output_base: int, output_ids: list[int] | None = None,
                  unique_from: int = 1 << 62, block_size: int = 1) -> None:
         self.rid = rid
         self.prompt_len = prompt_len
         self.max_output = max_output
-        self.prompt_runs = prompt_runs
+        self._prompt = prompt_runs
         self.output_base = output_base
         self.output_ids = output_ids
         self.keys: list[int] = []
@@ -59,6 +59,14 @@ class EngineRequest:
         """Decode role: its prompt's KV arrived from a prefill worker; not yet admitted."""
         self.reserve_attempt = -1
         """Decode role: the capacity generation of the last failed reservation attempt."""
+
+    @property
+    def prompt_runs(self) -> list[Run]:
+        """The prompt as runs (made the first time they are asked for)."""
+        prompt = self._prompt
+        if not isinstance(prompt, list):
+            prompt = self._prompt = prompt.input_runs()
+        return prompt
 
     @property
     def length(self) -> int:

@@ -102,3 +102,20 @@ class Router:
     state_free = False
     """Whether placements depend only on the order of arrivals (never on what the workers or
     requests in flight are doing), so they can all be made before the run."""
+
+
+class StateFreeRouter(Router):
+    """A policy whose placements depend only on the order of arrivals: it keeps no count of
+    the requests in flight, as nothing would read it."""
+
+    state_free = True
+
+    def place(self, request: RouteRequest, now: float) -> Placement:
+        slot, overlap = self._choose(request, now)
+        return Placement(slot[0], slot[1], overlap)
+
+    def _commit(self, slot: Slot, request: RouteRequest, overlap: int, now: float) -> None:
+        """(Nothing to keep: see the class.)"""
+
+    def on_terminal(self, rid: int, now: float) -> None:
+        """(Nothing to keep: see the class.)"""

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from servesim.placement.base import Placement, RouteRequest, Router, Slot
+from servesim.placement.base import Placement, RouteRequest, Slot, StateFreeRouter
 
 
-class RoundRobin(Router):
+class RoundRobin(StateFreeRouter):
     """Cycles over the active workers; each worker cycles over its own DP ranks."""
-
-    state_free = True
 
     def __init__(self, ranks_per_worker: int) -> None:
         super().__init__(ranks_per_worker)
@@ -32,10 +30,8 @@ class RoundRobin(Router):
         return (worker, rank), 0
 
 
-class FlatRoundRobin(Router):
+class FlatRoundRobin(StateFreeRouter):
     """Cycles over every (worker, rank) of the active workers as one flat list."""
-
-    state_free = True
 
     def __init__(self, ranks_per_worker: int) -> None:
         super().__init__(ranks_per_worker)

@@ -18,12 +18,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from servesim.placement.base import Placement, RouteRequest, Router, Slot
+from servesim.placement.base import Placement, RouteRequest, Router, Slot, StateFreeRouter
 
-class RandomRouter(Router):
+class RandomRouter(StateFreeRouter):
     """Uniformly random (worker, rank)."""
-
-    state_free = True
 
     def _choose(self, request: RouteRequest, now: float) -> tuple[Slot, int]:
         return self.rng.choice(self.slots()), 0

@@ -20,6 +20,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from enum import IntEnum
+from operator import itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -127,7 +128,7 @@ class IsolatedReplay(Generic[IW, O]):
         bound = 0.0
         while bound != INF:
             deliveries, bound = self.handler.route_ahead(cap, ROUTE_WINDOW)
-            instants.append(np.fromiter((d[0] for d in deliveries), float, len(deliveries)))
+            instants.append(np.fromiter(map(itemgetter(0), deliveries), float, len(deliveries)))
             for delivery in deliveries:
                 lane_of[id(delivery[1])].deliveries.append(delivery)
             del deliveries  # each lane's queue is consumed as it runs, so finished requests are freed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from itertools import accumulate, chain
 
 import numpy as np
 import numpy.typing as npt
@@ -284,6 +285,11 @@ _CHUNK = 1 << 16
 
 def poisson_arrivals(rate_per_s: float, count: int, seed: int) -> Iterator[float]:
     """`poisson_arrival_times` made as they are read, a chunk of draws at a time."""
+    return chain.from_iterable(_poisson_chunks(rate_per_s, count, seed))
+
+
+def _poisson_chunks(rate_per_s: float, count: int, seed: int) -> Iterator[list[float]]:
+    """The arrival times in lists: the first arrival, then up to `_CHUNK` at a time."""
     if count <= 0:
         return
     if not rate_per_s > 0.0 or not math.isfinite(rate_per_s):
@@ -291,7 +297,7 @@ def poisson_arrivals(rate_per_s: float, count: int, seed: int) -> Iterator[float
     neg_mean = -(1000.0 / rate_per_s)
     rng = StdRng(seed)
     t = 0.0
-    yield t
+    yield [t]
     left = count - 1
     while left:
         n = min(left, _CHUNK)
@@ -299,6 +305,8 @@ def poisson_arrivals(rate_per_s: float, count: int, seed: int) -> Iterator[float
         u = np.clip(1.0 - rng.random_f64_array(n), _SMALLEST_NORMAL_F64, 1.0)
         # math.log (the platform libm, like Rust's f64::ln) and not np.log: numpy's vectorised log
         # differs from libm in the last bit for a fraction of inputs.
-        for gap in (neg_mean * np.fromiter(map(math.log, u.tolist()), dtype=np.float64, count=n)).tolist():
-            t += gap  # sequential float addition, as the reference accumulates
-            yield t
+        gaps = (neg_mean * np.fromiter(map(math.log, u.tolist()), dtype=np.float64, count=n)).tolist()
+        times = list(accumulate(gaps, initial=t))  # sequential float addition, as the reference accumulates
+        t = times[-1]
+        del times[0]
+        yield times

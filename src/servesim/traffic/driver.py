@@ -11,9 +11,10 @@ import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import count
 from typing import Protocol
 
-from servesim.traffic.workload import GENERATED_BASE, NEVER, Run, Session, Workload, output_runs
+from servesim.traffic.workload import GENERATED_BASE, NEVER, Prompt, Run, Session, Workload, output_runs, prompt_runs
 
 INF = math.inf
 
@@ -26,7 +27,7 @@ class Arrival:
     turn_index: int
     session_id: str
     arrival_ms: float
-    prompt_runs: list[Run]
+    prompt_runs: Prompt
     input_length: int
     max_output_tokens: int
     output_base: int
@@ -131,9 +132,9 @@ class Driver:
             assert first_arrivals is not None
             if isinstance(first_arrivals, Sequence):
                 order = sorted(range(self._num_sessions), key=first_arrivals.__getitem__)
-                self._first = ((first_arrivals[i], i) for i in order)
+                self._first = zip(map(first_arrivals.__getitem__, order), order, strict=True)
             else:
-                self._first = ((t, i) for i, t in enumerate(first_arrivals))
+                self._first = zip(first_arrivals, count())
         self._next_first = next(self._first, None)
         self.total_requests = workload.num_requests
         """Turns in the workload (the requests of the input)."""
@@ -208,7 +209,7 @@ class Driver:
         if self._accumulate:
             turn = session.turns[arrival.turn_index]
             progress.context_length = arrival.input_length + emitted
-            progress.context = self._bounded(arrival.prompt_runs, arrival.input_length,
+            progress.context = self._bounded(prompt_runs(arrival.prompt_runs), arrival.input_length,
                                              lambda room: output_runs(arrival.output_base, min(emitted, room),
                                                                       turn.output_ids))
         if ends_session or progress.next_turn >= len(session.turns):
@@ -251,12 +252,15 @@ class Driver:
         session is, needed from its second turn on)."""
         turn = session.turns[k]
         length = turn.input_length
+        runs: Prompt
         if self._accumulate and k:
             assert progress is not None
             runs = self._bounded(progress.context, progress.context_length, turn.input_runs)
             length += progress.context_length
-        else:
+        elif self._accumulate or (self._prompt_limit is not None and length > self._prompt_limit):
             runs = turn.input_runs(self._prompt_limit)
+        else:
+            runs = turn  # its runs are made if an engine needs them
         base = self._next_output_base
         self._next_output_base += turn.max_output_tokens + 1
         if self._accumulate:

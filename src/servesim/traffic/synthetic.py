@@ -103,6 +103,11 @@ class SyntheticSessions(Sequence[Session]):
             return [self[i] for i in range(*index.indices(self.size))]
         if not 0 <= index < self.size:
             raise IndexError(index)
+        if self.turns == 1 and not self.groups:  # the common case, made directly
+            start = self.first_fresh + index * self.fresh
+            return Session(f"session_{index}", [Turn(range(start, start + self.fresh), self.block_size,
+                                                     self.input_tokens, self.output_tokens, 0.0,
+                                                     unique_from=self.unique_from)])
         first_shared = self._group_of(index) * self.shared if self.groups else 0
         shared = range(first_shared, first_shared + self.shared)
         unique_from = self.unique_from

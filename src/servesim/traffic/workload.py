@@ -51,6 +51,16 @@ class Turn:
         return expand_hash_ids(self.block_values, self.block_size, length)
 
 
+Prompt = list[Run] | Turn
+"""A request's prompt as runs, or the turn whose whole prompt it is (its runs made when first
+needed: most requests never need them)."""
+
+
+def prompt_runs(prompt: Prompt) -> list[Run]:
+    """The runs of `prompt`."""
+    return prompt if isinstance(prompt, list) else prompt.input_runs()
+
+
 @dataclass(slots=True)
 class Session:
     """An ordered list of turns that never has two turns in flight."""
