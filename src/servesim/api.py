@@ -6,12 +6,10 @@ collect → report, around the replay loop.
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +32,7 @@ from servesim.report.summary import (
     summarize,
 )
 from servesim.report.tally import RequestTally
+from servesim.runtime.collection import collection_paused
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.traffic.driver import Driver, RequestDriver
@@ -186,7 +185,7 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
                           f"(got {type(config).__name__})")
     run = lower(config, unservable=unservable)
     try:
-        with _collection_paused():
+        with collection_paused(stay_frozen=False):
             return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
                            scaling=scaling, workload=workload, timeseries=timeseries, spool=spool)
     finally:
@@ -299,20 +298,3 @@ def _agentic(driver: RequestDriver) -> AgenticDriver | None:
     from servesim.traffic.agentic_driver import AgenticDriver
 
     return driver if isinstance(driver, AgenticDriver) else None
-
-
-@contextmanager
-def _collection_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: the replay allocates many long-lived objects and
-    no reference cycles worth collecting, so collections would only cost time. Afterwards the
-    objects made meanwhile join the oldest generation at once (`gc.freeze` then `unfreeze`):
-    otherwise the first young collection would walk every one of them."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.unfreeze()
-        if enabled:
-            gc.enable()

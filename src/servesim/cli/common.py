@@ -4,14 +4,13 @@ folder and how a configuration error is reported."""
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from servesim.errors import ConfigError
 from servesim.outputs import clear_outputs, prepare_folder
+from servesim.runtime.collection import collection_paused
 
 DEFAULT_OUTPUT_DIR = "servesim-output"
 
@@ -33,20 +32,11 @@ def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs:
                               "sections) or 'dynamo'; default: every section is accepted")
 
 
-@contextmanager
-def start_up() -> Iterator[None]:
+def start_up() -> AbstractContextManager[None]:
     """A command's start-up (its imports, reading and validating the config) without the cyclic
-    garbage collector: it makes many long-lived objects (modules, classes, pydantic's schemas)
-    and next to no garbage cycles, so collections would only walk them again and again (~2% of
-    a short run). Afterwards they are frozen (`gc.freeze`): later collections skip them too."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
+    garbage collector: it makes many long-lived objects and next to no garbage cycles, so
+    collections would only walk them again and again (~2% of a short run)."""
+    return collection_paused(stay_frozen=True)
 
 
 def config_error(config: str, exc: ConfigError) -> int:
