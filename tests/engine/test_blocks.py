@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.engine.blocks import chain_keys
+from servesim.engine.blocks import ROOT_KEY, chain_keys
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
 
@@ -68,3 +68,35 @@ def test_keys_match_exactly_on_common_prefix(runs_a, runs_b, block_size):
     for i in range(min(na, nb)):
         same = ta[: (i + 1) * block_size] == tb[: (i + 1) * block_size]
         assert (ka[i] == kb[i]) == same
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_strategy, st.sampled_from([1, 2, 16]), st.data())
+def test_keys_from_any_block_continue_the_chain(runs, block_size, data):
+    """Computing the keys in pieces (as requests do, a chunk at a time) gives the same keys."""
+    n = len(_tokens(runs)) // block_size
+    whole = chain_keys(runs, block_size, n)
+    first = data.draw(st.integers(0, n))
+    parent = whole[first - 1] if first else ROOT_KEY
+    assert chain_keys(runs, block_size, n - first, first, parent) == whole[first:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_strategy, run_strategy, st.sampled_from([1, 2, 16]))
+def test_keys_at_different_positions_never_match(runs_a, runs_b, block_size):
+    """Repeated blocks take consecutive keys: they must not collide with another position's."""
+    ta, tb = _tokens(runs_a), _tokens(runs_b)
+    ka = chain_keys(runs_a, block_size, len(ta) // block_size)
+    kb = chain_keys(runs_b, block_size, len(tb) // block_size)
+    where = {key: i for i, key in enumerate(ka)}
+    assert len(where) == len(ka)
+    for j, key in enumerate(kb):
+        i = where.get(key)
+        assert i is None or (i == j and ta[: (i + 1) * block_size] == tb[: (j + 1) * block_size])
+
+
+def test_a_long_repeated_value_takes_one_hash():
+    runs = expand_hash_ids([3, 3, 4], 512, 1536)
+    keys = chain_keys(runs, 64, 24)
+    assert keys[1:16] == list(range(keys[0] + 1, keys[0] + 16)), "one value's blocks: consecutive keys"
+    assert keys[16] != keys[15] + 1
