@@ -182,12 +182,13 @@ class _ModelBlock:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.booleans(), st.lists(st.tuples(st.sampled_from(["alloc", "store", "release", "preempt", "pin", "reuse"]),
+@given(st.booleans(), st.lists(st.tuples(st.sampled_from(["alloc", "store", "release", "preempt", "pin", "hit", "reuse"]),
                                          st.integers(0, 6), st.integers(0, 9)), min_size=20, max_size=100))
 def test_the_pool_follows_the_plain_model(caching, ops):
     """Same operations on the pool and on the plain model: the same hits, the same free
     counts and the same survivors of every eviction (which checks the LRU order exactly)."""
     pool, model = BlockPool(10, caching), _ModelPool(10, caching)
+    pool._compact_at = 3  # drop stale LRU entries often
     twin = {}  # id(pool block) -> model block
     leases = []  # (pool lease, model lease)
     own = []  # (pool blocks, model blocks) kept by preempted requests
@@ -211,13 +212,32 @@ def test_the_pool_follows_the_plain_model(caching, ops):
             assert len(kept) == len(kept_plain)
             twin.update(zip(map(id, kept), kept_plain, strict=True))
             own.append((kept, kept_plain))
-        elif op == "pin":
+        elif op == "pin":  # one block, often in the middle of a span
+            key = key * 7 + n % 4
             block, plain = pool.lookup(key), model.lookup(key)
             assert (block is None) == (plain is None) and (block is None or twin[id(block)] is plain)
             if block is not None:
                 pool.pin_all([block])
                 model.pin(plain)
                 leases.append(([block], [plain]))
+        elif op == "hit":  # a request's cached prefix: spans pinned whole, in part, or several at once
+            keys = [key * 7 + i for i in range(n + 1)]
+            hits = pool.prefix_hits(keys, len(keys) - key % 2)
+            plain = []
+            for k in keys[:len(keys) - key % 2] if caching else []:
+                block = model.lookup(k)
+                if block is None:
+                    break
+                plain.append(block)
+            assert [twin[id(b)] for b in hits] == plain
+            pool.pin_all(hits)
+            for block in plain:
+                model.pin(block)
+            tail = key % 3  # then its private blocks
+            fits = pool.allocate(tail)
+            assert fits == model.allocate(tail)
+            tail = tail if fits else 0
+            leases.append((hits + [None] * tail, plain + [None] * tail))
         elif op == "reuse" and own:
             kept, kept_plain = own.pop(n % len(own))
             live = [b for b in kept if b.refs >= 0]
@@ -246,4 +266,73 @@ def test_a_revived_private_block_loses_its_old_lru_place():
     pool.check()
     assert pool.allocate(2) and pool.lookup(7) is None, "one anonymous block, then the LRU head"
     assert pool.free_blocks == 1
+    pool.check()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 2), st.integers(1, 9), st.integers(0, 9)),
+                min_size=5, max_size=60))
+def test_requests_sharing_prefixes_follow_the_plain_model(ops):
+    """Requests as an engine makes them (look up the cached prefix, pin it, allocate the rest,
+    cache what they compute, release in any order): prefixes of one chain pin spans whole, in
+    part, or several at once, and free spans are split and evicted from their last block down."""
+    pool, model = BlockPool(16), _ModelPool(16)
+    pool._compact_at = 4  # drop stale LRU entries often
+    twin = {}
+    leases = []
+    for start, chain, length, pick in ops:
+        if not start and leases:
+            real, plain, computed = leases.pop(pick % len(leases))
+            pool.release(real, computed, private_from=length if pick % 2 else len(real))
+            model.release(plain, computed)
+        else:
+            keys = [chain * 100 + i for i in range(length)]
+            limit = length - pick % 2
+            hits = pool.prefix_hits(keys, limit)
+            plain = []
+            while len(plain) < limit and model.lookup(keys[len(plain)]) is not None:
+                plain.append(model.lookup(keys[len(plain)]))
+            assert [twin[id(b)] for b in hits] == plain
+            pool.pin_all(hits)
+            for block in plain:
+                model.pin(block)
+            fresh = length - len(hits)
+            fits = pool.allocate(fresh)
+            assert fits == model.allocate(fresh)
+            if not fits:  # blocked: let the hits go again
+                pool.release(hits, len(hits), keep_private=True)
+                model.release(plain, len(plain), keep_private=True)
+            else:
+                real, plain = hits + [None] * fresh, plain + [None] * fresh
+                stop = max(len(hits), length - pick % 3)  # the blocks it computed in full
+                pool.store_completed(keys, real, len(hits), stop)
+                for i in range(len(hits), stop):
+                    plain[i] = model.store(keys[i])
+                    twin[id(real[i])] = plain[i]
+                leases.append((real, plain, stop))
+        pool.check()
+        assert (pool.free_blocks, pool.active_blocks) == (model.anonymous + len(model.lru), model.active)
+        for k in [c * 100 + i for c in range(3) for i in range(9)]:
+            block, plain_block = pool.lookup(k), model.lookup(k)
+            assert (block is None) == (plain_block is None)
+            assert block is None or twin[id(block)] is plain_block
+
+
+def test_pinning_the_middle_of_a_free_span_keeps_the_eviction_order_of_the_rest():
+    pool = BlockPool(4)
+    assert pool.allocate(4)
+    lease = [None] * 4
+    pool.store_completed([1, 2, 3, 4], lease, 0, 4)
+    pool.release(lease, 4)  # LRU: 4, 3, 2, 1 (one span, evicted from its last block down)
+    middle = pool.lookup(2)
+    pool.pin_all([middle])  # splits the span: [1] free, [2] held, [3, 4] free
+    pool.check()
+    gone = []
+    for _ in range(3):
+        assert pool.allocate(1)
+        gone.append(next(k for k in (1, 3, 4) if k not in gone and pool.lookup(k) is None))
+        pool.check()
+    assert gone == [4, 3, 1] and pool.lookup(2) is middle
+    pool.release([middle], 1)
+    assert pool.free_blocks == 1 and pool.allocate(1) and pool.lookup(2) is None
     pool.check()

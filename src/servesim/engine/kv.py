@@ -14,6 +14,10 @@ Capacity is `num_blocks`. A block is one of:
 Allocation takes anonymous capacity first, then evicts the LRU head. Releases go tail-first,
 so a finished request's last blocks are evicted before its first ones. Several physical copies
 of one key may exist; lookups use the oldest one.
+
+Blocks are counted, pinned, released and evicted a *span* at a time: the blocks of consecutive
+positions stored (or kept) together and held by the same requests. A request holds whole spans
+only: pinning part of a span splits it first, so one reference count serves all its blocks.
 """
 
 from __future__ import annotations
@@ -25,17 +29,35 @@ from collections.abc import Callable
 class Block:
     """A block holding cached content; `key` is None for content private to one request.
 
-    `refs` counts the requests holding it; -1 marks a private block that was evicted. While the
-    block is free (``refs == 0``), `stamp` names the release whose LRU run holds its place; it
-    is 0 while the block is held, so the block's entries in older runs are stale.
+    `span` is the span it belongs to; None once a private block is evicted.
     """
 
-    __slots__ = ("key", "refs", "stamp")
+    __slots__ = ("key", "span")
 
-    def __init__(self, key: int | None, refs: int = 1) -> None:
+    def __init__(self, key: int | None, span: Span | None) -> None:
         self.key = key
+        self.span = span
+
+    @property
+    def refs(self) -> int:
+        """Requests holding the block; -1 for a private block that was evicted."""
+        span = self.span
+        return -1 if span is None else span.refs
+
+
+class Span:
+    """Blocks of consecutive positions (in position order), held by the same `refs` requests.
+
+    While free (``refs == 0``) the span waits in the LRU: `run` is the run holding its live
+    entry (None while held); eviction takes its blocks from the last one down.
+    """
+
+    __slots__ = ("blocks", "refs", "run")
+
+    def __init__(self, blocks: list[Block], refs: int) -> None:
+        self.blocks = blocks
         self.refs = refs
-        self.stamp = 0
+        self.run: Run | None = None
 
 
 class Gap:
@@ -48,17 +70,16 @@ class Gap:
 
 
 class Run:
-    """Free blocks released together, in eviction order, in the LRU; `start` is the next one.
+    """Free spans released together, in eviction order, in the LRU; `start` is the next one.
 
-    An entry is live while its block is free and still carries the run's `stamp`.
+    An entry is live while its span is free and names this run.
     """
 
-    __slots__ = ("blocks", "start", "stamp")
+    __slots__ = ("spans", "start")
 
-    def __init__(self, blocks: list[Block], stamp: int) -> None:
-        self.blocks = blocks
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
         self.start = 0
-        self.stamp = stamp
 
 
 KvListener = Callable[[str, int], None]
@@ -68,8 +89,8 @@ KvListener = Callable[[str, int], None]
 class BlockPool:
     """The blocks of one rank and the prefix-cache index over them.
 
-    Free cached blocks wait in a queue of runs and gaps in LRU order (head first); each release
-    appends its blocks as one run. Reviving a block does not take it out of its run: the entry
+    Free cached spans wait in a queue of runs and gaps in LRU order (head first); each release
+    appends its spans as one run. Reviving a span does not take it out of its run: the entry
     goes stale and is skipped when it reaches the head (or dropped when the queue is compacted).
     """
 
@@ -83,11 +104,9 @@ class BlockPool:
         self._copies: dict[int, list[Block]] = {}
         self._lru: deque[Run | Gap] = deque()
         self._lru_size = 0
-        """Free blocks in the LRU (live run entries and gaps)."""
+        """Free blocks in the LRU (live spans and gaps)."""
         self._queued = 0
-        """Run entries in the LRU, stale ones included."""
-        self._stamp = 0
-        """The last release's stamp."""
+        """Span entries in the LRU, stale ones included."""
         self._compact_at = max(4 * num_blocks, 1024)
         self._spare: list[Block] = []
         """Evicted shareable blocks, for reuse."""
@@ -116,18 +135,28 @@ class BlockPool:
             hits.append(block)
         return hits
 
+    def held_count(self, blocks: list[Block]) -> int:
+        """How many of `blocks` some request holds."""
+        return sum(1 for block in blocks if block.span.refs > 0)
+
     # -- mutations --------------------------------------------------------------------------
 
     def pin_all(self, blocks: list[Block]) -> None:
         """Take a reference to each of `blocks`, all resident (reviving free ones from the LRU)."""
-        revived = 0
-        for block in blocks:
-            if block.refs == 0:
-                revived += 1
-                block.stamp = 0
-            block.refs += 1
-        self._lru_size -= revived
-        self.active_blocks += revived
+        i, n = 0, len(blocks)
+        while i < n:
+            span = blocks[i].span
+            members = span.blocks
+            k = len(members)
+            if members[0] is not blocks[i] or blocks[i:i + k] != members:
+                span = self._carve(blocks, i)
+                k = len(span.blocks)
+            if not span.refs:
+                span.run = None
+                self._lru_size -= k
+                self.active_blocks += k
+            span.refs += 1
+            i += k
 
     def allocate(self, count: int) -> bool:
         """Reserve `count` private blocks; False (and nothing changes) if they do not fit."""
@@ -159,61 +188,70 @@ class BlockPool:
             need = self._evict_from(entry, need)
 
     def _evict_from(self, run: Run, need: int) -> int:
-        """Evict up to `need` live blocks from the head run; returns how many are still needed."""
-        blocks, start, stamp = run.blocks, run.start, run.stamp
-        stop = start + need
-        gone = blocks[start:stop]
-        for block in gone:
-            if block.stamp != stamp:
-                gone = [b for b in blocks[start:] if b.stamp == stamp][:need]
-                stop = blocks.index(gone[-1], start) + 1 if gone else len(blocks)
+        """Evict up to `need` blocks from the head run; returns how many are still needed."""
+        spans = run.spans
+        start = i = run.start
+        stop = len(spans)
+        while i < stop and need:
+            span = spans[i]
+            if span.run is not run:
+                i += 1
+                continue
+            members = span.blocks
+            k = len(members)
+            if k > need:  # the span's last blocks go first
+                self._drop(members[k - need:])
+                del members[k - need:]
+                need = 0
                 break
-        else:
-            stop = min(stop, len(blocks))
-        self._queued -= stop - start
-        if stop == len(blocks):
+            span.run = None
+            self._drop(members)
+            span.blocks = []
+            need -= k
+            i += 1
+        self._queued -= i - start
+        if i == stop:
             self._lru.popleft()
         else:
-            run.start = stop
-        self._drop(gone)
-        return need - len(gone)
+            run.start = i
+        return need
 
     def _drop(self, blocks: list[Block]) -> None:
-        """Take evicted blocks' content out of the cache."""
-        index = self._index
+        """Take evicted blocks' content out of the cache (the blocks of one span)."""
+        if blocks[0].key is None:
+            for block in blocks:
+                block.span = None
+            return
         if self._copies or self.listener is not None:
             for block in blocks:
                 self._forget(block)
             return
-        spare = self._spare
+        index = self._index
         for block in blocks:
-            key = block.key
-            if key is None:
-                block.refs = -1
-            else:
-                del index[key]
-                spare.append(block)
+            del index[block.key]
+        spare = self._spare
+        spare += blocks
         if len(spare) > self.num_blocks:
             del spare[self.num_blocks:]
 
-    def _new_blocks(self, keys: list[int]) -> list[Block]:
-        """Blocks holding `keys`, each held once (evicted ones are reused; no one else holds
-        an evicted shareable block)."""
+    def _new_blocks(self, keys: list[int], span: Span) -> list[Block]:
+        """`span`'s blocks holding `keys` (evicted ones are reused: no one holds an evicted
+        shareable block)."""
         spare = self._spare
         reuse = len(spare) - min(len(keys), len(spare))
         blocks = spare[reuse:]
         del spare[reuse:]
         for block, key in zip(blocks, keys, strict=False):
             block.key = key
-            block.refs = 1
-            block.stamp = 0
+            block.span = span
         if len(blocks) < len(keys):
-            blocks += [Block(key) for key in keys[len(blocks):]]
+            blocks += [Block(key, span) for key in keys[len(blocks):]]
+        span.blocks = blocks
         return blocks
 
     def store(self, key: int) -> Block:
         """Turn one private block of the caller into a cached block holding `key`."""
-        block = self._new_blocks([key])[0]
+        block = self._new_blocks([key], Span([], 1))[0]
         if key in self._index:
             self._copies.setdefault(key, []).append(block)
         else:
@@ -229,7 +267,7 @@ class BlockPool:
         if (self.listener is None and lease[first:stop].count(None) == stop - first
                 and index.keys().isdisjoint(fresh)):
             size = len(index)
-            blocks = self._new_blocks(fresh)
+            blocks = self._new_blocks(fresh, Span([], 1))
             index.update(zip(fresh, blocks, strict=True))
             if len(index) == size + len(fresh):
                 lease[first:stop] = blocks
@@ -254,7 +292,7 @@ class BlockPool:
         held = len(lease)
         caching = self.caching
         split = held
-        gap = queued = freed = anonymous = 0
+        gap = freed = anonymous = 0
         if not keep_private:
             split = private_from if private_from < held else held
             if split < held and (lease[split:] if split else lease).count(None) != held - split:
@@ -263,66 +301,129 @@ class BlockPool:
             top = complete if complete < held else held
             gap = top - split if caching and top > split else 0
             anonymous = freed - gap
-        self._stamp += 1
-        stamp = self._stamp
-        run: list[Block] = []
-        own: list[Block] = []
-        for index in range(split - 1, -1, -1):
-            block = lease[index]
-            if block is None:
-                freed += 1
-                if index >= complete or not caching:
-                    anonymous += 1
+        run = Run()
+        queued = 0
+        own: list[list[Block]] = []
+        i = split - 1
+        while i >= 0:
+            block = lease[i]
+            if block is None:  # a stretch of private blocks
+                j = i - 1
+                while j >= 0 and lease[j] is None:
+                    j -= 1
+                count = i - j
+                kept = min(i + 1, complete) - j - 1 if caching else 0
+                kept = kept if kept > 0 else 0
+                freed += count
+                anonymous += count - kept
+                i = j
+                if not kept:
                     continue
                 if not keep_private:
-                    gap += 1
+                    gap += kept
                     continue
-                block = Block(None, 0)
-                own.append(block)
+                span = Span([], 0)
+                span.blocks = [Block(None, span) for _ in range(kept)]
+                own.append(span.blocks)
             else:
-                refs = block.refs - 1
-                block.refs = refs
-                if refs:
+                span = self._held_span(lease, i)
+                members = span.blocks
+                k = len(members)
+                i -= k
+                span.refs -= 1
+                if span.refs:
                     continue
-                freed += 1
-                if block.key is None:
+                freed += k
+                if members[0].key is None:
                     if not keep_private:
-                        gap += 1
+                        gap += k
                         continue
-                    own.append(block)
+                    own.append(members)
                 elif not caching:
-                    self._forget(block)
-                    anonymous += 1
+                    for member in members:
+                        self._forget(member)
+                    anonymous += k
                     continue
             if gap:
-                queued += self._push(run, stamp, gap)
-                run = []
+                queued += self._push(run, gap)
+                run = Run()
                 gap = 0
-            block.stamp = stamp
-            run.append(block)
-        queued += self._push(run, stamp, gap)
+            span.run = run
+            run.spans.append(span)
+        queued += self._push(run, gap)
         self._lru_size += queued
         self.anonymous_blocks += anonymous
         self.active_blocks -= freed
         if self._queued > self._compact_at:
             self._compact()
         own.reverse()
-        return own
+        return [block for blocks in own for block in blocks]
 
-    def _push(self, run: list[Block], stamp: int, gap: int) -> int:
-        """Append a run of blocks, then a gap of `gap` anonymous blocks, at the LRU's tail;
+    def _held_span(self, lease: list[Block | None], i: int) -> Span:
+        """The span of ``lease[i]``, which the lease holds whole up to `i` (split off if the
+        lease holds only part of it)."""
+        block = lease[i]
+        span = block.span
+        members = span.blocks
+        k = len(members)
+        if members[-1] is block and k <= i + 1 and lease[i - k + 1:i + 1] == members:
+            return span
+        q = members.index(block)
+        t = 1
+        while t <= q and t <= i and lease[i - t] is members[q - t]:
+            t += 1
+        return self._isolate(span, q - t + 1, q + 1)
+
+    def _carve(self, blocks: list[Block], i: int) -> Span:
+        """The span holding ``blocks[i]`` and the blocks after it in `blocks` that follow it in
+        its span, split off as a span of its own."""
+        block = blocks[i]
+        span = block.span
+        members = span.blocks
+        q = members.index(block)
+        m = 1
+        while i + m < len(blocks) and q + m < len(members) and blocks[i + m] is members[q + m]:
+            m += 1
+        return self._isolate(span, q, q + m)
+
+    def _isolate(self, span: Span, first: int, stop: int) -> Span:
+        """Split `span` so its blocks [first, stop) form a span of their own; returns it."""
+        if stop < len(span.blocks):
+            self._split(span, stop)
+        return self._split(span, first) if first else span
+
+    def _split(self, span: Span, at: int) -> Span:
+        """Move `span`'s blocks from `at` on to a new span in the same state; returns it. In the
+        LRU it goes just before `span` (a span is evicted from its last block down)."""
+        members = span.blocks
+        upper = Span(members[at:], span.refs)
+        del members[at:]
+        for block in upper.blocks:
+            block.span = upper
+        run = span.run
+        if run is not None:
+            upper.run = run
+            run.spans.insert(run.spans.index(span, run.start), upper)
+            self._queued += 1
+        return upper
+
+    def _push(self, run: Run, gap: int) -> int:
+        """Append a run of spans, then a gap of `gap` anonymous blocks, at the LRU's tail;
         returns how many free blocks that adds."""
         lru = self._lru
-        if run:
-            lru.append(Run(run, stamp))
-            self._queued += len(run)
+        added = gap
+        if run.spans:
+            lru.append(run)
+            self._queued += len(run.spans)
+            for span in run.spans:
+                added += len(span.blocks)
         if gap:
             last = lru[-1] if lru else None
             if type(last) is Gap:
                 last.count += gap
             else:
                 lru.append(Gap(gap))
-        return len(run) + gap
+        return added
 
     def _compact(self) -> None:
         """Drop the queue's stale entries (keeping its order)."""
@@ -330,12 +431,15 @@ class BlockPool:
         queued = 0
         for entry in self._lru:
             if type(entry) is Run:
-                stamp = entry.stamp
-                blocks = [b for b in entry.blocks[entry.start:] if b.stamp == stamp]
-                if not blocks:
+                old = entry
+                spans = [span for span in old.spans[old.start:] if span.run is old]
+                if not spans:
                     continue
-                queued += len(blocks)
-                entry = Run(blocks, stamp)
+                entry = Run()
+                entry.spans = spans
+                for span in spans:
+                    span.run = entry
+                queued += len(spans)
             last = live[-1] if live else None
             if type(entry) is Gap and type(last) is Gap:
                 last.count += entry.count
@@ -348,7 +452,7 @@ class BlockPool:
         """Remove an evicted or uncached copy from the index."""
         key = block.key
         if key is None:
-            block.refs = -1
+            block.span = None
             return
         if self._index.get(key) is block:
             copies = self._copies.get(key)
@@ -374,18 +478,21 @@ class BlockPool:
             if type(entry) is Gap:
                 in_lru += entry.count
                 continue
-            assert isinstance(entry, Run) and entry.start < len(entry.blocks)
-            queued += len(entry.blocks) - entry.start
-            for block in entry.blocks[entry.start:]:
-                if block.stamp == entry.stamp:
-                    assert block.refs == 0 and id(block) not in live, "one live entry per free block"
-                    live.add(id(block))
-        in_lru += len(live)
+            assert isinstance(entry, Run) and entry.start < len(entry.spans)
+            queued += len(entry.spans) - entry.start
+            for span in entry.spans[entry.start:]:
+                if span.run is entry:
+                    assert span.refs == 0 and span.blocks and id(span) not in live, "one live entry per free span"
+                    live.add(id(span))
+                    in_lru += len(span.blocks)
         assert in_lru == self._lru_size, (in_lru, self._lru_size)
         assert queued == self._queued, (queued, self._queued)
         resident = list(self._index.values()) + [b for c in self._copies.values() for b in c]
-        assert all(b.refs > 0 or (b.refs == 0 and id(b) in live) for b in resident)
-        assert all(b.stamp == 0 for b in resident if b.refs > 0)
+        for block in resident:
+            span = block.span
+            assert span is not None and all(member.span is span for member in span.blocks)
+            assert any(member is block for member in span.blocks)
+            assert (span.refs > 0 and span.run is None) or (span.refs == 0 and id(span) in live)
         assert self.anonymous_blocks >= 0 and self.active_blocks >= 0
         assert self.anonymous_blocks + self._lru_size + self.active_blocks == self.num_blocks, (
             self.anonymous_blocks, self._lru_size, self.active_blocks, self.num_blocks)

@@ -75,7 +75,7 @@ class VllmPolicy:
     def fits(self, request: EngineRequest, hits: list[Block], pool: BlockPool,
              running: dict[EngineRequest, None]) -> bool:
         """Whether the whole known sequence fits next to the active blocks."""
-        active_hits = sum(1 for b in hits if b.refs > 0) if hits else 0
+        active_hits = pool.held_count(hits) if hits else 0
         needed = -(-request.length // self.config.block_size) - active_hits
         return needed <= self.config.num_blocks - pool.active_blocks
 

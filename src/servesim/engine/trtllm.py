@@ -45,7 +45,7 @@ class TrtllmPolicy(VllmPolicy):
 
     def fits(self, request: EngineRequest, hits: list[Block], pool: BlockPool,
              running: dict[EngineRequest, None]) -> bool:
-        active_hits = sum(1 for b in hits if b.refs > 0)
+        active_hits = pool.held_count(hits)
         needed = self._footprint(request) - active_hits
         reserved = sum(self._footprint(r) - len(r.lease) for r in running)
         return needed <= self.config.num_blocks - pool.active_blocks - reserved

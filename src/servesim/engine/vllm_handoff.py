@@ -57,7 +57,7 @@ class VllmHandoff:
         full = min(request.prompt_len // bs, request.shared_blocks)
         hits = pool.prefix_hits(request.full_block_keys(full, bs), full) if full > 0 else []
         fresh = -(-request.prompt_len // bs) - len(hits)
-        if fresh > pool.free_blocks - sum(1 for b in hits if b.refs == 0):
+        if fresh > pool.free_blocks - (len(hits) - pool.held_count(hits)):
             handoff.refuse(request)
             return None
         pool.pin_all(hits)
