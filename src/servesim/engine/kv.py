@@ -27,16 +27,21 @@ from collections.abc import Callable
 
 
 class Block:
-    """A block holding cached content; `key` is None for content private to one request.
+    """A block holding cached content: `span` is the span it belongs to (None once a private
+    block is evicted)."""
 
-    `span` is the span it belongs to; None once a private block is evicted.
-    """
+    __slots__ = ("span",)
 
-    __slots__ = ("key", "span")
-
-    def __init__(self, key: int | None, span: Span | None) -> None:
-        self.key = key
+    def __init__(self, span: Span | None) -> None:
         self.span = span
+
+    @property
+    def key(self) -> int | None:
+        """The content's key; None for content private to one request."""
+        span = self.span
+        if span is None or span.keys is None:
+            return None
+        return span.keys[span.blocks.index(self)]
 
     @property
     def refs(self) -> int:
@@ -46,16 +51,18 @@ class Block:
 
 
 class Span:
-    """Blocks of consecutive positions (in position order), held by the same `refs` requests.
+    """Blocks of consecutive positions (in position order), held by the same `refs` requests,
+    and their `keys` (None for content private to one request).
 
     While free (``refs == 0``) the span waits in the LRU: `run` is the run holding its live
     entry (None while held); eviction takes its blocks from the last one down.
     """
 
-    __slots__ = ("blocks", "refs", "run")
+    __slots__ = ("blocks", "keys", "refs", "run")
 
-    def __init__(self, blocks: list[Block], refs: int) -> None:
+    def __init__(self, blocks: list[Block], keys: list[int] | None, refs: int) -> None:
         self.blocks = blocks
+        self.keys = keys
         self.refs = refs
         self.run: Run | None = None
 
@@ -197,15 +204,18 @@ class BlockPool:
             if span.run is not run:
                 i += 1
                 continue
-            members = span.blocks
+            members, keys = span.blocks, span.keys
             k = len(members)
             if k > need:  # the span's last blocks go first
-                self._drop(members[k - need:])
-                del members[k - need:]
+                cut = k - need
+                self._drop(members[cut:], keys[cut:] if keys is not None else None)
+                del members[cut:]
+                if keys is not None:
+                    del keys[cut:]
                 need = 0
                 break
             span.run = None
-            self._drop(members)
+            self._drop(members, keys)
             span.blocks = []
             need -= k
             i += 1
@@ -216,42 +226,42 @@ class BlockPool:
             run.start = i
         return need
 
-    def _drop(self, blocks: list[Block]) -> None:
-        """Take evicted blocks' content out of the cache (the blocks of one span)."""
-        if blocks[0].key is None:
+    def _drop(self, blocks: list[Block], keys: list[int] | None) -> None:
+        """Take evicted blocks' content (blocks of one span, and their keys) out of the cache."""
+        if keys is None:
             for block in blocks:
                 block.span = None
             return
         if self._copies or self.listener is not None:
-            for block in blocks:
-                self._forget(block)
+            for block, key in zip(blocks, keys, strict=True):
+                self._forget(block, key)
             return
         index = self._index
-        for block in blocks:
-            del index[block.key]
+        for key in keys:
+            del index[key]
         spare = self._spare
         spare += blocks
         if len(spare) > self.num_blocks:
             del spare[self.num_blocks:]
 
-    def _new_blocks(self, keys: list[int], span: Span) -> list[Block]:
-        """`span`'s blocks holding `keys` (evicted ones are reused: no one holds an evicted
-        shareable block)."""
+    def _new_span(self, keys: list[int]) -> Span:
+        """A span holding `keys` (a list it keeps), held once; evicted blocks are reused (no
+        one holds an evicted shareable block)."""
+        span = Span([], keys, 1)
         spare = self._spare
         reuse = len(spare) - min(len(keys), len(spare))
         blocks = spare[reuse:]
         del spare[reuse:]
-        for block, key in zip(blocks, keys, strict=False):
-            block.key = key
+        for block in blocks:
             block.span = span
         if len(blocks) < len(keys):
-            blocks += [Block(key, span) for key in keys[len(blocks):]]
+            blocks += [Block(span) for _ in range(len(keys) - len(blocks))]
         span.blocks = blocks
-        return blocks
+        return span
 
     def store(self, key: int) -> Block:
         """Turn one private block of the caller into a cached block holding `key`."""
-        block = self._new_blocks([key], Span([], 1))[0]
+        block = self._new_span([key]).blocks[0]
         if key in self._index:
             self._copies.setdefault(key, []).append(block)
         else:
@@ -267,7 +277,7 @@ class BlockPool:
         if (self.listener is None and lease[first:stop].count(None) == stop - first
                 and index.keys().isdisjoint(fresh)):
             size = len(index)
-            blocks = self._new_blocks(fresh, Span([], 1))
+            blocks = self._new_span(fresh).blocks
             index.update(zip(fresh, blocks, strict=True))
             if len(index) == size + len(fresh):
                 lease[first:stop] = blocks
@@ -322,8 +332,8 @@ class BlockPool:
                 if not keep_private:
                     gap += kept
                     continue
-                span = Span([], 0)
-                span.blocks = [Block(None, span) for _ in range(kept)]
+                span = Span([], None, 0)
+                span.blocks = [Block(span) for _ in range(kept)]
                 own.append(span.blocks)
             else:
                 span = self._held_span(lease, i)
@@ -334,14 +344,14 @@ class BlockPool:
                 if span.refs:
                     continue
                 freed += k
-                if members[0].key is None:
+                if span.keys is None:
                     if not keep_private:
                         gap += k
                         continue
                     own.append(members)
                 elif not caching:
-                    for member in members:
-                        self._forget(member)
+                    for member, key in zip(members, span.keys, strict=True):
+                        self._forget(member, key)
                     anonymous += k
                     continue
             if gap:
@@ -395,9 +405,11 @@ class BlockPool:
     def _split(self, span: Span, at: int) -> Span:
         """Move `span`'s blocks from `at` on to a new span in the same state; returns it. In the
         LRU it goes just before `span` (a span is evicted from its last block down)."""
-        members = span.blocks
-        upper = Span(members[at:], span.refs)
+        members, keys = span.blocks, span.keys
+        upper = Span(members[at:], None if keys is None else keys[at:], span.refs)
         del members[at:]
+        if keys is not None:
+            del keys[at:]
         for block in upper.blocks:
             block.span = upper
         run = span.run
@@ -448,12 +460,8 @@ class BlockPool:
         self._lru = live
         self._queued = queued
 
-    def _forget(self, block: Block) -> None:
-        """Remove an evicted or uncached copy from the index."""
-        key = block.key
-        if key is None:
-            block.span = None
-            return
+    def _forget(self, block: Block, key: int) -> None:
+        """Remove an evicted or uncached copy of `key` from the index."""
         if self._index.get(key) is block:
             copies = self._copies.get(key)
             if copies:
@@ -487,11 +495,11 @@ class BlockPool:
                     in_lru += len(span.blocks)
         assert in_lru == self._lru_size, (in_lru, self._lru_size)
         assert queued == self._queued, (queued, self._queued)
-        resident = list(self._index.values()) + [b for c in self._copies.values() for b in c]
-        for block in resident:
+        resident = list(self._index.items()) + [(k, b) for k, c in self._copies.items() for b in c]
+        for key, block in resident:
             span = block.span
             assert span is not None and all(member.span is span for member in span.blocks)
-            assert any(member is block for member in span.blocks)
+            assert span.keys is not None and len(span.keys) == len(span.blocks) and block.key == key
             assert (span.refs > 0 and span.run is None) or (span.refs == 0 and id(span) in live)
         assert self.anonymous_blocks >= 0 and self.active_blocks >= 0
         assert self.anonymous_blocks + self._lru_size + self.active_blocks == self.num_blocks, (
