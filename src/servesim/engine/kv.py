@@ -24,6 +24,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from functools import partial
+from itertools import takewhile
+from operator import is_not
 
 
 class Block:
@@ -89,6 +92,8 @@ class Run:
         self.start = 0
 
 
+_is_block = partial(is_not, None)
+
 KvListener = Callable[[str, int], None]
 """Called with ("stored", key) when a key becomes resident and ("removed", key) when it leaves."""
 
@@ -131,16 +136,9 @@ class BlockPool:
 
     def prefix_hits(self, keys: list[int], limit: int) -> list[Block]:
         """Oldest resident copies of the leading keys, at most `limit` blocks."""
-        hits: list[Block] = []
         if not self.caching:
-            return hits
-        get = self._index.get
-        for key in keys[:limit]:
-            block = get(key)
-            if block is None:
-                break
-            hits.append(block)
-        return hits
+            return []
+        return list(takewhile(_is_block, map(self._index.get, keys[:limit])))
 
     def held_count(self, blocks: list[Block]) -> int:
         """How many of `blocks` some request holds."""
@@ -391,9 +389,11 @@ class BlockPool:
         span = block.span
         members = span.blocks
         q = members.index(block)
-        m = 1
-        while i + m < len(blocks) and q + m < len(members) and blocks[i + m] is members[q + m]:
-            m += 1
+        m = min(len(blocks) - i, len(members) - q)
+        if blocks[i:i + m] != members[q:q + m]:  # another copy takes over within the span
+            m = 1
+            while blocks[i + m] is members[q + m]:
+                m += 1
         return self._isolate(span, q, q + m)
 
     def _isolate(self, span: Span, first: int, stop: int) -> Span:
