@@ -270,19 +270,16 @@ class BlockPool:
 
     def store_completed(self, keys: list[int], lease: list[Block | None], first: int, stop: int) -> None:
         """`store` each private block of ``lease[first:stop]`` under its key in `keys`."""
-        index = self._index
-        fresh = keys[first:stop]
-        if (self.listener is None and lease[first:stop].count(None) == stop - first
-                and index.keys().isdisjoint(fresh)):
-            size = len(index)
+        if self.listener is None and lease[first:stop].count(None) == stop - first:
+            fresh = keys[first:stop]
             blocks = self._new_span(fresh).blocks
-            index.update(zip(fresh, blocks, strict=True))
-            if len(index) == size + len(fresh):
-                lease[first:stop] = blocks
-                return
-            for key in fresh:  # a key repeats within the chain: store one by one
-                index.pop(key, None)
-            self._spare += blocks
+            lease[first:stop] = blocks
+            placed = list(map(self._index.setdefault, fresh, blocks))
+            if placed != blocks:  # keys already resident (or repeated in the chain): copies
+                for key, block, found in zip(fresh, blocks, placed, strict=True):
+                    if found is not block:
+                        self._copies.setdefault(key, []).append(block)
+            return
         for b in range(first, stop):
             if lease[b] is None:
                 lease[b] = self.store(keys[b])
