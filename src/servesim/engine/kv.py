@@ -23,34 +23,32 @@ only: pinning part of a span splits it first, so one reference count serves all 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import takewhile
 from operator import is_not
+from typing import cast
 
 
 class Block:
-    """A block holding cached content: `span` is the span it belongs to (None once a private
-    block is evicted)."""
+    """A block holding cached content: `span` is the span it belongs to (`EVICTED` once a
+    private block is evicted)."""
 
     __slots__ = ("span",)
 
-    def __init__(self, span: Span | None) -> None:
+    def __init__(self, span: Span) -> None:
         self.span = span
 
     @property
     def key(self) -> int | None:
         """The content's key; None for content private to one request."""
         span = self.span
-        if span is None or span.keys is None:
-            return None
-        return span.keys[span.blocks.index(self)]
+        return None if span.keys is None else span.keys[span.blocks.index(self)]
 
     @property
     def refs(self) -> int:
         """Requests holding the block; -1 for a private block that was evicted."""
-        span = self.span
-        return -1 if span is None else span.refs
+        return self.span.refs
 
 
 class Span:
@@ -68,6 +66,10 @@ class Span:
         self.keys = keys
         self.refs = refs
         self.run: Run | None = None
+
+
+EVICTED = Span([], None, -1)
+"""The span of every evicted private block."""
 
 
 class Gap:
@@ -138,7 +140,8 @@ class BlockPool:
         """Oldest resident copies of the leading keys, at most `limit` blocks."""
         if not self.caching:
             return []
-        return list(takewhile(_is_block, map(self._index.get, keys[:limit])))
+        found: Iterator[Block | None] = map(self._index.get, keys[:limit])
+        return cast(list[Block], list(takewhile(_is_block, found)))
 
     def held_count(self, blocks: list[Block]) -> int:
         """How many of `blocks` some request holds."""
@@ -228,7 +231,7 @@ class BlockPool:
         """Take evicted blocks' content (blocks of one span, and their keys) out of the cache."""
         if keys is None:
             for block in blocks:
-                block.span = None
+                block.span = EVICTED
             return
         if self._copies or self.listener is not None:
             for block, key in zip(blocks, keys, strict=True):
@@ -368,6 +371,7 @@ class BlockPool:
         """The span of ``lease[i]``, which the lease holds whole up to `i` (split off if the
         lease holds only part of it)."""
         block = lease[i]
+        assert block is not None
         span = block.span
         members = span.blocks
         k = len(members)

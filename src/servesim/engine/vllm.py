@@ -173,7 +173,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         hits = self.pool.prefix_hits(request.full_block_keys(shared, bs), shared) if shared > 0 else []
         if len(hits) == shared < limit:
             for block in request.own_blocks[: limit - shared]:
-                if block.span is None:  # evicted
+                if block.refs < 0:  # evicted
                     break
                 hits.append(block)
         if hits and self.drafts is not None and self.policy.drafts_recompute_a_block:
