@@ -497,10 +497,14 @@ class BlockPool:
         assert in_lru == self._lru_size, (in_lru, self._lru_size)
         assert queued == self._queued, (queued, self._queued)
         resident = list(self._index.items()) + [(k, b) for k, c in self._copies.items() for b in c]
+        position: dict[int, int] = {}  # id(block) -> its place in its span
         for key, block in resident:
             span = block.span
-            assert span is not None and all(member.span is span for member in span.blocks)
-            assert span.keys is not None and len(span.keys) == len(span.blocks) and block.key == key
+            if id(block) not in position:
+                assert span.keys is not None and len(span.keys) == len(span.blocks)
+                assert all(member.span is span for member in span.blocks)
+                position.update((id(member), i) for i, member in enumerate(span.blocks))
+            assert span.keys is not None and span.keys[position[id(block)]] == key
             assert (span.refs > 0 and span.run is None) or (span.refs == 0 and id(span) in live)
         assert self.anonymous_blocks >= 0 and self.active_blocks >= 0
         assert self.anonymous_blocks + self._lru_size + self.active_blocks == self.num_blocks, (
