@@ -142,3 +142,56 @@ def test_the_html_reports_samples_need_no_kept_records(name: str) -> None:
     for field in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "itl_weights", "arrival_ms", "completion_ms"):
         assert np.array_equal(getattr(folded.latency, field), getattr(kept.latency, field), equal_nan=True), field
     assert repr(folded.timeseries) == repr(kept.timeseries)
+
+
+SETTLED = {
+    **FOLDED,
+    "disaggregated": CASES / "replay" / "11-disagg-kv-transfer" / "config.yaml",
+    "agentic-rejected-parent": CASES / "traffic" / "agentic_mooncake-vllm-fixed-rejected-parent" / "config.yaml",
+    "agentic-kv-pressure": CASES / "traffic" / "agentic_v2-sglang-fixed-kv-pressure" / "config.yaml",
+    "rejections": synthetic({"parallelism": {"replicas": 2}, "timing": FIXED,
+                             "kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 40}}},
+                            source={"type": "synthetic-session", "new_input_tokens_per_turn": 200,
+                                    "output_tokens_per_turn": 20, "session": {"turns": 3}},
+                            load={"type": "poisson", "sessions_per_second": 100, "seed": 7},
+                            stop={"sessions": 150}),
+}
+
+
+def _tiny_tally(monkeypatch: pytest.MonkeyPatch, settle_every: int, spool_rows: int, read_rows: int) -> None:
+    """Make the report's tally settle every few requests and spool its columns (read back a few
+    rows at a time) past a few rows."""
+    import servesim.report.columns as columns
+    import servesim.report.tally as tally
+
+    monkeypatch.setattr(tally, "SETTLE_EVERY", settle_every)
+    monkeypatch.setattr(tally, "SPOOL_ROWS", spool_rows)
+    monkeypatch.setattr(columns, "READ_ROWS", read_rows)
+
+
+@pytest.mark.parametrize("name", list(SETTLED))
+@pytest.mark.parametrize("sizes", [(1, 0, 1), (7, 3, 5), (64, 100, 32)])
+def test_settling_and_spooling_the_tally_changes_nothing(name: str, sizes: tuple[int, int, int],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tally that settles the ended requests every few requests and spools its columns to a
+    scratch file (so the summary reads them a chunk at a time) gives the report, time series and
+    latency samples byte for byte as one kept in memory."""
+    import numpy as np
+
+    whole = simulate(parsed(SETTLED[name]), timeseries=True)
+    assert whole.summary["completed_requests"] > 0
+    _tiny_tally(monkeypatch, *sizes)
+    import servesim.report.summary as summary
+
+    chunked = []
+    original = summary._chunked
+    monkeypatch.setattr(summary, "_chunked", lambda *args: chunked.append(args) or original(*args))
+    settled = simulate(parsed(SETTLED[name]), timeseries=True)
+    assert bool(chunked) == (whole.summary["completed_requests"] > sizes[1]), "the summary read the spooled columns"
+    assert json.dumps(without_host_fields(settled.to_dict()), sort_keys=True) == json.dumps(
+        without_host_fields(whole.to_dict()), sort_keys=True)
+    assert settled.extensions == whole.extensions
+    assert whole.latency is not None and settled.latency is not None
+    for field in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "itl_weights", "arrival_ms", "completion_ms"):
+        assert np.array_equal(getattr(settled.latency, field), getattr(whole.latency, field), equal_nan=True), field
+    assert repr(settled.timeseries) == repr(whole.timeseries)

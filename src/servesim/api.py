@@ -262,8 +262,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         tally.add(record)
     usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
              for p in cluster.serving}
-    timelines = tally.timelines()
-    summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla, timelines)
+    summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla)
     summary.update(request_accounting(tally, cluster.driver.total_requests))
     if run.traffic.client_timeout_ms is not None:
         summary["timed_out_requests"] = tally.timed_out
@@ -286,7 +285,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         from servesim.report.latency import from_tally
 
         report.timeseries = sampling.finish(cluster, end_ms)
-        report.latency = from_tally(tally, timelines)
+        report.latency = from_tally(tally)
+    tally.close()
     return report
 
 
