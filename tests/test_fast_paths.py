@@ -195,3 +195,27 @@ def test_settling_and_spooling_the_tally_changes_nothing(name: str, sizes: tuple
     for field in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "itl_weights", "arrival_ms", "completion_ms"):
         assert np.array_equal(getattr(settled.latency, field), getattr(whole.latency, field), equal_nan=True), field
     assert repr(settled.timeseries) == repr(whole.timeseries)
+
+
+def test_the_tally_holds_what_is_in_flight_not_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settling as it goes, the tally keeps unsettled only the requests ending out of request
+    order (those still in flight, or routed ahead in the same window), whatever the run's length."""
+    import servesim.report.tally as tally
+    import servesim.runtime.isolated as isolated
+
+    _tiny_tally(monkeypatch, 32, 64, 16)
+    monkeypatch.setattr(isolated, "ROUTE_WINDOW", 64)
+    left = []
+    original = tally.RequestTally._settle
+
+    def settle(self: tally.RequestTally, final: bool = False) -> None:
+        original(self, final)
+        if not final:
+            left.append(len(self._every_rid))
+
+    monkeypatch.setattr(tally.RequestTally, "_settle", settle)
+    result = simulate(parsed(synthetic({"parallelism": {"replicas": 4}, "timing": FIXED, "kv_cache": SMALL_KV},
+                                       requests=4000, rps=60)))  # ~1 s per request: ~60 in flight
+    assert result.summary["completed_requests"] == 4000
+    assert len(left) > 50
+    assert max(left) < 200, "unsettled requests stay within the routing window and those in flight"

@@ -55,9 +55,9 @@ INT_COLUMNS = ("input_length", "output_length", "reused_first", "reused_max", "c
 COLUMNS = np.dtype([(name, np.float64) for name in TIME_COLUMNS] + [(name, np.int64) for name in INT_COLUMNS])
 """The per counted request columns, as the `ColumnStore` keeps them."""
 ARRIVALS = np.dtype([("arrival", np.float64)])
-SETTLE_EVERY = 1 << 16
+SETTLE_EVERY = 1 << 15
 """Requests added between two settlings (see the module docstring)."""
-SPOOL_ROWS = 1 << 17
+SPOOL_ROWS = 1 << 16
 """Settled rows a store keeps in memory before it spools them to a scratch file."""
 _NO_GAPS = (np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64))
 
