@@ -137,6 +137,10 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
     return summary
 
 
+SAMPLES = np.dtype([("value", np.float64)])
+"""A spooled latency's store: one column of samples."""
+
+
 def _chunked(tally: RequestTally, sla: Sla | None) -> tuple[Totals, dict[str, dict[str, float]]]:
     """The totals and latency statistics of a tally read a chunk at a time: one pass over its
     columns spools each latency to its own store, which the statistics then re-read."""
@@ -152,9 +156,6 @@ def _chunked(tally: RequestTally, sla: Sla | None) -> tuple[Totals, dict[str, di
         for store in stores.values():
             store.close()
     return totals, distributions
-
-
-SAMPLES = np.dtype([("value", np.float64)])
 
 
 def _reader(store: ColumnStore) -> Chunks:

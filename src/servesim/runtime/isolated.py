@@ -5,9 +5,9 @@ arrivals, a placement that never looks at worker state, no scaling, no handler t
 worker's timeline depends only on the requests routed to it. This replay then runs each worker
 on its own clock: at each of its instants it applies its finished pass, hands it the requests
 arriving then and starts its next passes, with the same order and run-ahead horizon as
-`ReplayLoop`. Afterwards it derives the instants the shared clock would have visited (every
-arrival and every pass end, up to the time cap) to integrate worker-seconds identically, so the
-report is byte-identical to `ReplayLoop`'s.
+`ReplayLoop`. As every worker passes a window's end, it derives the instants the shared clock
+would have visited by then (every arrival and every pass end, up to the time cap) to integrate
+worker-seconds identically, so the report is byte-identical to `ReplayLoop`'s.
 
 Requests are routed ahead a window at a time (`ROUTE_WINDOW`, whole instants): every worker
 runs up to the next request not routed yet, then the next window is routed. Memory thus holds
@@ -212,13 +212,12 @@ class _SharedClock:
     def advance(self, arrivals: np.ndarray, bound: float) -> None:
         """Take the window's arrivals and the pass ends before `bound` (no later window can add
         an instant before it: every worker has run up to it)."""
-        limit = min(bound, self._cap)
-        parts = [arrivals[arrivals <= limit]]
+        parts = [arrivals[arrivals <= self._cap]]  # all before `bound`
         for i, worker in enumerate(self._workers):
             ends = worker.pass_ends
             if len(ends) > self._taken[i]:
                 new = np.frombuffer(ends[self._taken[i]:], dtype=np.float64)  # a copy: `ends` grows
-                count = int(np.searchsorted(new, bound, side="left")) if bound != INF else len(new)
+                count = int(np.searchsorted(new, bound))
                 parts.append(new[:count][new[:count] <= self._cap])
                 self._taken[i] += count
         instants = _sorted_distinct(np.concatenate(parts))
