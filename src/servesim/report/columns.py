@@ -8,14 +8,11 @@ chunk at a time, so what a reader holds is one chunk, whatever the row count.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
 import numpy as np
-
-from servesim.outputs import OutputError, os_reason
 
 READ_ROWS = 1 << 14
 """Rows per chunk read back from the scratch file."""
@@ -87,6 +84,10 @@ class ColumnStore:
 
     def _spool(self) -> None:
         """Move the rows held in memory to a new scratch file."""
+        import tempfile  # imported when used: start-up time
+
+        from servesim.outputs import OutputError, os_reason
+
         try:
             self._file = tempfile.TemporaryFile(dir=self._scratch_dir)  # noqa: SIM115 -- closed by close()
         except OSError as exc:
@@ -104,4 +105,6 @@ class ColumnStore:
         try:
             self._file.write(rows.view(np.uint8).data)  # the rows' bytes, without a copy
         except OSError as exc:
+            from servesim.outputs import OutputError, os_reason
+
             raise OutputError(f"cannot write the report's scratch file: {os_reason(exc)}") from None
