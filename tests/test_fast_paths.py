@@ -184,8 +184,8 @@ def test_settling_and_spooling_the_tally_changes_nothing(name: str, sizes: tuple
     import servesim.report.summary as summary
 
     chunked = []
-    original = summary._chunked
-    monkeypatch.setattr(summary, "_chunked", lambda *args: chunked.append(args) or original(*args))
+    original = summary.exact_stats_chunked
+    monkeypatch.setattr(summary, "exact_stats_chunked", lambda *args: chunked.append(args) or original(*args))
     settled = simulate(parsed(SETTLED[name]), timeseries=True)
     assert bool(chunked) == (whole.summary["completed_requests"] > sizes[1]), "the summary read the spooled columns"
     assert json.dumps(without_host_fields(settled.to_dict()), sort_keys=True) == json.dumps(

@@ -6,7 +6,7 @@ counted request's token timestamps; ITL and per-user throughput pool every token
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,15 +88,12 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
     when the caller already has them). A tally whose columns went to disk is read a chunk at a
     time (`report/outofcore.py`); the fields are the same bit for bit."""
     tally = requests if isinstance(requests, RequestTally) else RequestTally.of(requests)
-    if timelines is None and tally.spooled:
-        totals, distributions = _chunked(tally, sla)
+    if timelines is None:
+        totals, distributions = _read(tally.chunks(), sla, tally.spooled)
         gaps, gap_counts = tally.gaps()
     else:
-        tl = timelines if timelines is not None else tally.timelines()
-        totals = Totals()
-        totals.add(tl, sla)
-        distributions = {metric: exact_stats(values) for metric, values in latencies(tl).items()}
-        gaps, gap_counts = tl.gaps, tl.gap_counts
+        totals, distributions = _read([timelines], sla, on_disk=False)
+        gaps, gap_counts = timelines.gaps, timelines.gap_counts
     total_in, total_out = totals.input_tokens, totals.output_tokens
     duration = totals.duration_ms
     ds = max(duration / 1000, 1e-9)
@@ -141,21 +138,28 @@ SAMPLES = np.dtype([("value", np.float64)])
 """A spooled latency's store: one column of samples."""
 
 
-def _chunked(tally: RequestTally, sla: Sla | None) -> tuple[Totals, dict[str, dict[str, float]]]:
-    """The totals and latency statistics of a tally read a chunk at a time: one pass over its
-    columns spools each latency to its own store, which the statistics then re-read."""
+def _read(chunks: Iterable[Timelines], sla: Sla | None, on_disk: bool) -> tuple[Totals, dict[str, dict[str, float]]]:
+    """The totals and latency statistics of the columns, read a chunk at a time. `on_disk`: the
+    latencies are spooled, each to its own store, which the out-of-core statistics re-read;
+    else they are joined in memory."""
     totals = Totals()
-    stores = {metric: ColumnStore(SAMPLES, 0) for metric in LATENCIES}
+    held: dict[str, list[np.ndarray]] = {metric: [] for metric in LATENCIES}
+    stores = {metric: ColumnStore(SAMPLES, 0) for metric in LATENCIES} if on_disk else {}
     try:
-        for chunk in tally.chunks():
+        for chunk in chunks:
             totals.add(chunk, sla)
             for metric, values in latencies(chunk).items():
-                stores[metric].append({"value": values})
-        distributions = {metric: exact_stats_chunked(_reader(store)) for metric, store in stores.items()}
+                if on_disk:
+                    stores[metric].append({"value": values})
+                else:
+                    held[metric].append(values)
+        if on_disk:
+            return totals, {metric: exact_stats_chunked(_reader(store)) for metric, store in stores.items()}
+        return totals, {metric: exact_stats(parts[0] if len(parts) == 1 else np.concatenate([np.zeros(0), *parts]))
+                        for metric, parts in held.items()}
     finally:
         for store in stores.values():
             store.close()
-    return totals, distributions
 
 
 def _reader(store: ColumnStore) -> Chunks:

@@ -57,7 +57,7 @@ COLUMNS = np.dtype([(name, np.float64) for name in TIME_COLUMNS] + [(name, np.in
 ARRIVALS = np.dtype([("arrival", np.float64)])
 SETTLE_EVERY = 1 << 15
 """Requests added between two settlings (see the module docstring)."""
-SPOOL_ROWS = 1 << 16
+SPOOL_ROWS = 1 << 17
 """Settled rows a store keeps in memory before it spools them to a scratch file."""
 _NO_GAPS = (np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64))
 
