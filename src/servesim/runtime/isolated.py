@@ -139,7 +139,7 @@ class IsolatedReplay(Generic[IW, O]):
         if Ending.CAPPED not in endings and Ending.STUCK in endings:
             raise dead_end_error(self.handler.in_flight(), any(w.holds_requests() for w in workers))
         instants += [np.frombuffer(w.pass_ends, float) if len(w.pass_ends) else np.empty(0) for w in workers]
-        self._integrate(_sorted_distinct(np.concatenate(instants)), cap)
+        self.now = integrate_worker_seconds(self.pools, np.concatenate(instants), cap, self.now)
         return self.now
 
     def _run_worker(self, lane: _Lane[IW, O], bound: float, cap: float) -> Ending | None:
@@ -192,16 +192,19 @@ class IsolatedReplay(Generic[IW, O]):
                 worker.parked = True
         return None
 
-    def _integrate(self, instants: np.ndarray, cap: float) -> None:
-        """Worker-seconds over the shared clock's instants, summed in the same order."""
-        instants = instants[instants <= cap]
-        if not len(instants):
-            return
-        steps = np.diff(instants, prepend=0.0)
-        for pool in self.pools:
-            terms = (steps * len(pool.workers)) / 1000
-            pool.worker_seconds = float(np.add.accumulate(terms)[-1])
-        self.now = float(instants[-1])
+def integrate_worker_seconds(pools: Sequence[Pool[Any]], instants: np.ndarray, cap: float, now: float = 0.0) -> float:
+    """Set each pool's worker-seconds over the instants the shared clock would visit (`instants`:
+    every arrival and pass end, in any order, with repeats), summed in the clock's order;
+    returns the last instant by `cap` (`now` if there is none)."""
+    instants = _sorted_distinct(instants)
+    instants = instants[instants <= cap]
+    if not len(instants):
+        return now
+    steps = np.diff(instants, prepend=0.0)
+    for pool in pools:
+        terms = (steps * len(pool.workers)) / 1000
+        pool.worker_seconds = float(np.add.accumulate(terms)[-1])
+    return float(instants[-1])
 
 
 def _sorted_distinct(values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,121 @@
+"""The steady replay: an aggregated run of plain requests replayed as arrays, not objects.
+
+It applies when the per-worker replay does (`servesim.runtime.isolated`: open-loop single-turn
+arrivals, a state-free router, no scaling, no client timeouts) and besides: no time cap, nobody
+watching passes or keeping whole records, every request alike and sharing nothing
+(`Driver.plain_lengths`), a router that can place requests in bulk, and workers of one rank
+whose passes `servesim.engine.steady` can replay exactly. Requests are then released as send
+times, placed a window at a time, each worker's timeline is run as counts per pass
+(`SteadyLane`), and the requests each window finishes go to the report's tally as columns.
+Workers, pools, driver and collector end as the general replay leaves them.
+
+A pass the steady replay cannot take exactly stops it (`NotSteady`); the caller then replays
+the whole run with the general engine, so the report is the same either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from servesim.cluster.aggregated import AggregatedCluster
+from servesim.engine.steady import NotSteady, SteadyLane, SteadyShape, steady_shape
+from servesim.placement.base import StateFreeRouter
+from servesim.report.tally import CompletedColumns, RequestTally
+from servesim.runtime import isolated
+from servesim.runtime.isolated import integrate_worker_seconds
+from servesim.traffic.driver import Driver
+
+INF = float("inf")
+NAN = float("nan")
+
+
+def steady_shapes(cluster: AggregatedCluster, time_cap_ms: float | None) -> list[SteadyShape] | None:
+    """Each worker's steady shape, when the whole run can be replayed steadily (see the module);
+    else None."""
+    driver = cluster.driver
+    if (time_cap_ms is not None or cluster.observers or not cluster.isolated or not isinstance(driver, Driver)
+            or not isinstance(cluster.router, StateFreeRouter) or not cluster.router.places_in_bulk):
+        return None
+    lengths = driver.plain_lengths()
+    if lengths is None:
+        return None
+    shapes = []
+    for worker in cluster.pool.fleet.by_id.values():
+        shape = steady_shape(worker.ranks[0], *lengths) if len(worker.ranks) == 1 else None
+        if shape is None or worker.async_scheduling:
+            return None
+        shapes.append(shape)
+    return shapes
+
+
+class SteadyReplay:
+    """Replays a run that `steady_shapes` accepts; `run` raises `NotSteady` if a pass leaves
+    the class (the cluster, driver, collector and tally are then spent)."""
+
+    def __init__(self, cluster: AggregatedCluster, shapes: list[SteadyShape], tally: RequestTally,
+                 progress: Callable[[float | None], None] | None = None) -> None:
+        self.cluster = cluster
+        self.tally = tally
+        workers = list(cluster.pool.fleet.by_id.values())
+        self.workers = workers
+        self.lanes = [SteadyLane(shape, worker.pass_ends) for shape, worker in zip(shapes, workers, strict=True)]
+        self._progress = progress
+        self.now = 0.0
+        self.passes = 0
+        """Passes replayed (for tests and profiles)."""
+
+    def run(self) -> float:
+        """Replay to the end; returns the last instant the shared clock visits."""
+        cluster, driver, collector = self.cluster, self.cluster.driver, self.cluster.collector
+        assert isinstance(driver, Driver)
+        router = cluster.router
+        assert isinstance(router, StateFreeRouter)
+        lag = driver.frontend_ms
+        slot = {worker.worker_id: i for i, worker in enumerate(self.workers)}
+        instants = [np.empty(0)]
+        while True:
+            first_rid = collector.num_arrived
+            sent = np.array(driver.release_times(isolated.ROUTE_WINDOW), dtype=np.float64)
+            if not len(sent):
+                break
+            seen = sent + lag
+            bound = driver.next_ready_time()
+            placed = router.place_many(len(sent))
+            lane_of = np.array([slot[w] for w in placed], dtype=np.int64)
+            collector.num_arrived += len(sent)
+            instants.append(seen)
+            for index, lane in enumerate(self.lanes):
+                mine = np.flatnonzero(lane_of == index)
+                lane.feed(seen[mine].tolist(), first_rid + mine, sent[mine])
+                lane.run(bound)
+                self._hand_back(index, lane)
+            if self._progress is not None:
+                self._progress(None)
+        for lane, worker in zip(self.lanes, self.workers, strict=True):
+            if not lane.idle():
+                raise NotSteady("a worker holds requests it can never run")
+            worker.busy_ms = lane.busy_ms
+            self.passes += len(lane.ends)
+            instants.append(np.frombuffer(worker.pass_ends, dtype=np.float64))
+        self.now = integrate_worker_seconds(list(cluster.pools.values()), np.concatenate(instants), INF)
+        return self.now
+
+    def _hand_back(self, index: int, lane: SteadyLane) -> None:
+        """Fold the requests `lane` finished into the tally."""
+        finished = lane.hand_back()
+        count = finished.count
+        if not count:
+            return
+        shape = lane.shape
+        ends = np.frombuffer(lane.ends, dtype=np.float64)  # a view: dropped before the lane runs on
+        first_pass = finished.admitted_in
+        second = ends[first_pass + 1] if shape.output > 1 else np.full(count, NAN)
+        columns = CompletedColumns(finished.rid, finished.sent, np.full(count, shape.prompt, dtype=np.int64),
+                                   np.full(count, shape.output, dtype=np.int64), first_pass, ends[first_pass],
+                                   second, ends[first_pass + (shape.output - 1)])
+        del ends
+        self.tally.add_completed(("decode", self.workers[index].worker_id), lane.ends, columns)
+        self.cluster.collector.num_terminal += count
+

@@ -1,0 +1,178 @@
+"""A vLLM-core rank serving plain requests, replayed as counts per pass instead of objects.
+
+When every request a rank gets has the same prompt and output length, no prefix can be shared,
+the timing is fixed and neither the KV pool nor the context length can ever bind, a pass is
+fully described by two numbers: how many waiting requests it admits (FCFS, up to the free
+sequence slots) and how many running ones it finishes (those admitted `output - 1` passes
+before). Every running request gets one token per pass, so a request's token timeline is the
+passes [admission, admission + output): the whole replay is the sequence of pass ends and the
+admission count of each pass. `SteadyLane` computes exactly that, with the same float
+arithmetic as `servesim.engine.vllm.VllmRank` and `servesim.engine.worker.Worker`.
+
+What cannot be ruled out before the run — a pass whose admissions do not fit the token budget
+(a prompt would be chunked), a clock beyond `MAX_MS` — raises `NotSteady` when it happens;
+the caller then replays the run with the general engine.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from servesim.engine.policy import VllmPolicy
+from servesim.engine.vllm import VllmRank
+from servesim.limits import MAX_MS
+from servesim.perf.timing import FixedTiming
+
+
+class NotSteady(Exception):
+    """A pass of the steady replay would leave the class it replays exactly."""
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyShape:
+    """What a steady rank's passes depend on."""
+
+    prompt: int
+    output: int
+    prefill_ms: float
+    """Duration of the prefill phase of a pass that admits requests."""
+    decode_ms: float
+    """Duration of the decode phase (every pass has one)."""
+    budget: int
+    """Tokens a pass may schedule."""
+    max_sequences: int
+
+
+def steady_shape(rank: object, prompt: int, output: int) -> SteadyShape | None:
+    """The shape of `rank` serving only requests of `prompt` → `output` tokens that share no
+    prefix, or None when its passes are not that simple: another core or admission policy,
+    speculative decoding, forward-pass metrics, a timing other than fixed, a context length or
+    KV pool that all running requests together could reach."""
+    if type(rank) is not VllmRank or type(rank.policy) is not VllmPolicy or type(rank.timing) is not FixedTiming:
+        return None
+    config = rank.config
+    if (config.role != "aggregated" or config.speculative is not None or config.record_metrics
+            or prompt < 1 or output < 1 or config.max_sequences > config.max_batched_tokens):
+        return None
+    if config.max_model_len is not None and prompt + output > config.max_model_len:
+        return None  # a request would stop at (or be rejected for) the context length
+    blocks = -(-(prompt + output) // config.block_size)
+    if config.max_sequences * blocks > config.num_blocks:
+        return None  # the KV pool could bind (admission test, allocation, preemption)
+    kv_tokens = config.num_blocks * config.block_size
+    return SteadyShape(prompt, output, rank.timing.prefill(1, prompt, 0), rank.timing.decode(1, prompt, prompt, kv_tokens),
+                       config.max_batched_tokens, config.max_sequences)
+
+
+@dataclass(slots=True)
+class Finished:
+    """Requests a lane finished, in admission (= arrival) order: id, send time and the pass
+    that admitted each."""
+
+    count: int
+    rid: np.ndarray
+    sent: np.ndarray
+    admitted_in: np.ndarray
+
+
+class SteadyLane:
+    """One steady worker's timeline, fed its arrivals a window at a time.
+
+    The lane keeps the requests not yet handed back, in arrival order (id, send time, and
+    `seen`, when the engine sees it), the first of them not admitted (`head`), and per pass its
+    end (the worker's `pass_ends`) and admission count.
+    """
+
+    __slots__ = ("shape", "ends", "admits", "seen", "rids", "sent", "head", "running", "next_start", "busy_ms",
+                 "handed")
+
+    def __init__(self, shape: SteadyShape, ends: array) -> None:
+        self.shape = shape
+        self.ends = ends
+        self.admits = array("q")
+        self.seen: list[float] = []
+        self.rids: list[int] = []
+        self.sent: list[float] = []
+        self.head = 0
+        self.running = 0
+        self.next_start: float | None = None
+        """When the next pass starts; None while the worker idles (it starts at the next arrival)."""
+        self.busy_ms = 0.0
+        self.handed = 0
+        """Passes whose admissions were handed back (finished)."""
+
+    def feed(self, seen: list[float], rids: np.ndarray, sent: np.ndarray) -> None:
+        """Requests routed to the worker, in arrival order, after those fed before."""
+        self.seen += seen
+        self.rids += rids.tolist()
+        self.sent += sent.tolist()
+
+    def run(self, bound: float) -> None:
+        """Run every pass that starts before `bound` (the arrival of the next request not fed yet)."""
+        seen, ends, admits = self.seen, self.ends, self.admits
+        shape = self.shape
+        prompt, budget, slots, last = shape.prompt, shape.budget, shape.max_sequences, shape.output - 1
+        prefill_ms, decode_ms = shape.prefill_ms, shape.decode_ms
+        head, running, busy = self.head, self.running, self.busy_ms
+        n = len(seen)
+        now = self.next_start
+        if now is None:
+            now = seen[head] if head < n else bound
+        k = len(ends)
+        while now < bound:
+            if now > MAX_MS:
+                raise NotSteady("the clock would pass its limit")
+            admit = bisect_right(seen, now, head) - head
+            if admit > slots - running:
+                admit = slots - running
+            if admit:
+                if running + admit * prompt > budget:
+                    raise NotSteady("a pass's admissions would not fit the token budget")
+                end = (now + prefill_ms) + decode_ms
+            else:
+                end = now + decode_ms
+            ends.append(end)
+            admits.append(admit)
+            busy += end - now
+            head += admit
+            running += admit
+            if k >= last:
+                running -= admits[k - last]
+            k += 1
+            if running or (head < n and seen[head] <= end):
+                now = end
+            elif head < n:
+                now = seen[head]
+            else:
+                now = bound
+                self.next_start = None
+                break
+        else:
+            self.next_start = now
+        self.head, self.running, self.busy_ms = head, running, busy
+
+    def hand_back(self) -> Finished:
+        """The requests finished by the passes run so far and not handed back before; they
+        leave the lane."""
+        stop = len(self.ends) - self.shape.output + 1
+        start = self.handed
+        if stop <= start:
+            return Finished(0, np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64))
+        counts = np.frombuffer(self.admits, dtype=np.int64)[start:stop]
+        admitted_in = np.repeat(np.arange(start, stop, dtype=np.int64), counts)
+        del counts
+        self.handed = stop
+        count = len(admitted_in)
+        finished = Finished(count, np.array(self.rids[:count], dtype=np.int64),
+                            np.array(self.sent[:count], dtype=np.float64), admitted_in)
+        del self.seen[:count], self.rids[:count], self.sent[:count]
+        self.head -= count
+        return finished
+
+    def idle(self) -> bool:
+        """Whether the lane holds no request."""
+        return not self.seen
