@@ -120,9 +120,13 @@ class SteadyLane:
         head, running, busy = self.head, self.running, self.busy_ms
         n = len(seen)
         now = self.next_start
-        if now is None:
-            now = seen[head] if head < n else bound
         k = len(ends)
+        if now is None:  # idle: the next pass starts when a request arrives (once the last pass is over)
+            if head == n:
+                return
+            now = seen[head]
+            if k and ends[-1] > now:
+                now = ends[-1]
         while now < bound:
             if now > MAX_MS:
                 raise NotSteady("the clock would pass its limit")
@@ -148,7 +152,6 @@ class SteadyLane:
             elif head < n:
                 now = seen[head]
             else:
-                now = bound
                 self.next_start = None
                 break
         else:
