@@ -24,7 +24,7 @@ from servesim.engine.steady import NotSteady, SteadyLane, SteadyShape, steady_sh
 from servesim.placement.base import StateFreeRouter
 from servesim.report.tally import CompletedColumns, RequestTally
 from servesim.runtime import isolated
-from servesim.runtime.isolated import integrate_worker_seconds
+from servesim.runtime.isolated import WorkerSeconds
 from servesim.traffic.driver import Driver
 
 INF = float("inf")
@@ -74,7 +74,7 @@ class SteadyReplay:
         assert isinstance(router, StateFreeRouter)
         lag = driver.frontend_ms
         slot = {worker.worker_id: i for i, worker in enumerate(self.workers)}
-        instants = [np.empty(0)]
+        clock = WorkerSeconds(list(cluster.pools.values()))
         while True:
             first_rid = collector.num_arrived
             sent = np.array(driver.release_times(isolated.ROUTE_WINDOW), dtype=np.float64)
@@ -85,12 +85,15 @@ class SteadyReplay:
             placed = router.place_many(len(sent))
             lane_of = np.array([slot[w] for w in placed], dtype=np.int64)
             collector.num_arrived += len(sent)
-            instants.append(seen)
+            clock.add(seen)
             for index, lane in enumerate(self.lanes):
                 mine = np.flatnonzero(lane_of == index)
                 lane.feed(seen[mine].tolist(), first_rid + mine, sent[mine])
+                known = len(lane.ends)
                 lane.run(bound)
+                clock.add(np.array(lane.ends[known:]))
                 self._hand_back(index, lane)
+            clock.settle(bound)  # every later pass starts at `bound` or after, and so does every later arrival
             if self._progress is not None:
                 self._progress(None)
         for lane, worker in zip(self.lanes, self.workers, strict=True):
@@ -98,8 +101,7 @@ class SteadyReplay:
                 raise NotSteady("a worker holds requests it can never run")
             worker.busy_ms = lane.busy_ms
             self.passes += len(lane.ends)
-            instants.append(np.frombuffer(worker.pass_ends, dtype=np.float64))
-        self.now = integrate_worker_seconds(list(cluster.pools.values()), np.concatenate(instants), INF)
+        self.now = clock.finish()
         return self.now
 
     def _hand_back(self, index: int, lane: SteadyLane) -> None:

@@ -94,6 +94,7 @@ class SteadyLane:
         self.shape = shape
         self.ends = ends
         self.admits = array("q")
+        """Admissions of each pass from `handed` on."""
         self.seen: list[float] = []
         self.rids: list[int] = []
         self.sent: list[float] = []
@@ -103,7 +104,7 @@ class SteadyLane:
         """When the next pass starts; None while the worker idles (it starts at the next arrival)."""
         self.busy_ms = 0.0
         self.handed = 0
-        """Passes whose admissions were handed back (finished)."""
+        """Passes whose admitted requests were handed back (all finished)."""
 
     def feed(self, seen: list[float], rids: np.ndarray, sent: np.ndarray) -> None:
         """Requests routed to the worker, in arrival order, after those fed before."""
@@ -117,7 +118,7 @@ class SteadyLane:
         shape = self.shape
         prompt, budget, slots, last = shape.prompt, shape.budget, shape.max_sequences, shape.output - 1
         prefill_ms, decode_ms = shape.prefill_ms, shape.decode_ms
-        head, running, busy = self.head, self.running, self.busy_ms
+        head, running, busy, handed = self.head, self.running, self.busy_ms, self.handed
         n = len(seen)
         now = self.next_start
         k = len(ends)
@@ -145,7 +146,7 @@ class SteadyLane:
             head += admit
             running += admit
             if k >= last:
-                running -= admits[k - last]
+                running -= admits[k - last - handed]
             k += 1
             if running or (head < n and seen[head] <= end):
                 now = end
@@ -161,13 +162,12 @@ class SteadyLane:
     def hand_back(self) -> Finished:
         """The requests finished by the passes run so far and not handed back before; they
         leave the lane."""
-        stop = len(self.ends) - self.shape.output + 1
-        start = self.handed
+        start, stop = self.handed, len(self.ends) - self.shape.output + 1
         if stop <= start:
             return Finished(0, np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64))
-        counts = np.frombuffer(self.admits, dtype=np.int64)[start:stop]
+        counts = np.frombuffer(self.admits, dtype=np.int64)[:stop - start]
         admitted_in = np.repeat(np.arange(start, stop, dtype=np.int64), counts)
-        del counts
+        del counts, self.admits[:stop - start]
         self.handed = stop
         count = len(admitted_in)
         finished = Finished(count, np.array(self.rids[:count], dtype=np.int64),
