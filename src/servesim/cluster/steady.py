@@ -24,7 +24,7 @@ from servesim.engine.steady import NotSteady, SteadyLane, SteadyShape, steady_sh
 from servesim.placement.base import StateFreeRouter
 from servesim.report.tally import CompletedColumns, RequestTally
 from servesim.runtime import isolated
-from servesim.runtime.isolated import WorkerSeconds
+from servesim.runtime.clock import WorkerSeconds
 from servesim.traffic.driver import Driver
 
 INF = float("inf")

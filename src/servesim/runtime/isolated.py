@@ -139,9 +139,7 @@ class IsolatedReplay(Generic[IW, O]):
         if Ending.CAPPED not in endings and Ending.STUCK in endings:
             raise dead_end_error(self.handler.in_flight(), any(w.holds_requests() for w in workers))
         instants += [np.frombuffer(w.pass_ends, float) if len(w.pass_ends) else np.empty(0) for w in workers]
-        clock = WorkerSeconds(self.pools, cap)
-        clock.add(np.concatenate(instants))
-        self.now = clock.finish(self.now)
+        self._integrate(_sorted_distinct(np.concatenate(instants)), cap)
         return self.now
 
     def _run_worker(self, lane: _Lane[IW, O], bound: float, cap: float) -> Ending | None:
@@ -194,53 +192,16 @@ class IsolatedReplay(Generic[IW, O]):
                 worker.parked = True
         return None
 
-class WorkerSeconds:
-    """Each pool's worker-seconds over the instants the shared clock would visit — every
-    arrival and every pass end up to the time cap — summed in the clock's order, as the
-    instants become known (`add`) and final (`settle`): memory holds only the instants not
-    final yet."""
-
-    def __init__(self, pools: Sequence[Pool[Any]], cap: float = INF) -> None:
-        self.pools = pools
-        self.cap = cap
-        self.now: float | None = None
-        """The last instant integrated (None before the first)."""
-        self._sums = [0.0] * len(pools)
-        self._pending: list[np.ndarray] = []
-
-    def add(self, instants: np.ndarray) -> None:
-        """Instants the clock visits (in any order, with repeats)."""
-        self._pending.append(instants)
-
-    def settle(self, frontier: float = INF) -> None:
-        """Integrate the instants before `frontier` (no instant added later comes before it)."""
-        pending = _sorted_distinct(np.concatenate(self._pending)) if self._pending else np.empty(0)
-        if frontier <= self.cap:
-            cut = int(np.searchsorted(pending, frontier))
-            self._pending = [pending[cut:]]
-        else:  # the instants after the cap are never visited
-            cut = int(np.searchsorted(pending, self.cap, side="right"))
-            self._pending = []
-        instants = pending[:cut]
+    def _integrate(self, instants: np.ndarray, cap: float) -> None:
+        """Worker-seconds over the shared clock's instants, summed in the same order."""
+        instants = instants[instants <= cap]
         if not len(instants):
             return
-        steps = np.diff(instants, prepend=0.0 if self.now is None else self.now)
-        for i, pool in enumerate(self.pools):
+        steps = np.diff(instants, prepend=0.0)
+        for pool in self.pools:
             terms = (steps * len(pool.workers)) / 1000
-            if self.now is not None:
-                terms = np.concatenate(([self._sums[i]], terms))
-            self._sums[i] = float(np.add.accumulate(terms)[-1])
+            pool.worker_seconds = float(np.add.accumulate(terms)[-1])
         self.now = float(instants[-1])
-
-    def finish(self, now: float = 0.0) -> float:
-        """Integrate what is left and set the pools' worker-seconds; returns the last instant
-        (`now` if there was none)."""
-        self.settle()
-        if self.now is None:
-            return now
-        for pool, total in zip(self.pools, self._sums, strict=True):
-            pool.worker_seconds = total
-        return self.now
 
 
 def _sorted_distinct(values: np.ndarray) -> np.ndarray:
