@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,19 +32,22 @@ class NotSteady(Exception):
     """A pass of the steady replay would leave the class it replays exactly."""
 
 
-@dataclass(frozen=True, slots=True)
 class SteadyShape:
     """What a steady rank's passes depend on."""
 
-    prompt: int
-    output: int
-    prefill_ms: float
-    """Duration of the prefill phase of a pass that admits requests."""
-    decode_ms: float
-    """Duration of the decode phase (every pass has one)."""
-    budget: int
-    """Tokens a pass may schedule."""
-    max_sequences: int
+    __slots__ = ("prompt", "output", "prefill_ms", "decode_ms", "budget", "max_sequences")
+
+    def __init__(self, prompt: int, output: int, prefill_ms: float, decode_ms: float, budget: int,
+                 max_sequences: int) -> None:
+        self.prompt = prompt
+        self.output = output
+        self.prefill_ms = prefill_ms
+        """Duration of the prefill phase of a pass that admits requests."""
+        self.decode_ms = decode_ms
+        """Duration of the decode phase (every pass has one)."""
+        self.budget = budget
+        """Tokens a pass may schedule."""
+        self.max_sequences = max_sequences
 
 
 def steady_shape(rank: object, prompt: int, output: int) -> SteadyShape | None:
@@ -68,8 +71,7 @@ def steady_shape(rank: object, prompt: int, output: int) -> SteadyShape | None:
                        config.max_batched_tokens, config.max_sequences)
 
 
-@dataclass(slots=True)
-class Finished:
+class Finished(NamedTuple):
     """Requests a lane finished, in admission (= arrival) order: id, send time and the pass
     that admitted each."""
 
