@@ -107,7 +107,7 @@ class SteadyReplay:
     def _hand_back(self, index: int, lane: SteadyLane) -> None:
         """Fold the requests `lane` finished into the tally."""
         finished = lane.hand_back()
-        count = finished.count
+        count = len(finished.rid)
         if not count:
             return
         shape = lane.shape

@@ -75,7 +75,6 @@ class Finished(NamedTuple):
     """Requests a lane finished, in admission (= arrival) order: id, send time and the pass
     that admitted each."""
 
-    count: int
     rid: np.ndarray
     sent: np.ndarray
     admitted_in: np.ndarray
@@ -166,13 +165,13 @@ class SteadyLane:
         leave the lane."""
         start, stop = self.handed, len(self.ends) - self.shape.output + 1
         if stop <= start:
-            return Finished(0, np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64))
+            return Finished(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64))
         counts = np.frombuffer(self.admits, dtype=np.int64)[:stop - start]
         admitted_in = np.repeat(np.arange(start, stop, dtype=np.int64), counts)
         del counts, self.admits[:stop - start]
         self.handed = stop
         count = len(admitted_in)
-        finished = Finished(count, np.array(self.rids[:count], dtype=np.int64),
+        finished = Finished(np.array(self.rids[:count], dtype=np.int64),
                             np.array(self.sent[:count], dtype=np.float64), admitted_in)
         del self.seen[:count], self.rids[:count], self.sent[:count]
         self.head -= count
