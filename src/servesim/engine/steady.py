@@ -1,13 +1,14 @@
 """A vLLM-core rank serving plain requests, replayed as counts per pass instead of objects.
 
-When every request a rank gets has the same prompt and output length, no prefix can be shared,
-the timing is fixed and neither the KV pool nor the context length can ever bind, a pass is
-fully described by two numbers: how many waiting requests it admits (FCFS, up to the free
-sequence slots) and how many running ones it finishes (those admitted `output - 1` passes
-before). Every running request gets one token per pass, so a request's token timeline is the
-passes [admission, admission + output): the whole replay is the sequence of pass ends and the
-admission count of each pass. `SteadyLane` computes exactly that, with the same float
-arithmetic as `servesim.engine.vllm.VllmRank` and `servesim.engine.worker.Worker`.
+When every request a rank gets has the same prompt and output length, no prefix can be shared
+and neither the KV pool nor the context length can ever bind, a pass is fully described by two
+numbers: how many waiting requests it admits (FCFS, up to the free sequence slots) and how many
+running ones it finishes (those admitted `output - 1` passes before). Every running request
+gets one token per pass, so a request's token timeline is the passes [admission, admission +
+output), and the batch a pass shows the timing model follows from the counts: its new prompts,
+and its decoders' total length, Σ (prompt + passes since admission). `SteadyLane` computes the
+pass ends and the admission count of each pass with the same arithmetic (integer sums, float
+additions) as `servesim.engine.vllm.VllmRank` and `servesim.engine.worker.Worker`.
 
 What cannot be ruled out before the run — a pass whose admissions do not fit the token budget
 (a prompt would be chunked), a clock beyond `MAX_MS` — raises `NotSteady` when it happens;
@@ -25,6 +26,7 @@ import numpy as np
 from servesim.engine.policy import VllmPolicy
 from servesim.engine.vllm import VllmRank
 from servesim.limits import MAX_MS
+from servesim.engine.pass_time import TimingModel
 from servesim.perf.timing import FixedTiming
 
 
@@ -35,16 +37,19 @@ class NotSteady(Exception):
 class SteadyShape:
     """What a steady rank's passes depend on."""
 
-    __slots__ = ("prompt", "output", "prefill_ms", "decode_ms", "budget", "max_sequences")
+    __slots__ = ("prompt", "output", "timing", "kv_tokens", "fixed", "budget", "max_sequences")
 
-    def __init__(self, prompt: int, output: int, prefill_ms: float, decode_ms: float, budget: int,
+    def __init__(self, prompt: int, output: int, timing: TimingModel, kv_tokens: int, budget: int,
                  max_sequences: int) -> None:
         self.prompt = prompt
         self.output = output
-        self.prefill_ms = prefill_ms
-        """Duration of the prefill phase of a pass that admits requests."""
-        self.decode_ms = decode_ms
-        """Duration of the decode phase (every pass has one)."""
+        self.timing = timing
+        self.kv_tokens = kv_tokens
+        """The rank's KV pool in tokens (what the timing model is told)."""
+        self.fixed: tuple[float, float] | None = None
+        """(prefill, decode) phase durations when they are constant (fixed timing)."""
+        if type(timing) is FixedTiming:
+            self.fixed = (timing.prefill(1, prompt, 0), timing.decode(1, prompt, prompt, kv_tokens))
         self.budget = budget
         """Tokens a pass may schedule."""
         self.max_sequences = max_sequences
@@ -53,9 +58,9 @@ class SteadyShape:
 def steady_shape(rank: object, prompt: int, output: int) -> SteadyShape | None:
     """The shape of `rank` serving only requests of `prompt` → `output` tokens that share no
     prefix, or None when its passes are not that simple: another core or admission policy,
-    speculative decoding, forward-pass metrics, a timing other than fixed, a context length or
-    KV pool that all running requests together could reach."""
-    if type(rank) is not VllmRank or type(rank.policy) is not VllmPolicy or type(rank.timing) is not FixedTiming:
+    speculative decoding, fused mixed-pass timing, forward-pass metrics, a context length or KV
+    pool that all running requests together could reach."""
+    if type(rank) is not VllmRank or type(rank.policy) is not VllmPolicy or rank.mixed is not None:
         return None
     config = rank.config
     if (config.role != "aggregated" or config.speculative is not None or config.record_metrics
@@ -66,9 +71,8 @@ def steady_shape(rank: object, prompt: int, output: int) -> SteadyShape | None:
     blocks = -(-(prompt + output) // config.block_size)
     if config.max_sequences * blocks > config.num_blocks:
         return None  # the KV pool could bind (admission test, allocation, preemption)
-    kv_tokens = config.num_blocks * config.block_size
-    return SteadyShape(prompt, output, rank.timing.prefill(1, prompt, 0), rank.timing.decode(1, prompt, prompt, kv_tokens),
-                       config.max_batched_tokens, config.max_sequences)
+    return SteadyShape(prompt, output, rank.timing, rank.total_kv_tokens, config.max_batched_tokens,
+                       config.max_sequences)
 
 
 class Finished(NamedTuple):
@@ -88,8 +92,8 @@ class SteadyLane:
     end (the worker's `pass_ends`) and admission count.
     """
 
-    __slots__ = ("shape", "ends", "admits", "seen", "rids", "sent", "head", "running", "next_start", "busy_ms",
-                 "handed")
+    __slots__ = ("shape", "ends", "admits", "seen", "rids", "sent", "head", "running", "started", "next_start",
+                 "busy_ms", "handed")
 
     def __init__(self, shape: SteadyShape, ends: array) -> None:
         self.shape = shape
@@ -101,6 +105,8 @@ class SteadyLane:
         self.sent: list[float] = []
         self.head = 0
         self.running = 0
+        self.started = 0
+        """The sum of the running requests' admission pass indices."""
         self.next_start: float | None = None
         """When the next pass starts; None while the worker idles (it starts at the next arrival)."""
         self.busy_ms = 0.0
@@ -118,8 +124,10 @@ class SteadyLane:
         seen, ends, admits = self.seen, self.ends, self.admits
         shape = self.shape
         prompt, budget, slots, last = shape.prompt, shape.budget, shape.max_sequences, shape.output - 1
-        prefill_ms, decode_ms = shape.prefill_ms, shape.decode_ms
-        head, running, busy, handed = self.head, self.running, self.busy_ms, self.handed
+        fixed, kv_tokens = shape.fixed, shape.kv_tokens
+        prefill, decode = shape.timing.prefill, shape.timing.decode
+        prefill_ms, decode_ms = fixed if fixed is not None else (0.0, 0.0)
+        head, running, started, busy, handed = self.head, self.running, self.started, self.busy_ms, self.handed
         n = len(seen)
         now = self.next_start
         k = len(ends)
@@ -138,16 +146,23 @@ class SteadyLane:
             if admit:
                 if running + admit * prompt > budget:
                     raise NotSteady("a pass's admissions would not fit the token budget")
-                end = (now + prefill_ms) + decode_ms
-            else:
-                end = now + decode_ms
+                head += admit
+                running += admit
+                started += admit * k
+            if fixed is None:  # the timing model's answer for this batch, asked as the engine asks
+                prefill_ms = prefill(admit, prompt, 0) if admit else 0.0
+                active = running * (prompt + k) - started  # Σ prompt + tokens so far, over the batch
+                decode_ms = decode(running, active, active // running, kv_tokens)
+            end = (now + prefill_ms) + decode_ms if admit else now + decode_ms
+            if not end > now:
+                raise NotSteady("a pass would take no time")
             ends.append(end)
             admits.append(admit)
             busy += end - now
-            head += admit
-            running += admit
-            if k >= last:
-                running -= admits[k - last - handed]
+            if k >= last:  # the requests admitted `output - 1` passes ago finish
+                done = admits[k - last - handed]
+                running -= done
+                started -= done * (k - last)
             k += 1
             if running or (head < n and seen[head] <= end):
                 now = end
@@ -158,7 +173,7 @@ class SteadyLane:
                 break
         else:
             self.next_start = now
-        self.head, self.running, self.busy_ms = head, running, busy
+        self.head, self.running, self.started, self.busy_ms = head, running, started, busy
 
     def hand_back(self) -> Finished:
         """The requests finished by the passes run so far and not handed back before; they
