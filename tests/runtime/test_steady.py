@@ -18,6 +18,7 @@ from servesim import simulate
 from servesim.cluster import steady
 from servesim.config import parse_config
 from servesim.engine.steady import NotSteady
+from servesim.errors import SimulationError
 from servesim.runtime.isolated import IsolatedReplay
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "configs"
@@ -102,6 +103,17 @@ def test_a_pass_that_would_chunk_a_prompt_hands_the_run_to_the_general_engine(mo
     fast = report(config)
     assert replays.abandoned == 1 and not replays.steady and replays.isolated == 1
     assert fast == report(config, fast=False)
+
+
+def test_a_clock_past_its_limit_fails_the_run_as_the_general_engine_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = deployment(load="constant_rate", rps=1e-9, requests=2)  # the second request 10¹² ms in
+    replays = Replays(monkeypatch)
+    with pytest.raises(SimulationError, match="simulated time reached") as steady:
+        report(config)
+    assert replays.abandoned == 1
+    with pytest.raises(SimulationError) as general:
+        report(config, steady=False)
+    assert str(steady.value) == str(general.value)
 
 
 @pytest.mark.parametrize("overrides", [

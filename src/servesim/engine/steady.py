@@ -11,8 +11,8 @@ pass ends and the admission count of each pass with the same arithmetic (integer
 additions) as `servesim.engine.vllm.VllmRank` and `servesim.engine.worker.Worker`.
 
 What cannot be ruled out before the run — a pass whose admissions do not fit the token budget
-(a prompt would be chunked), a clock beyond `MAX_MS` — raises `NotSteady` when it happens;
-the caller then replays the run with the general engine.
+(a prompt would be chunked), a pass of no duration, a clock beyond `MAX_MS` — raises
+`NotSteady` when it happens; the caller then replays the run with the general engine.
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from servesim.engine.pass_time import TimingModel, constant_phases
 from servesim.engine.policy import VllmPolicy
 from servesim.engine.vllm import VllmRank
 from servesim.limits import MAX_MS
-from servesim.engine.pass_time import TimingModel
-from servesim.perf.timing import FixedTiming
 
 
 class NotSteady(Exception):
@@ -46,10 +45,8 @@ class SteadyShape:
         self.timing = timing
         self.kv_tokens = kv_tokens
         """The rank's KV pool in tokens (what the timing model is told)."""
-        self.fixed: tuple[float, float] | None = None
+        self.fixed = constant_phases(timing)
         """(prefill, decode) phase durations when they are constant (fixed timing)."""
-        if type(timing) is FixedTiming:
-            self.fixed = (timing.prefill(1, prompt, 0), timing.decode(1, prompt, prompt, kv_tokens))
         self.budget = budget
         """Tokens a pass may schedule."""
         self.max_sequences = max_sequences
@@ -138,8 +135,6 @@ class SteadyLane:
             if k and ends[-1] > now:
                 now = ends[-1]
         while now < bound:
-            if now > MAX_MS:
-                raise NotSteady("the clock would pass its limit")
             admit = bisect_right(seen, now, head) - head
             if admit > slots - running:
                 admit = slots - running
@@ -154,8 +149,8 @@ class SteadyLane:
                 active = running * (prompt + k) - started  # Σ prompt + tokens so far, over the batch
                 decode_ms = decode(running, active, active // running, kv_tokens)
             end = (now + prefill_ms) + decode_ms if admit else now + decode_ms
-            if not end > now:
-                raise NotSteady("a pass would take no time")
+            if not now < end <= MAX_MS:
+                raise NotSteady("a pass would take no time, or end past the clock's limit")
             ends.append(end)
             admits.append(admit)
             busy += end - now
