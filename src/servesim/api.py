@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -223,13 +224,13 @@ class _Stages:
         source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
         self.driver = driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
         self.tally = RequestTally()
-        whole_records = run.disaggregated or _agentic(driver) is not None
+        self.whole_records = whole_records = run.disaggregated or _agentic(driver) is not None
+        """Whether the report needs every request's whole record to the end."""
         if not capture_per_request or whole_records:
             spool = None
         self.spool = spool
-        keep_records = whole_records or (capture_per_request and spool is None)
-        self.collector = Collector(fold=None if keep_records else _fold(self.tally, spool))
-        self.folds_into_tally_only = not keep_records and spool is None
+        self.keep_records = whole_records or (capture_per_request and spool is None)
+        self.collector = Collector(fold=None if self.keep_records else _fold(self.tally, spool))
         if run.disaggregated:
             from servesim.cluster.disaggregated import DisaggregatedCluster
 
@@ -251,7 +252,7 @@ def _steady_replay(run: LoweredRun, stages: _Stages, progress: bool) -> float | 
     """Replay the run as arrays when it is that simple (`servesim.cluster.steady`); the last
     instant, or None when it is not (or turns out not to be) that simple."""
     cluster = stages.cluster
-    if not isinstance(cluster, AggregatedCluster) or not stages.folds_into_tally_only:
+    if not isinstance(cluster, AggregatedCluster) or stages.whole_records:
         return None
     from servesim.cluster.steady import NotSteady, SteadyReplay, steady_shapes
 
@@ -259,14 +260,23 @@ def _steady_replay(run: LoweredRun, stages: _Stages, progress: bool) -> float | 
     if shapes is None:
         return None
     stages.spent = True
+    kept: list[RequestRecord] = []
+    keep: Callable[[RequestRecord], None] | None
+    tally: RequestTally | None
+    if stages.keep_records:  # the report folds the records into the tally at the end
+        tally, keep = None, kept.append
+    else:
+        tally, keep = stages.tally, stages.spool.add if stages.spool is not None else None
     meter = ProgressMeter(stages.driver.total_requests, stages.collector) if progress else None
     try:
-        now = SteadyReplay(cluster, shapes, stages.tally, meter).run()
+        now = SteadyReplay(cluster, shapes, tally, keep, meter).run()
     except NotSteady:
         return None
     finally:
         if meter is not None:
             meter.close()
+    kept.sort(key=attrgetter("rid"))
+    stages.collector.records += kept
     return now
 
 

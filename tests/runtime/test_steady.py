@@ -19,6 +19,8 @@ from servesim.cluster import steady
 from servesim.config import parse_config
 from servesim.engine.steady import NotSteady
 from servesim.errors import SimulationError
+from servesim.report.render import write_records_jsonl
+from servesim.report.spool import RecordSpool
 from servesim.runtime.isolated import IsolatedReplay
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "configs"
@@ -132,12 +134,30 @@ def test_runs_outside_the_class_never_take_it(overrides: dict[str, Any], monkeyp
     assert fast == report(config, fast=False)
 
 
-def test_per_request_capture_and_time_series_use_the_general_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = deployment()
+def test_time_series_use_the_general_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     replays = Replays(monkeypatch)
-    simulate(parse_config(config), capture_per_request=True)
-    simulate(parse_config(config), timeseries=True)
-    assert not replays.steady and replays.isolated == 2
+    simulate(parse_config(deployment()), timeseries=True)
+    assert not replays.steady and replays.isolated == 1
+
+
+def test_spooled_records_are_the_general_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`predict --capture-per-request` spools each record as its request ends: the files are
+    byte for byte those of the general engine's kept records."""
+    config = deployment(replicas=3, requests=1500, rps=300, router={"policy": "random", "seed": 1})
+    replays = Replays(monkeypatch)
+    spool = RecordSpool(tmp_path / "spool")
+    spooled = simulate(parse_config(config), capture_per_request=True, spool=spool)
+    assert replays.steady and spooled.spool is spool
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("servesim.api._steady_replay", lambda *args: None)
+        kept = simulate(parse_config(config), capture_per_request=True)
+    assert kept.per_request is not None and len(kept.per_request) == len(spool) == 1500
+    write_records_jsonl(kept.per_request, tmp_path / "kept.jsonl")
+    spool.write_jsonl(tmp_path / "spooled.jsonl")
+    assert (tmp_path / "spooled.jsonl").read_bytes() == (tmp_path / "kept.jsonl").read_bytes()
+    assert without_host_fields(spooled.summary) == without_host_fields(kept.summary)
+    assert spooled.extensions == kept.extensions
+    spool.close()
 
 
 @st.composite

@@ -2,12 +2,13 @@
 
 It applies when the per-worker replay does (`servesim.runtime.isolated`: open-loop single-turn
 arrivals, a state-free router, no scaling, no client timeouts) and besides: no time cap, nobody
-watching passes or keeping whole records, every request alike and sharing nothing
-(`Driver.plain_lengths`), a router that can place requests in bulk, and workers of one rank
-whose passes `servesim.engine.steady` can replay exactly. Requests are then released as send
-times, placed a window at a time, each worker's timeline is run as counts per pass
-(`SteadyLane`), and the requests each window finishes go to the report's tally as columns.
-Workers, pools, driver and collector end as the general replay leaves them.
+watching passes, every request alike and sharing nothing (`Driver.plain_lengths`), a router
+that can place requests in bulk, and workers of one rank whose passes `servesim.engine.steady`
+can replay exactly. Requests are then released as send times, placed a window at a time, each
+worker's timeline is run as counts per pass (`SteadyLane`), and the requests each window
+finishes go to the report's tally as columns and, with per-request capture, as records to the
+spool (or the collector). Workers, pools, driver and collector end as the general replay leaves
+them.
 
 A pass the steady replay cannot take exactly stops it (`NotSteady`); the caller then replays
 the whole run with the general engine, so the report is the same either way.
@@ -20,7 +21,9 @@ from collections.abc import Callable
 import numpy as np
 
 from servesim.cluster.aggregated import AggregatedCluster
-from servesim.engine.steady import NotSteady, SteadyLane, SteadyShape, steady_shape
+from servesim.collect.collector import Admission, RequestRecord, Route, Status
+from servesim.engine.steady import Finished, NotSteady, SteadyLane, SteadyShape, steady_shape
+from servesim.engine.worker import Worker
 from servesim.placement.base import StateFreeRouter
 from servesim.report.tally import CompletedColumns, RequestTally
 from servesim.runtime import isolated
@@ -54,10 +57,14 @@ class SteadyReplay:
     """Replays a run that `steady_shapes` accepts; `run` raises `NotSteady` if a pass leaves
     the class (the cluster, driver, collector and tally are then spent)."""
 
-    def __init__(self, cluster: AggregatedCluster, shapes: list[SteadyShape], tally: RequestTally,
+    def __init__(self, cluster: AggregatedCluster, shapes: list[SteadyShape], tally: RequestTally | None,
+                 keep: Callable[[RequestRecord], None] | None = None,
                  progress: Callable[[float | None], None] | None = None) -> None:
+        """`tally`: where finished requests go as columns (None: nowhere); `keep`: what takes
+        each finished request's record (per-request capture; None: no record is made)."""
         self.cluster = cluster
         self.tally = tally
+        self.keep = keep
         workers = list(cluster.pool.fleet.by_id.values())
         self.workers = workers
         self.lanes = [SteadyLane(shape, worker.pass_ends) for shape, worker in zip(shapes, workers, strict=True)]
@@ -105,19 +112,36 @@ class SteadyReplay:
         return self.now
 
     def _hand_back(self, index: int, lane: SteadyLane) -> None:
-        """Fold the requests `lane` finished into the tally."""
+        """Hand the requests `lane` finished to the tally and to `keep`."""
         finished = lane.hand_back()
         count = len(finished.rid)
         if not count:
             return
-        shape = lane.shape
+        shape, worker = lane.shape, self.workers[index]
         ends = np.frombuffer(lane.ends, dtype=np.float64)  # a view: dropped before the lane runs on
         first_pass = finished.admitted_in
-        second = ends[first_pass + 1] if shape.output > 1 else np.full(count, NAN)
-        columns = CompletedColumns(finished.rid, finished.sent, np.full(count, shape.prompt, dtype=np.int64),
-                                   np.full(count, shape.output, dtype=np.int64), first_pass, ends[first_pass],
-                                   second, ends[first_pass + (shape.output - 1)])
+        last = ends[first_pass + (shape.output - 1)]
+        if self.tally is not None:
+            second = ends[first_pass + 1] if shape.output > 1 else np.full(count, NAN)
+            columns = CompletedColumns(finished.rid, finished.sent, np.full(count, shape.prompt, dtype=np.int64),
+                                       np.full(count, shape.output, dtype=np.int64), first_pass, ends[first_pass],
+                                       second, last)
+            self.tally.add_completed(("decode", worker.worker_id), lane.ends, columns)
         del ends
-        self.tally.add_completed(("decode", self.workers[index].worker_id), lane.ends, columns)
+        if self.keep is not None:
+            self._keep_records(worker, shape, finished, last)
         self.cluster.collector.num_terminal += count
+
+    def _keep_records(self, worker: Worker, shape: SteadyShape, finished: Finished, last: np.ndarray) -> None:
+        """The record of each finished request, as the general replay makes it, to `keep`."""
+        keep, prompt, output, ends = self.keep, shape.prompt, shape.output, worker.pass_ends
+        assert keep is not None
+        worker_id, scheduler_id = worker.worker_id, worker.first_scheduler_id
+        for rid, sent, first, at, end in zip(finished.rid.tolist(), finished.sent.tolist(),
+                                             finished.admitted_in.tolist(), finished.admitted_at.tolist(),
+                                             last.tolist(), strict=True):
+            record = RequestRecord(rid, f"session_{rid}", 0, sent, prompt, output,
+                                   [Route("agg", worker_id, scheduler_id, 0, 0)], [Admission(at, 0, "agg")],
+                                   Status.COMPLETED, end, output, [first, first + output], ends)
+            keep(record)
 

@@ -73,12 +73,13 @@ def steady_shape(rank: object, prompt: int, output: int) -> SteadyShape | None:
 
 
 class Finished(NamedTuple):
-    """Requests a lane finished, in admission (= arrival) order: id, send time and the pass
-    that admitted each."""
+    """Requests a lane finished, in admission (= arrival) order: id, send time, the pass that
+    admitted each and when that pass started."""
 
     rid: np.ndarray
     sent: np.ndarray
     admitted_in: np.ndarray
+    admitted_at: np.ndarray
 
 
 class SteadyLane:
@@ -89,14 +90,15 @@ class SteadyLane:
     end (the worker's `pass_ends`) and admission count.
     """
 
-    __slots__ = ("shape", "ends", "admits", "seen", "rids", "sent", "head", "running", "started", "next_start",
-                 "busy_ms", "handed")
+    __slots__ = ("shape", "ends", "starts", "admits", "seen", "rids", "sent", "head", "running", "started",
+                 "next_start", "busy_ms", "handed")
 
     def __init__(self, shape: SteadyShape, ends: array) -> None:
         self.shape = shape
         self.ends = ends
+        self.starts = array("d")
         self.admits = array("q")
-        """Admissions of each pass from `handed` on."""
+        """Start and admissions of each pass from `handed` on."""
         self.seen: list[float] = []
         self.rids: list[int] = []
         self.sent: list[float] = []
@@ -118,7 +120,7 @@ class SteadyLane:
 
     def run(self, bound: float) -> None:
         """Run every pass that starts before `bound` (the arrival of the next request not fed yet)."""
-        seen, ends, admits = self.seen, self.ends, self.admits
+        seen, ends, starts, admits = self.seen, self.ends, self.starts, self.admits
         shape = self.shape
         prompt, budget, slots, last = shape.prompt, shape.budget, shape.max_sequences, shape.output - 1
         fixed, kv_tokens = shape.fixed, shape.kv_tokens
@@ -152,6 +154,7 @@ class SteadyLane:
             if not now < end <= MAX_MS:
                 raise NotSteady("a pass would take no time, or end past the clock's limit")
             ends.append(end)
+            starts.append(now)
             admits.append(admit)
             busy += end - now
             if k >= last:  # the requests admitted `output - 1` passes ago finish
@@ -175,14 +178,15 @@ class SteadyLane:
         leave the lane."""
         start, stop = self.handed, len(self.ends) - self.shape.output + 1
         if stop <= start:
-            return Finished(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64))
+            return Finished(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0))
         counts = np.frombuffer(self.admits, dtype=np.int64)[:stop - start]
         admitted_in = np.repeat(np.arange(start, stop, dtype=np.int64), counts)
-        del counts, self.admits[:stop - start]
+        admitted_at = np.repeat(np.frombuffer(self.starts, dtype=np.float64)[:stop - start], counts)
+        del counts, self.admits[:stop - start], self.starts[:stop - start]
         self.handed = stop
         count = len(admitted_in)
-        finished = Finished(np.array(self.rids[:count], dtype=np.int64),
-                            np.array(self.sent[:count], dtype=np.float64), admitted_in)
+        finished = Finished(np.array(self.rids[:count], dtype=np.int64), np.array(self.sent[:count], dtype=np.float64),
+                            admitted_in, admitted_at)
         del self.seen[:count], self.rids[:count], self.sent[:count]
         self.head -= count
         return finished

@@ -128,6 +128,8 @@ class Driver:
         self._finished = 0
         self._next_output_base = GENERATED_BASE
         self._first: Iterator[tuple[float, int]] = iter(())
+        self._sessions_in_order = False
+        """Whether sessions arrive in index order (the first arrivals come from an iterator)."""
         if concurrency is None:
             assert first_arrivals is not None
             if isinstance(first_arrivals, Sequence):
@@ -135,6 +137,7 @@ class Driver:
                 self._first = zip(map(first_arrivals.__getitem__, order), order, strict=True)
             else:
                 self._first = zip(first_arrivals, count())
+                self._sessions_in_order = True
         self._next_first = next(self._first, None)
         self.total_requests = workload.num_requests
         """Turns in the workload (the requests of the input)."""
@@ -199,12 +202,13 @@ class Driver:
     def plain_lengths(self) -> tuple[int, int] | None:
         """(prompt, output) tokens of every request when all are alike and share nothing: open
         loop, single-turn synthetic sessions without prefix groups, whose prompts are kept
-        whole. None otherwise."""
+        whole, arriving in index order (the n-th request is session `session_{n}`). None
+        otherwise."""
         from servesim.traffic.synthetic import SyntheticSessions  # (the driver serves traces too)
 
         sessions = self._sessions
-        if not (self.fixed_arrivals and isinstance(sessions, SyntheticSessions) and sessions.turns == 1
-                and not sessions.groups and not self._accumulate):
+        if not (self.fixed_arrivals and self._sessions_in_order and isinstance(sessions, SyntheticSessions)
+                and sessions.turns == 1 and not sessions.groups and not self._accumulate):
             return None
         if self._prompt_limit is not None and sessions.input_tokens > self._prompt_limit:
             return None
