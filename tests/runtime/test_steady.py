@@ -69,13 +69,14 @@ def deployment(*, replicas: int = 2, prompt: int = 128, output: int = 16, rps: f
                prefill_ms: float = 20, decode_ms: float = 10, load: str = "poisson", seed: int = 5,
                router: dict[str, Any] | None = None, context: int = 32768,
                timing: dict[str, Any] | None = None, backend: str = "vllm", model: str = "m",
-               **traffic: Any) -> dict[str, Any]:
+               prefix_caching: bool = True, **traffic: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "engine": {"model": model, "hardware": "h200_sxm", "backend": backend, "context_length": context,
                    "workers": {"aggregated": {
                        "parallelism": {"replicas": replicas},
                        "scheduler": {"max_batched_tokens": budget, "max_sequences": sequences},
-                       "kv_cache": {"block_size": block_size, "capacity": {"type": "fixed", "blocks": blocks}},
+                       "kv_cache": {"block_size": block_size, "prefix_caching": prefix_caching,
+                                    "capacity": {"type": "fixed", "blocks": blocks}},
                        "timing": timing or {"type": "fixed", "prefill_ms": prefill_ms, "decode_ms": decode_ms}}}},
         "traffic": {"source": {"type": "synthetic", "input_tokens": prompt, "output_tokens": output},
                     "load": {"type": load, "requests_per_second": rps,
@@ -181,7 +182,7 @@ def steady_deployments(draw: st.DrawFn) -> dict[str, Any]:
         budget=draw(st.sampled_from([sequences, prompt + sequences, 4 * prompt + sequences, 8192])),
         sequences=sequences, block_size=block_size, blocks=max(blocks, per_request),
         prefill_ms=draw(st.sampled_from([0, 5, 20])), decode_ms=draw(st.sampled_from([0, 10, 20])),
-        timing=timing, model="Qwen/Qwen3-8B" if timing and timing["type"] == "roofline" else "m",
+        prefix_caching=draw(st.booleans()), timing=timing, model="Qwen/Qwen3-8B" if timing and timing["type"] == "roofline" else "m",
         load=draw(st.sampled_from(["poisson", "constant_rate"])), seed=draw(st.integers(0, 50)),
         router=draw(st.sampled_from([None, {"policy": "random", "seed": 3}])),
         context=draw(st.sampled_from([32768, prompt + output, prompt + output - 1 if prompt + output > 2 else 32768])),
