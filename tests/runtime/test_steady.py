@@ -99,9 +99,21 @@ def test_the_benchmark_runs_take_the_steady_replay(name: str, requests: int, mon
     assert fast == report(config, fast=False)
 
 
-def test_a_pass_that_would_chunk_a_prompt_hands_the_run_to_the_general_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Admissions fit the token budget at first; a burst later would need a chunked prompt."""
-    config = deployment(replicas=1, prompt=300, output=30, budget=1000, sequences=64, rps=60, requests=400)
+def test_prompts_cut_by_the_token_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bursts admit more prompts than the budget holds: the last one admitted is computed over
+    several passes (and with a budget below the prompt, every one is)."""
+    for budget in (1000, 250):
+        config = deployment(replicas=1, prompt=300, output=30, budget=budget, sequences=64, rps=60, requests=400,
+                            timing={"type": "polynomial"})
+        replays = Replays(monkeypatch)
+        fast = report(config)
+        assert len(replays.steady) == 1 and not replays.abandoned
+        assert fast == report(config, steady=False) == report(config, fast=False)
+
+
+def test_a_pass_of_no_duration_hands_the_run_to_the_general_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass computing only part of a prompt, with no prefill cost, takes no time."""
+    config = deployment(replicas=1, prompt=300, budget=100, sequences=1, prefill_ms=0)
     replays = Replays(monkeypatch)
     fast = report(config)
     assert replays.abandoned == 1 and not replays.steady and replays.isolated == 1

@@ -119,7 +119,7 @@ class SteadyReplay:
             return
         shape, worker = lane.shape, self.workers[index]
         ends = np.frombuffer(lane.ends, dtype=np.float64)  # a view: dropped before the lane runs on
-        first_pass = finished.admitted_in
+        first_pass = finished.first_pass
         last = ends[first_pass + (shape.output - 1)]
         if self.tally is not None:
             second = ends[first_pass + 1] if shape.output > 1 else np.full(count, NAN)
@@ -137,8 +137,8 @@ class SteadyReplay:
         keep, prompt, output, ends = self.keep, shape.prompt, shape.output, worker.pass_ends
         assert keep is not None
         worker_id, scheduler_id = worker.worker_id, worker.first_scheduler_id
-        for rid, sent, first, at, end in zip(finished.rid.tolist(), finished.sent.tolist(),
-                                             finished.admitted_in.tolist(), finished.admitted_at.tolist(),
+        for rid, sent, at, first, end in zip(finished.rid.tolist(), finished.sent.tolist(),
+                                             finished.admitted_at.tolist(), finished.first_pass.tolist(),
                                              last.tolist(), strict=True):
             record = RequestRecord(rid, f"session_{rid}", 0, sent, prompt, output,
                                    [Route("agg", worker_id, scheduler_id, 0, 0)], [Admission(at, 0, "agg")],
