@@ -138,15 +138,10 @@ class SteadyLane:
         prefill, decode = shape.timing.prefill, shape.timing.decode
         head, partial, running, started = self.head, self.partial, self.running, self.started
         busy, handed = self.busy_ms, self.handed
-        n = len(seen)
-        now = self.next_start
-        k = len(ends)
-        if now is None:  # idle: the next pass starts when a request arrives (once the last pass is over)
-            if head == n:
-                return
-            now = seen[head]
-            if k and ends[-1] > now:
-                now = ends[-1]
+        n, k = len(seen), len(ends)
+        now = self._next_start()
+        if now is None:
+            return
         while now < bound:
             decoders = running - 1 if partial else running
             left = budget - decoders  # the budget after one token per decoder
@@ -215,6 +210,16 @@ class SteadyLane:
             self.next_start = now
         self.head, self.partial, self.running, self.started = head, partial, running, started
         self.busy_ms = busy
+
+    def _next_start(self) -> float | None:
+        """When the next pass starts: where the lane stopped, or, idle, when the next request
+        arrives (once the last pass is over); None while no request waits."""
+        if self.next_start is not None:
+            return self.next_start
+        if self.head == len(self.seen):
+            return None
+        start = self.seen[self.head]
+        return self.ends[-1] if self.ends and self.ends[-1] > start else start
 
     def hand_back(self) -> Finished:
         """The requests finished by the passes run so far and not handed back before; they
