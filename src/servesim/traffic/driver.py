@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from itertools import count, islice
 from typing import Protocol
 
+from servesim.traffic.synthetic import SyntheticSessions
 from servesim.traffic.workload import GENERATED_BASE, NEVER, Prompt, Run, Session, Workload, output_runs, prompt_runs
 
 INF = math.inf
@@ -204,8 +205,6 @@ class Driver:
         loop, single-turn synthetic sessions without prefix groups, whose prompts are kept
         whole, arriving in index order (the n-th request is session `session_{n}`). None
         otherwise."""
-        from servesim.traffic.synthetic import SyntheticSessions  # (the driver serves traces too)
-
         sessions = self._sessions
         if not (self.fixed_arrivals and self._sessions_in_order and isinstance(sessions, SyntheticSessions)
                 and sessions.turns == 1 and not sessions.groups and not self._accumulate):
