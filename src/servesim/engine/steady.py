@@ -130,7 +130,10 @@ class SteadyLane:
         self.sent += sent.tolist()
 
     def run(self, bound: float) -> None:
-        """Run every pass that starts before `bound` (the arrival of the next request not fed yet)."""
+        """Run every pass that starts before `bound` (the arrival of the next request not fed yet).
+
+        One loop over the passes, with no call per pass but the bisection and the timing model:
+        it is the whole replay of the worker's requests."""
         seen, ends, firsts, admitted_at = self.seen, self.ends, self.firsts, self.admitted_at
         shape = self.shape
         prompt, budget, slots, last = shape.prompt, shape.budget, shape.max_sequences, shape.output - 1
