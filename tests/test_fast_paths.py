@@ -18,6 +18,7 @@ from conftest import CASES, without_host_fields
 
 from servesim import simulate
 from servesim.config import SimConfig, load_config, parse_config
+from servesim.cluster.steady import SteadyReplay
 from servesim.runtime.isolated import IsolatedReplay
 
 
@@ -81,11 +82,18 @@ def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bo
                        "first_rejection": result.first_rejection}, sort_keys=True)
 
 
+def per_worker_replays(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The per-worker replays (`IsolatedReplay`, or `SteadyReplay` for alike requests) that run
+    from now on, as they start."""
+    runs: list[Any] = []
+    for replay in (IsolatedReplay, SteadyReplay):
+        monkeypatch.setattr(replay, "run", lambda self, run=replay.run: runs.append(self) or run(self))
+    return runs
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_fast_and_plain_reports_are_byte_identical(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = []
-    original = IsolatedReplay.run
-    monkeypatch.setattr(IsolatedReplay, "run", lambda self: runs.append(self) or original(self))
+    runs = per_worker_replays(monkeypatch)
     fast = report(CONFIGS[name], fast=True)
     assert bool(runs) == (name not in SHARED_CLOCK), "which replay the fast path chose"
     assert fast == report(CONFIGS[name], fast=False)
@@ -100,10 +108,8 @@ def test_routing_ahead_in_small_windows_changes_nothing(name: str, window: int,
     pass, in a run ahead) give the same report as the plain path."""
     import servesim.runtime.isolated as isolated
 
-    windows = []
-    original = isolated.IsolatedReplay.run
     monkeypatch.setattr(isolated, "ROUTE_WINDOW", window)
-    monkeypatch.setattr(isolated.IsolatedReplay, "run", lambda self: windows.append(self) or original(self))
+    windows = per_worker_replays(monkeypatch)
     fast = report(CONFIGS[name], fast=True)
     assert windows, "the per-worker replay ran"
     assert fast == report(CONFIGS[name], fast=False)

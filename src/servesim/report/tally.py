@@ -47,6 +47,25 @@ class Timelines:
     gap_counts: np.ndarray
 
 
+@dataclass(slots=True)
+class CompletedColumns:
+    """Requests that completed in one run of consecutive passes of a worker (see
+    `RequestTally.add_completed`): one entry per request in each array."""
+
+    rid: np.ndarray
+    arrival: np.ndarray
+    input_length: np.ndarray
+    tokens: np.ndarray
+    """Tokens generated (the output length)."""
+    first_pass: np.ndarray
+    """Index of the pass that gave the first token; the last came `tokens - 1` passes later."""
+    first: np.ndarray
+    second: np.ndarray
+    """NaN for a request of one token."""
+    last: np.ndarray
+    """Also its terminal time."""
+
+
 WORKER_FIELDS = ("requests", "overlap_tokens_credited", "completed_requests", "input_tokens", "reused_input_tokens")
 """The per-worker sums, in the order `RequestTally.workers` keeps them."""
 NAN = float("nan")
@@ -125,6 +144,41 @@ class RequestTally:
         self._add_routes(record, counted)
         if counted:
             self._add_counted(record)
+        if self.num_requests >= self._settle_at:
+            self._settle()
+
+    def add_completed(self, worker: tuple[str, int], ends: array[float], columns: CompletedColumns) -> None:
+        """Fold in requests that all completed on `worker` (pool, worker id) after one admission
+        without prefix reuse and got every token from one run of its consecutive passes (whose
+        end times `ends` holds): what `add` would make of their records, in bulk."""
+        count = len(columns.rid)
+        if not count:
+            return
+        self.num_requests += count
+        self.num_terminal += count
+        self._every_rid.frombytes(columns.rid.astype(np.int64).tobytes())
+        self._every_arrival.frombytes(columns.arrival.astype(np.float64).tobytes())
+        self._rid.frombytes(columns.rid.astype(np.int64).tobytes())
+        zeros = np.zeros(count, dtype=np.int64).tobytes()
+        ints = self._ints
+        for name, values in (("input_length", columns.input_length), ("output_length", columns.tokens),
+                             ("reused_first", None), ("reused_max", None), ("count", columns.tokens)):
+            ints[name].frombytes(zeros if values is None else values.astype(np.int64).tobytes())
+        times = self._times
+        for name in ("arrival", "first", "second", "last"):
+            times[name].frombytes(getattr(columns, name).astype(np.float64).tobytes())
+        times["terminal"].frombytes(columns.last.astype(np.float64).tobytes())
+        sums = self.workers.setdefault(worker, [0] * len(WORKER_FIELDS))
+        sums[0] += count
+        sums[2] += count
+        sums[3] += int(columns.input_length.sum())
+        several = columns.tokens > 1
+        if several.any():
+            entry = self._runs.get(id(ends))
+            if entry is None:
+                entry = self._runs[id(ends)] = (ends, array("q"), array("q"))
+            entry[1].frombytes(columns.first_pass[several].astype(np.int64).tobytes())
+            entry[2].frombytes((columns.first_pass + columns.tokens - 1)[several].astype(np.int64).tobytes())
         if self.num_requests >= self._settle_at:
             self._settle()
 

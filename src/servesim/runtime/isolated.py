@@ -124,7 +124,7 @@ class IsolatedReplay(Generic[IW, O]):
         workers = [w for pool in self.pools for w in pool.workers]
         lanes: list[_Lane[IW, O]] = [_Lane(w) for w in workers]
         lane_of = {id(lane.worker): lane for lane in lanes}
-        clock = _SharedClock(self.pools, workers, cap)
+        clock = SharedClock(self.pools, workers, cap)
         bound = 0.0
         while bound != INF:
             deliveries, bound = self.handler.route_ahead(cap, ROUTE_WINDOW)
@@ -194,7 +194,7 @@ class IsolatedReplay(Generic[IW, O]):
         return None
 
 
-class _SharedClock:
+class SharedClock:
     """The instants the shared clock would visit (every arrival and every pass end, up to the
     time cap), taken a window at a time in ascending order, and the worker-seconds integrated
     over them: each step times the pool's worker count, summed left to right as `ReplayLoop`
