@@ -9,6 +9,12 @@ capture (`--capture-per-request`, which writes requests.jsonl) up to `--capture-
     python3 benchmarks/scale.py 100000 --capture-up-to 0   # one size, capture off only
     python3 benchmarks/scale.py --write-readme        # refresh the table in benchmarks/README.md
     python3 benchmarks/scale.py --reference           # also the reference (capture off), when installed
+    python3 benchmarks/scale.py --general             # also servesim's general engine (capture off)
+
+r1's requests are alike, so servesim replays it with the steady replay (`docs/design.md`). With
+`--general` the same run is also replayed by the general engine: r1 with a KV pool of 767 blocks
+per worker, which never binds in this run (the report is the same) but which the steady replay
+cannot rule out binding (256 sequences x 3 blocks > 767), so it is not taken.
 """
 
 from __future__ import annotations
@@ -25,13 +31,16 @@ from run import reference_command, write_readme
 
 CONFIG = Path(__file__).resolve().parent / "configs" / "r1-fixed-report.yaml"
 MARKERS = ("<!-- scale:begin -->", "<!-- scale:end -->")
+GENERAL = ["--set", "engine.workers.aggregated.kv_cache.capacity.blocks=767"]
+"""Keeps r1 off the steady replay without changing its report (see the module docstring)."""
 
 
-def measure(requests: int, capture: bool, out: Path, tool: list[str] | None = None) -> tuple[float, float, float]:
+def measure(requests: int, capture: bool, out: Path, tool: list[str] | None = None,
+            extra: list[str] | None = None) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds, peak RSS in MB) of one run of servesim (or of `tool`)."""
     cmd = (tool or [sys.executable, "-m", "servesim"]) + [
         "predict", "-c", str(CONFIG), "--output-dir", str(out),
-        "--overwrite", "--format", "json", "--set", f"traffic.stop.requests={requests}"]
+        "--overwrite", "--format", "json", "--set", f"traffic.stop.requests={requests}"] + (extra or [])
     started = time.perf_counter()
     proc = subprocess.Popen(cmd + (["--capture-per-request"] if capture else []), stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -48,21 +57,25 @@ def main() -> int:
                         help="also run with per-request capture at sizes up to this (default 300,000)")
     parser.add_argument("--reference", action="store_true",
                         help="also run the reference (capture off) at each size, when it is installed")
+    parser.add_argument("--general", action="store_true",
+                        help="also run servesim's general engine on the same run (capture off)")
     parser.add_argument("--write-readme", action="store_true", help="refresh the table in benchmarks/README.md")
     args = parser.parse_args()
-    tools: list[tuple[str, list[str] | None]] = [("servesim", None)]
+    tools: list[tuple[str, list[str] | None, list[str] | None]] = [("servesim", None, None)]
+    if args.general:
+        tools.append(("servesim, general engine", None, GENERAL))
     reference = reference_command() if args.reference else None
     if reference:
-        tools.append(("reference", reference))
+        tools.append(("reference", reference, None))
     lines = ["| tool | requests | capture | wall (s) | CPU (s) | peak RSS (MB) | output (MB) |",
              "|---|---:|---|---:|---:|---:|---:|"]
     for requests in args.requests:
-        for name, tool in tools:
+        for name, tool, extra in tools:
             captures = (False, True) if name == "servesim" and requests <= args.capture_up_to else (False,)
             for capture in captures:
                 with tempfile.TemporaryDirectory() as tmp:
                     out = Path(tmp) / "out"
-                    wall, cpu, rss = measure(requests, capture, out, tool)
+                    wall, cpu, rss = measure(requests, capture, out, tool, extra)
                     size = sum(f.stat().st_size for f in out.iterdir()) / 1e6
                 row = (f"| {name} | {requests:,} | {'on' if capture else 'off'} | {wall:.1f} | {cpu:.1f} | "
                        f"{rss:.0f} | {size:.1f} |")

@@ -18,6 +18,7 @@ from conftest import CASES, without_host_fields
 
 from servesim import simulate
 from servesim.config import SimConfig, load_config, parse_config
+from servesim.cluster.steady import SteadyReplay
 from servesim.runtime.isolated import IsolatedReplay
 
 
@@ -81,11 +82,18 @@ def report(config: dict[str, Any] | Path | tuple[Path, dict[str, Any]], fast: bo
                        "first_rejection": result.first_rejection}, sort_keys=True)
 
 
+def per_worker_replays(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The per-worker replays (`IsolatedReplay`, or `SteadyReplay` for alike requests) that run
+    from now on, as they start."""
+    runs: list[Any] = []
+    for replay in (IsolatedReplay, SteadyReplay):
+        monkeypatch.setattr(replay, "run", lambda self, run=replay.run: runs.append(self) or run(self))
+    return runs
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_fast_and_plain_reports_are_byte_identical(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = []
-    original = IsolatedReplay.run
-    monkeypatch.setattr(IsolatedReplay, "run", lambda self: runs.append(self) or original(self))
+    runs = per_worker_replays(monkeypatch)
     fast = report(CONFIGS[name], fast=True)
     assert bool(runs) == (name not in SHARED_CLOCK), "which replay the fast path chose"
     assert fast == report(CONFIGS[name], fast=False)
@@ -100,10 +108,8 @@ def test_routing_ahead_in_small_windows_changes_nothing(name: str, window: int,
     pass, in a run ahead) give the same report as the plain path."""
     import servesim.runtime.isolated as isolated
 
-    windows = []
-    original = isolated.IsolatedReplay.run
     monkeypatch.setattr(isolated, "ROUTE_WINDOW", window)
-    monkeypatch.setattr(isolated.IsolatedReplay, "run", lambda self: windows.append(self) or original(self))
+    windows = per_worker_replays(monkeypatch)
     fast = report(CONFIGS[name], fast=True)
     assert windows, "the per-worker replay ran"
     assert fast == report(CONFIGS[name], fast=False)
@@ -142,3 +148,80 @@ def test_the_html_reports_samples_need_no_kept_records(name: str) -> None:
     for field in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "itl_weights", "arrival_ms", "completion_ms"):
         assert np.array_equal(getattr(folded.latency, field), getattr(kept.latency, field), equal_nan=True), field
     assert repr(folded.timeseries) == repr(kept.timeseries)
+
+
+SETTLED = {
+    **FOLDED,
+    "disaggregated": CASES / "replay" / "11-disagg-kv-transfer" / "config.yaml",
+    "agentic-rejected-parent": CASES / "traffic" / "agentic_mooncake-vllm-fixed-rejected-parent" / "config.yaml",
+    "agentic-kv-pressure": CASES / "traffic" / "agentic_v2-sglang-fixed-kv-pressure" / "config.yaml",
+    "rejections": synthetic({"parallelism": {"replicas": 2}, "timing": FIXED,
+                             "kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 40}}},
+                            source={"type": "synthetic-session", "new_input_tokens_per_turn": 200,
+                                    "output_tokens_per_turn": 20, "session": {"turns": 3}},
+                            load={"type": "poisson", "sessions_per_second": 100, "seed": 7},
+                            stop={"sessions": 150}),
+}
+
+
+def _tiny_tally(monkeypatch: pytest.MonkeyPatch, settle_every: int, spool_rows: int, read_rows: int) -> None:
+    """Make the report's tally settle every few requests and spool its columns (read back a few
+    rows at a time) past a few rows."""
+    import servesim.report.columns as columns
+    import servesim.report.tally as tally
+
+    monkeypatch.setattr(tally, "SETTLE_EVERY", settle_every)
+    monkeypatch.setattr(tally, "SPOOL_ROWS", spool_rows)
+    monkeypatch.setattr(columns, "READ_ROWS", read_rows)
+
+
+@pytest.mark.parametrize("name", list(SETTLED))
+@pytest.mark.parametrize("sizes", [(1, 0, 1), (7, 3, 5), (64, 100, 32)])
+def test_settling_and_spooling_the_tally_changes_nothing(name: str, sizes: tuple[int, int, int],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tally that settles the ended requests every few requests and spools its columns to a
+    scratch file (so the summary reads them a chunk at a time) gives the report, time series and
+    latency samples byte for byte as one kept in memory."""
+    import numpy as np
+
+    whole = simulate(parsed(SETTLED[name]), timeseries=True)
+    assert whole.summary["completed_requests"] > 0
+    _tiny_tally(monkeypatch, *sizes)
+    import servesim.report.summary as summary
+
+    chunked = []
+    original = summary.exact_stats_chunked
+    monkeypatch.setattr(summary, "exact_stats_chunked", lambda *args: chunked.append(args) or original(*args))
+    settled = simulate(parsed(SETTLED[name]), timeseries=True)
+    assert bool(chunked) == (whole.summary["completed_requests"] > sizes[1]), "the summary read the spooled columns"
+    assert json.dumps(without_host_fields(settled.to_dict()), sort_keys=True) == json.dumps(
+        without_host_fields(whole.to_dict()), sort_keys=True)
+    assert settled.extensions == whole.extensions
+    assert whole.latency is not None and settled.latency is not None
+    for field in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "itl_weights", "arrival_ms", "completion_ms"):
+        assert np.array_equal(getattr(settled.latency, field), getattr(whole.latency, field), equal_nan=True), field
+    assert repr(settled.timeseries) == repr(whole.timeseries)
+
+
+def test_the_tally_holds_what_is_in_flight_not_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settling as it goes, the tally keeps unsettled only the requests ending out of request
+    order (those still in flight, or routed ahead in the same window), whatever the run's length."""
+    import servesim.report.tally as tally
+    import servesim.runtime.isolated as isolated
+
+    _tiny_tally(monkeypatch, 32, 64, 16)
+    monkeypatch.setattr(isolated, "ROUTE_WINDOW", 64)
+    left = []
+    original = tally.RequestTally._settle
+
+    def settle(self: tally.RequestTally, final: bool = False) -> None:
+        original(self, final)
+        if not final:
+            left.append(len(self._every_rid))
+
+    monkeypatch.setattr(tally.RequestTally, "_settle", settle)
+    result = simulate(parsed(synthetic({"parallelism": {"replicas": 4}, "timing": FIXED, "kv_cache": SMALL_KV},
+                                       requests=4000, rps=60)))  # ~1 s per request: ~60 in flight
+    assert result.summary["completed_requests"] == 4000
+    assert len(left) > 50
+    assert max(left) < 200, "unsettled requests stay within the routing window and those in flight"

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -197,32 +198,94 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
             spool: RecordSpool | None) -> Report:
     """Wire the stages of a lowered run, replay it and build the report."""
     started = time.perf_counter()
-    source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
-    driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
-    tally = RequestTally()
-    whole_records = run.disaggregated or _agentic(driver) is not None
-    if not capture_per_request or whole_records:
-        spool = None
-    keep_records = whole_records or (capture_per_request and spool is None)
-    collector = Collector(fold=None if keep_records else _fold(tally, spool))
     if scaling is None and run.planner is not None:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
 
         scaling = DynamoPlanner(run.planner)
-    if run.disaggregated:
-        from servesim.cluster.disaggregated import DisaggregatedCluster
+    stages = _Stages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
+    now = _steady_replay(run, stages, progress) if fast else None
+    if now is None:
+        if stages.spent:
+            stages = _Stages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
+        now = _general_replay(run, stages, progress, fast)
+    wall_ms = (time.perf_counter() - started) * 1000
+    report = _report(run, stages.cluster, stages.collector, stages.tally, now, wall_ms,
+                     capture_per_request and stages.spool is None, stages.sampling)
+    report.spool = stages.spool
+    return report
 
-        cluster: AggregatedCluster | DisaggregatedCluster = DisaggregatedCluster(run, driver, collector, fast=fast, scaling=scaling)
+
+class _Stages:
+    """The stages of one replay, wired: driver, cluster, collector, the report's tally and
+    (with time series) the state sampling."""
+
+    def __init__(self, run: LoweredRun, capture_per_request: bool, fast: bool, scaling: ScalingPolicy | None,
+                 workload: Workload | None, timeseries: bool, spool: RecordSpool | None) -> None:
+        source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
+        self.driver = driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
+        self.tally = RequestTally()
+        self.whole_records = whole_records = run.disaggregated or _agentic(driver) is not None
+        """Whether the report needs every request's whole record to the end."""
+        if not capture_per_request or whole_records:
+            spool = None
+        self.spool = spool
+        self.keep_records = whole_records or (capture_per_request and spool is None)
+        self.collector = Collector(fold=None if self.keep_records else _fold(self.tally, spool))
+        if run.disaggregated:
+            from servesim.cluster.disaggregated import DisaggregatedCluster
+
+            self.cluster: AggregatedCluster | DisaggregatedCluster = DisaggregatedCluster(
+                run, driver, self.collector, fast=fast, scaling=scaling)
+        else:
+            self.cluster = AggregatedCluster(run, driver, self.collector, fast=fast, scaling=scaling)
+        self.sampling: StateSampling | None = None
+        if timeseries:
+            from servesim.cluster.sampling import StateSampling
+
+            self.sampling = StateSampling()
+            self.cluster.observers.append(self.sampling)
+        self.spent = False
+        """Whether a replay started on these stages (a second one needs new ones)."""
+
+
+def _steady_replay(run: LoweredRun, stages: _Stages, progress: bool) -> float | None:
+    """Replay the run as arrays when it is that simple (`servesim.cluster.steady`); the last
+    instant, or None when it is not (or turns out not to be) that simple."""
+    cluster = stages.cluster
+    if not isinstance(cluster, AggregatedCluster) or stages.whole_records:
+        return None
+    from servesim.cluster.steady import NotSteady, SteadyReplay, steady_shapes
+
+    shapes = steady_shapes(cluster, run.time_cap_ms)
+    if shapes is None:
+        return None
+    stages.spent = True
+    kept: list[RequestRecord] = []
+    keep: Callable[[RequestRecord], None] | None
+    tally: RequestTally | None
+    if stages.keep_records:  # the report folds the records into the tally at the end
+        tally, keep = None, kept.append
     else:
-        cluster = AggregatedCluster(run, driver, collector, fast=fast, scaling=scaling)
-    sampling = None
-    if timeseries:
-        from servesim.cluster.sampling import StateSampling
+        tally, keep = stages.tally, stages.spool.add if stages.spool is not None else None
+    meter = ProgressMeter(stages.driver.total_requests, stages.collector) if progress else None
+    try:
+        now = SteadyReplay(cluster, shapes, tally, keep, meter).run()
+    except NotSteady:
+        return None
+    finally:
+        if meter is not None:
+            meter.close()
+    kept.sort(key=attrgetter("rid"))
+    stages.collector.records += kept
+    return now
 
-        sampling = StateSampling()
-        cluster.observers.append(sampling)
-    meter = ProgressMeter(driver.total_requests, collector) if progress else None
+
+def _general_replay(run: LoweredRun, stages: _Stages, progress: bool, fast: bool) -> float:
+    """Replay the run with the general engine (per worker when it can); the last instant."""
+    cluster, driver = stages.cluster, stages.driver
+    meter = ProgressMeter(driver.total_requests, stages.collector) if progress else None
     pools = list(cluster.pools.values())
+    stages.spent = True
     driver.start(0.0)
     if fast and isinstance(cluster, AggregatedCluster) and cluster.isolated:
         loop: ReplayLoop | IsolatedReplay = IsolatedReplay(pools, cluster, run.time_cap_ms, progress=meter,
@@ -232,11 +295,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     loop.run()
     if meter is not None:
         meter.close()
-    wall_ms = (time.perf_counter() - started) * 1000
-    report = _report(run, cluster, collector, tally, loop.now, wall_ms, capture_per_request and spool is None,
-                     sampling)
-    report.spool = spool
-    return report
+    return loop.now
 
 
 def _fold(tally: RequestTally, spool: RecordSpool | None) -> Callable[[RequestRecord], None]:
@@ -262,8 +321,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         tally.add(record)
     usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
              for p in cluster.serving}
-    timelines = tally.timelines()
-    summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla, timelines)
+    summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla)
     summary.update(request_accounting(tally, cluster.driver.total_requests))
     if run.traffic.client_timeout_ms is not None:
         summary["timed_out_requests"] = tally.timed_out
@@ -286,7 +344,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         from servesim.report.latency import from_tally
 
         report.timeseries = sampling.finish(cluster, end_ms)
-        report.latency = from_tally(tally, timelines)
+        report.latency = from_tally(tally)
+    tally.close()
     return report
 
 

@@ -39,6 +39,12 @@ class MixedPassTiming(TimingModel, Protocol):
         ...
 
 
+def constant_phases(timing: TimingModel) -> tuple[float, float] | None:
+    """(prefill, decode) when `timing` answers the same whatever the batch (a model may say so
+    with a ``constant_phases`` attribute), else None."""
+    return getattr(timing, "constant_phases", None)
+
+
 def decode_durations(timing: TimingModel, batch: int, active: range, total_kv_tokens: int) -> list[float]:
     """`timing.decode` of `batch` sequences at each active-token count of `active` (the passes
     of a steady decode batch); a model may answer the whole series at once with

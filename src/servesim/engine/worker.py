@@ -125,7 +125,7 @@ class Worker:
         first = len(self.pass_ends)
         run = self.ranks[0].decode_passes(first, now, horizon, through_finishes, self.pass_ends)
         assert run.last is not None
-        self.busy_ms += run.end_ms - now
+        self._add_busy(now, first)
         result = run.last.as_rank_pass()
         if result.metrics is not None:
             result.metrics.wall_time_secs = (run.end_ms - run.last_start_ms) / 1000
@@ -141,13 +141,22 @@ class Worker:
         run = rank.decode_passes(len(self.pass_ends), first.end_ms, horizon, True, self.pass_ends)
         last = run.last
         assert last is not None
-        self.busy_ms += run.end_ms - first.end_ms
+        self._add_busy(first.end_ms, first.index + 1)
         early = [(first.end_ms, result.finished), *run.early] if result.finished else run.early
         result.finished = last.finished
         result.prefill_ms, result.decode_ms = 0.0, last.duration_ms
         result.scheduled_tokens = result.emitted = last.emitted
         return WorkerPass(first.start_ms, run.end_ms, first.index, first.ranks, True,
                           self.pass_ends[first.index:-1], early)
+
+    def _add_busy(self, start: float, first: int) -> None:
+        """Add the durations of the passes from index `first` on, run back to back from
+        `start`, one at a time: the same additions as when each pass is started on its own."""
+        busy = self.busy_ms
+        for end in self.pass_ends[first:]:
+            busy += end - start
+            start = end
+        self.busy_ms = busy
 
     def _one_pass(self, now: float) -> WorkerPass:
         index = len(self.pass_ends)

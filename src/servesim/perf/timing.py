@@ -66,6 +66,11 @@ class FixedTiming:
         """`decode` at each active-token count of `active`."""
         return [self._decode] * len(active)
 
+    @property
+    def constant_phases(self) -> tuple[float, float]:
+        """(prefill, decode): the answers, whatever the batch (see `engine.pass_time`)."""
+        return self._prefill, self._decode
+
 
 class PolynomialTiming:
     """The reference's built-in polynomial model.

@@ -119,3 +119,14 @@ class StateFreeRouter(Router):
 
     def on_terminal(self, rid: int, now: float) -> None:
         """(Nothing to keep: see the class.)"""
+
+    @property
+    def places_in_bulk(self) -> bool:
+        """Whether `place_many` can place requests (each worker has one rank and the policy does
+        not need to see the requests)."""
+        return False
+
+    def place_many(self, count: int) -> list[int]:
+        """The workers of the next `count` requests, as `place` would choose them one by one
+        (only when `places_in_bulk`)."""
+        raise NotImplementedError

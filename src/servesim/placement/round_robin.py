@@ -29,6 +29,19 @@ class RoundRobin(StateFreeRouter):
         self._next_rank[worker] = (rank + 1) % self.ranks
         return (worker, rank), 0
 
+    @property
+    def places_in_bulk(self) -> bool:
+        return self.ranks == 1 and bool(self.workers)
+
+    def place_many(self, count: int) -> list[int]:
+        workers = self.workers
+        size = len(workers)
+        first = self._next_worker % size
+        rotation = workers[first:] + workers[:first]
+        placed = (rotation * -(-count // size))[:count]
+        self._next_worker = (first + count - 1) % size + 1 if count else self._next_worker
+        return placed
+
 
 class FlatRoundRobin(StateFreeRouter):
     """Cycles over every (worker, rank) of the active workers as one flat list."""

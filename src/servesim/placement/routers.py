@@ -26,6 +26,14 @@ class RandomRouter(StateFreeRouter):
     def _choose(self, request: RouteRequest, now: float) -> tuple[Slot, int]:
         return self.rng.choice(self.slots()), 0
 
+    @property
+    def places_in_bulk(self) -> bool:
+        return self.ranks == 1 and bool(self.workers)
+
+    def place_many(self, count: int) -> list[int]:
+        choice, slots = self.rng.choice, self.slots()
+        return [choice(slots)[0] for _ in range(count)]
+
 
 class LeastLoaded(Router):
     """The (worker, rank) with the fewest requests in flight; ties at random."""

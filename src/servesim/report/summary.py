@@ -6,12 +6,14 @@ counted request's token timestamps; ITL and per-user throughput pool every token
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from servesim.collect.collector import RequestRecord
+from servesim.report.columns import ColumnStore
+from servesim.report.outofcore import Chunks, exact_stats_chunked
 from servesim.report.stats import exact_stats, sketch_stats
 from servesim.report.tally import RequestTally, Timelines
 
@@ -36,28 +38,74 @@ def _put(summary: dict[str, float], metric: str, stats: dict[str, float]) -> Non
         summary[f"{name}_{metric}"] = float(value)
 
 
+@dataclass(slots=True)
+class Totals:
+    """The summary's sums over the counted requests (exact in any grouping: integers and a max)."""
+
+    completed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    duration_ms: float = 0.0
+    reused_max: int = 0
+    reused_first: int = 0
+    good: int = 0
+    good_tokens: int = 0
+
+    def add(self, tl: Timelines, sla: Sla | None) -> None:
+        """Fold in a chunk of the columns (in request order after the chunks before it)."""
+        if not len(tl.arrival):
+            return
+        duration = float(tl.terminal.max())
+        self.duration_ms = duration if not self.completed else float(np.max([self.duration_ms, duration]))
+        self.completed += len(tl.arrival)
+        self.input_tokens += int(tl.input_length.sum())
+        self.output_tokens += int(tl.output_length.sum())
+        self.reused_max += int(tl.reused_max.sum())
+        self.reused_first += int(tl.reused_first.sum())
+        if sla is not None:
+            ok = _good(tl, sla)
+            self.good += int(ok.sum())
+            self.good_tokens += int(tl.output_length[ok].sum())
+
+
+LATENCIES = ("ttft_ms", "ttst_ms", "tpot_ms", "e2e_latency_ms")
+"""The per-request latency distributions of the summary, in report order."""
+
+
+def latencies(tl: Timelines) -> dict[str, np.ndarray]:
+    """Each counted request's latencies (element-wise, so the same on any chunk of the columns)."""
+    one = tl.count >= 1
+    two = tl.count >= 2
+    return {"ttft_ms": np.maximum(tl.first[one] - tl.arrival[one], 0.0),
+            "ttst_ms": tl.second[two] - tl.first[two],
+            "tpot_ms": (tl.last[two] - tl.first[two]) / (tl.count[two] - 1),
+            "e2e_latency_ms": tl.last[one] - tl.arrival[one]}
+
+
 def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str, PoolUsage],
               wall_time_ms: float, sla: Sla | None = None, timelines: Timelines | None = None) -> dict[str, float | int]:
     """The reference's summary fields for a finished replay (`timelines`: those of the tally,
-    when the caller already has them)."""
+    when the caller already has them). A tally whose columns went to disk is read a chunk at a
+    time (`report/outofcore.py`); the fields are the same bit for bit."""
     tally = requests if isinstance(requests, RequestTally) else RequestTally.of(requests)
-    tl = timelines if timelines is not None else tally.timelines()
-    completed = len(tl.arrival)
-    total_in = int(tl.input_length.sum())
-    total_out = int(tl.output_length.sum())
-    duration = float(tl.terminal.max()) if completed else 0.0
+    if timelines is None:
+        totals, distributions = _read(tally.chunks(), sla, tally.spooled)
+        gaps, gap_counts = tally.gaps()
+    else:
+        totals, distributions = _read([timelines], sla, on_disk=False)
+        gaps, gap_counts = timelines.gaps, timelines.gap_counts
+    total_in, total_out = totals.input_tokens, totals.output_tokens
+    duration = totals.duration_ms
     ds = max(duration / 1000, 1e-9)
     prefill, decode = pools.get("prefill", PoolUsage()), pools.get("decode", PoolUsage())
-    reused_max = int(tl.reused_max.sum())
-    reused_first = int(tl.reused_first.sum())
     processed = total_in + total_out
     summary: dict[str, float | int] = {
         "num_requests": tally.num_requests,
-        "completed_requests": completed,
+        "completed_requests": totals.completed,
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "duration_ms": duration,
-        "request_throughput_rps": completed / ds,
+        "request_throughput_rps": totals.completed / ds,
         "input_throughput_tok_s": total_in / ds,
         "output_throughput_tok_s": total_out / ds,
         "total_throughput_tok_s": (total_in + total_out) / ds,
@@ -67,34 +115,62 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
         "decode_gpus_per_worker": decode.gpus_per_worker,
         "gpu_hours": (prefill.worker_seconds * prefill.gpus_per_worker
                       + decode.worker_seconds * decode.gpus_per_worker) / 3600,
-        "prefix_cache_reused_ratio": reused_max / total_in if total_in else 0.0,
-        "first_admission_prefix_cache_reused_ratio": reused_first / total_in if total_in else 0.0,
+        "prefix_cache_reused_ratio": totals.reused_max / total_in if total_in else 0.0,
+        "first_admission_prefix_cache_reused_ratio": totals.reused_first / total_in if total_in else 0.0,
         "processed_tokens": processed,
         "processed_tokens_per_s": processed / wall_time_ms * 1000 if wall_time_ms > 0 else 0.0,
         "processed_output_tokens_per_s": total_out / wall_time_ms * 1000 if wall_time_ms > 0 else 0.0,
         "wall_time_ms": wall_time_ms,
     }
-    one = tl.count >= 1
-    two = tl.count >= 2
-    ttft = np.maximum(tl.first[one] - tl.arrival[one], 0.0)
-    e2e = tl.last[one] - tl.arrival[one]
-    _put(summary, "ttft_ms", exact_stats(ttft))
-    _put(summary, "ttst_ms", exact_stats(tl.second[two] - tl.first[two]))
-    _put(summary, "tpot_ms", exact_stats((tl.last[two] - tl.first[two]) / (tl.count[two] - 1)))
-    _put(summary, "e2e_latency_ms", exact_stats(e2e))
-    _put(summary, "itl_ms", sketch_stats(tl.gaps, tl.gap_counts))
-    positive = tl.gaps > 0
-    _put(summary, "output_token_throughput_per_user",
-         sketch_stats(1000.0 / tl.gaps[positive], tl.gap_counts[positive]))
+    for metric in LATENCIES:
+        _put(summary, metric, distributions[metric])
+    _put(summary, "itl_ms", sketch_stats(gaps, gap_counts))
+    positive = gaps > 0
+    _put(summary, "output_token_throughput_per_user", sketch_stats(1000.0 / gaps[positive], gap_counts[positive]))
     if sla is not None:
-        summary.update(_goodput(tl, sla, ds))
+        summary["goodput_completed_requests"] = totals.good
+        summary["goodput_request_throughput_rps"] = totals.good / ds
+        summary["goodput_output_throughput_tok_s"] = totals.good_tokens / ds
     return summary
 
 
-def _goodput(tl: Timelines, sla: Sla, ds: float) -> dict[str, float | int]:
-    """Requests within every SLA bound (runtime.md §8.5); one without tokens counts only under an
-    end-to-end bound alone, judged on its terminal time. Element-wise, the same float operations
-    as one request at a time."""
+SAMPLES = np.dtype([("value", np.float64)])
+"""A spooled latency's store: one column of samples."""
+
+
+def _read(chunks: Iterable[Timelines], sla: Sla | None, on_disk: bool) -> tuple[Totals, dict[str, dict[str, float]]]:
+    """The totals and latency statistics of the columns, read a chunk at a time. `on_disk`: the
+    latencies are spooled, each to its own store, which the out-of-core statistics re-read;
+    else they are joined in memory."""
+    totals = Totals()
+    held: dict[str, list[np.ndarray]] = {metric: [] for metric in LATENCIES}
+    stores = {metric: ColumnStore(SAMPLES, 0) for metric in LATENCIES} if on_disk else {}
+    try:
+        for chunk in chunks:
+            totals.add(chunk, sla)
+            for metric, values in latencies(chunk).items():
+                if on_disk:
+                    stores[metric].append({"value": values})
+                else:
+                    held[metric].append(values)
+        if on_disk:
+            return totals, {metric: exact_stats_chunked(_reader(store)) for metric, store in stores.items()}
+        return totals, {metric: exact_stats(parts[0] if len(parts) == 1 else np.concatenate([np.zeros(0), *parts]))
+                        for metric, parts in held.items()}
+    finally:
+        for store in stores.values():
+            store.close()
+
+
+def _reader(store: ColumnStore) -> Chunks:
+    """The samples of a one-column store, as a re-iterable source of chunks."""
+    return lambda: (columns["value"] for columns in store.chunks())
+
+
+def _good(tl: Timelines, sla: Sla) -> np.ndarray:
+    """Which requests are within every SLA bound (runtime.md §8.5); one without tokens counts
+    only under an end-to-end bound alone, judged on its terminal time. Element-wise, the same
+    float operations as one request at a time."""
     n = tl.count
     ttft = np.maximum(tl.first - tl.arrival, 0.0)
     e2e = tl.last - tl.arrival
@@ -110,13 +186,7 @@ def _goodput(tl: Timelines, sla: Sla, ds: float) -> dict[str, float | int]:
     if no_tokens.any():
         alone = sla.e2e_ms is not None and sla.ttft_ms is None
         ok[no_tokens] = alone and (tl.terminal[no_tokens] - tl.arrival[no_tokens] <= sla.e2e_ms)
-    good = int(ok.sum())
-    good_tokens = int(tl.output_length[ok].sum())
-    return {
-        "goodput_completed_requests": good,
-        "goodput_request_throughput_rps": good / ds,
-        "goodput_output_throughput_tok_s": good_tokens / ds,
-    }
+    return ok
 
 
 SERVESIM_FIELDS = ("rejected_requests", "incomplete_requests")

@@ -3,19 +3,28 @@
 A `RequestTally` keeps no Python object per request: counters, per-worker sums and, for each
 counted request, one entry in compact columns (arrival, terminal time, lengths, prefix reuse,
 token count, first/second/last token time) plus the pass indices of its token runs. Requests may
-be added in any order (as they end, so the collector can drop their records); `timelines` puts
-the columns back in request order, so every statistic is the one the records would give.
+be added in any order (as they end, so the collector can drop their records); the columns are
+read back in request order, so every statistic is the one the records would give.
+
+What it holds stays bounded by the requests in flight: every `settle_every` requests it settles
+the ones that have ended — it folds their token runs into the pooled token gaps (distinct gap
+value -> count) and moves the rows of every request below the lowest one still unfinished, in
+request order, to a `ColumnStore`, which spools them to a scratch file past `spool_rows`. A run
+shorter than `settle_every` requests settles once, at the end, as a whole. Once the columns are
+on disk the summary reads them a chunk at a time (`chunks`); `timelines` reads them all back.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from servesim.collect.collector import RequestRecord, Status
+from servesim.report.columns import ColumnStore
 
 
 @dataclass(slots=True)
@@ -38,15 +47,47 @@ class Timelines:
     gap_counts: np.ndarray
 
 
+@dataclass(slots=True)
+class CompletedColumns:
+    """Requests that completed in one run of consecutive passes of a worker (see
+    `RequestTally.add_completed`): one entry per request in each array."""
+
+    rid: np.ndarray
+    arrival: np.ndarray
+    input_length: np.ndarray
+    tokens: np.ndarray
+    """Tokens generated (the output length)."""
+    first_pass: np.ndarray
+    """Index of the pass that gave the first token; the last came `tokens - 1` passes later."""
+    first: np.ndarray
+    second: np.ndarray
+    """NaN for a request of one token."""
+    last: np.ndarray
+    """Also its terminal time."""
+
+
 WORKER_FIELDS = ("requests", "overlap_tokens_credited", "completed_requests", "input_tokens", "reused_input_tokens")
 """The per-worker sums, in the order `RequestTally.workers` keeps them."""
 NAN = float("nan")
+TIME_COLUMNS = ("arrival", "terminal", "first", "second", "last")
+INT_COLUMNS = ("input_length", "output_length", "reused_first", "reused_max", "count")
+COLUMNS = np.dtype([(name, np.float64) for name in TIME_COLUMNS] + [(name, np.int64) for name in INT_COLUMNS])
+"""The per counted request columns, as the `ColumnStore` keeps them."""
+ARRIVALS = np.dtype([("arrival", np.float64)])
+SETTLE_EVERY = 1 << 15
+"""Requests added between two settlings (see the module docstring)."""
+SPOOL_ROWS = 1 << 17
+"""Settled rows a store keeps in memory before it spools them to a scratch file."""
+_NO_GAPS = (np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64))
 
 
 class RequestTally:
     """What the report keeps of the requests it has been given (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settle_every: int | None = None, spool_rows: int | None = None,
+                 scratch_dir: Path | None = None) -> None:
+        settle_every = settle_every or SETTLE_EVERY
+        spool_rows = SPOOL_ROWS if spool_rows is None else spool_rows
         self.num_requests = 0
         self.num_terminal = 0
         self.rejected = 0
@@ -57,9 +98,8 @@ class RequestTally:
         self.workers: dict[tuple[str, int], list[int]] = {}
         """Per (pool, worker id) its routed requests: the sums named by `WORKER_FIELDS`."""
         self._rid = array("q")
-        self._times = {name: array("d") for name in ("arrival", "terminal", "first", "second", "last")}
-        self._ints = {name: array("q") for name in ("input_length", "output_length", "reused_first",
-                                                    "reused_max", "count")}
+        self._times = {name: array("d") for name in TIME_COLUMNS}
+        self._ints = {name: array("q") for name in INT_COLUMNS}
         self._runs: dict[int, tuple[array[float], array[int], array[int]]] = {}
         """Per worker's pass-end array: [first, last) pass index of each run of 2+ tokens."""
         self._between = array("d")
@@ -67,6 +107,16 @@ class RequestTally:
         self._every_rid = array("q")
         self._every_arrival = array("d")
         """Every request's arrival (counted or not), for the report's arrival series."""
+        self._settle_every = settle_every
+        self._settle_at = settle_every
+        self._next_rid = 0
+        """Every request below it has been settled."""
+        self._columns = ColumnStore(COLUMNS, spool_rows, scratch_dir)
+        self._arrival_store = ColumnStore(ARRIVALS, spool_rows, scratch_dir)
+        self._gaps = _NO_GAPS
+        """The settled requests' token gaps: distinct values (ascending) and counts."""
+        self._settled_at = -1
+        """`num_requests` when everything was last settled."""
         self._timelines: Timelines | None = None
         self._arrivals: np.ndarray | None = None
 
@@ -94,6 +144,43 @@ class RequestTally:
         self._add_routes(record, counted)
         if counted:
             self._add_counted(record)
+        if self.num_requests >= self._settle_at:
+            self._settle()
+
+    def add_completed(self, worker: tuple[str, int], ends: array[float], columns: CompletedColumns) -> None:
+        """Fold in requests that all completed on `worker` (pool, worker id) after one admission
+        without prefix reuse and got every token from one run of its consecutive passes (whose
+        end times `ends` holds): what `add` would make of their records, in bulk."""
+        count = len(columns.rid)
+        if not count:
+            return
+        self.num_requests += count
+        self.num_terminal += count
+        self._every_rid.frombytes(columns.rid.astype(np.int64).tobytes())
+        self._every_arrival.frombytes(columns.arrival.astype(np.float64).tobytes())
+        self._rid.frombytes(columns.rid.astype(np.int64).tobytes())
+        zeros = np.zeros(count, dtype=np.int64).tobytes()
+        ints = self._ints
+        for name, values in (("input_length", columns.input_length), ("output_length", columns.tokens),
+                             ("reused_first", None), ("reused_max", None), ("count", columns.tokens)):
+            ints[name].frombytes(zeros if values is None else values.astype(np.int64).tobytes())
+        times = self._times
+        for name in ("arrival", "first", "second", "last"):
+            times[name].frombytes(getattr(columns, name).astype(np.float64).tobytes())
+        times["terminal"].frombytes(columns.last.astype(np.float64).tobytes())
+        sums = self.workers.setdefault(worker, [0] * len(WORKER_FIELDS))
+        sums[0] += count
+        sums[2] += count
+        sums[3] += int(columns.input_length.sum())
+        several = columns.tokens > 1
+        if several.any():
+            entry = self._runs.get(id(ends))
+            if entry is None:
+                entry = self._runs[id(ends)] = (ends, array("q"), array("q"))
+            entry[1].frombytes(columns.first_pass[several].astype(np.int64).tobytes())
+            entry[2].frombytes((columns.first_pass + columns.tokens - 1)[several].astype(np.int64).tobytes())
+        if self.num_requests >= self._settle_at:
+            self._settle()
 
     def _add_routes(self, record: RequestRecord, counted: bool) -> None:
         workers = self.workers
@@ -159,53 +246,125 @@ class RequestTally:
             second = ends[a0 + 1] if b0 - a0 > 1 else ends[spans[2]]
         return total, ends[a0], second, ends[spans[-1] - 1]
 
-    def timelines(self) -> Timelines:
-        """The counted requests' columns in request order, and the pooled token gaps.
+    @property
+    def spooled(self) -> bool:
+        """Whether the settled columns went to a scratch file (read them with `chunks`)."""
+        self._finish()
+        return self._columns.on_disk
 
-        Read once the tally is complete: the first call moves the columns into request order and
-        frees the unordered ones (a column at a time, so the peak holds one extra column)."""
+    def chunks(self) -> Iterator[Timelines]:
+        """The counted requests' columns in request order, a chunk at a time (without gaps)."""
+        self._finish()
+        for columns in self._columns.chunks():
+            yield Timelines(**columns, gaps=_NO_GAPS[0], gap_counts=_NO_GAPS[1])
+
+    def gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every token gap of every counted request: distinct values (ascending) and how many
+        gaps have each. Inside a run of consecutive passes of one worker a request's gaps are
+        that worker's pass-to-pass gaps; between two runs there is one gap."""
+        self._finish()
+        return self._gaps
+
+    def timelines(self) -> Timelines:
+        """The counted requests' columns in request order, and the pooled token gaps, all at
+        once (read once the tally is complete)."""
+        self._finish()
         if self._timelines is None:
-            order = np.argsort(np.frombuffer(self._rid, dtype=np.int64), kind="stable")
-            self._rid = array("q")
-            columns: dict[str, np.ndarray] = {}
-            for name, floats in self._times.items():
-                columns[name] = np.frombuffer(floats, dtype=np.float64)[order]
-                self._times[name] = array("d")
-            for name, ints in self._ints.items():
-                columns[name] = np.frombuffer(ints, dtype=np.int64)[order]
-                self._ints[name] = array("q")
-            del order
-            columns["gaps"], columns["gap_counts"] = self._gaps()
-            self._timelines = Timelines(**columns)
+            self._timelines = Timelines(**self._columns.whole(), gaps=self._gaps[0], gap_counts=self._gaps[1])
         return self._timelines
 
     def arrivals(self) -> np.ndarray:
         """Every request's arrival time, counted or not, in request order (read once the tally is
         complete, as `timelines`)."""
+        self._finish()
         if self._arrivals is None:
-            order = np.argsort(np.frombuffer(self._every_rid, dtype=np.int64), kind="stable")
-            self._arrivals = np.frombuffer(self._every_arrival, dtype=np.float64)[order]
-            self._every_rid, self._every_arrival = array("q"), array("d")
+            self._arrivals = self._arrival_store.whole()["arrival"]
         return self._arrivals
 
-    def _gaps(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every token gap, as distinct values and counts: inside a run of consecutive passes of
-        one worker a request's gaps are that worker's pass-to-pass gaps, so each pass gap counts
-        as many times as runs span it; plus one gap per request between its runs."""
-        values = [np.frombuffer(self._between, dtype=np.float64)]
-        weights = [np.ones(len(self._between), dtype=np.int64)]
-        for ends, starts, stops in self._runs.values():
+    def close(self) -> None:
+        """Drop the settled columns and their scratch files."""
+        self._columns.close()
+        self._arrival_store.close()
+        self._timelines = self._arrivals = None
+
+    def _finish(self) -> None:
+        """Settle every request added so far."""
+        if self._settled_at != self.num_requests:
+            self._settle(final=True)
+            self._settled_at = self.num_requests
+            self._timelines = self._arrivals = None
+
+    def _settle(self, final: bool = False) -> None:
+        """Fold the ended requests' token runs into the gaps and move the rows of the requests
+        below the lowest unfinished one (`final`: of all) to the stores, in request order."""
+        self._fold_gaps()
+        rids = np.frombuffer(self._every_rid, dtype=np.int64)
+        order = np.argsort(rids, kind="stable")
+        ordered = rids[order]
+        settled = len(ordered) if final else _run_from(ordered, self._next_rid)
+        if settled:
+            self._next_rid = int(ordered[settled - 1]) + 1
+            arrivals = np.frombuffer(self._every_arrival, dtype=np.float64)[order]
+            self._arrival_store.append({"arrival": arrivals[:settled]})
+            self._every_rid, self._every_arrival = _array("q", ordered[settled:]), _array("d", arrivals[settled:])
+            del arrivals
+            self._settle_columns(None if final else self._next_rid)
+        self._settle_at = self.num_requests + max(self._settle_every, len(self._every_rid))
+
+    def _settle_columns(self, below: int | None) -> None:
+        """Move the counted rows of requests below `below` (None: all) to the column store."""
+        rids = np.frombuffer(self._rid, dtype=np.int64)
+        order = np.argsort(rids, kind="stable")
+        count = len(order) if below is None else int(np.searchsorted(rids[order], below))
+        head, tail = order[:count], order[count:]
+        rows: dict[str, np.ndarray] = {}
+        for name, floats in self._times.items():
+            values = np.frombuffer(floats, dtype=np.float64)
+            rows[name] = values[head]
+            self._times[name] = _array("d", values[tail])
+        for name, ints in self._ints.items():
+            values = np.frombuffer(ints, dtype=np.int64)
+            rows[name] = values[head]
+            self._ints[name] = _array("q", values[tail])
+        self._rid = _array("q", rids[tail])
+        del rids, values
+        self._columns.append(rows)
+
+    def _fold_gaps(self) -> None:
+        """Fold the token runs and between-run gaps added since the last settling into the gaps."""
+        values = [self._gaps[0], np.frombuffer(self._between, dtype=np.float64)]
+        weights = [self._gaps[1], np.ones(len(self._between), dtype=np.int64)]
+        for key, (ends, starts, stops) in self._runs.items():
             if not starts:
                 continue
-            view = np.frombuffer(ends, dtype=np.float64)
+            begins, finals = np.frombuffer(starts, dtype=np.int64), np.frombuffer(stops, dtype=np.int64)
+            first, last = int(begins.min()), int(finals.max())
+            view = np.frombuffer(ends[first:last + 1], dtype=np.float64)  # a copy: `ends` still grows
             size = len(view)
-            covering = np.cumsum(np.bincount(np.frombuffer(starts, dtype=np.int64), minlength=size)
-                                 - np.bincount(np.frombuffer(stops, dtype=np.int64), minlength=size))[:-1]
+            covering = np.cumsum(np.bincount(begins - first, minlength=size)
+                                 - np.bincount(finals - first, minlength=size))[:-1]
             used = covering > 0
             gaps, counts = _merge_equal(np.diff(view)[used], covering[used])
             values.append(gaps)
             weights.append(counts)
-        return _merge_equal(np.concatenate(values), np.concatenate(weights))
+            self._runs[key] = (ends, array("q"), array("q"))
+        self._gaps = _merge_equal(np.concatenate(values), np.concatenate(weights))
+        self._between = array("d")
+
+
+def _run_from(ordered: np.ndarray, start: int) -> int:
+    """How many leading entries of the sorted request ids are start, start + 1, … in turn."""
+    if not len(ordered) or ordered[0] != start:
+        return 0
+    broken = np.flatnonzero(ordered != np.arange(start, start + len(ordered)))
+    return int(broken[0]) if len(broken) else len(ordered)
+
+
+def _array(code: str, values: np.ndarray) -> array:
+    """A new growable array (typecode `code`) holding a copy of `values`."""
+    out = array(code)
+    out.frombytes(values.tobytes())
+    return out
 
 
 def _merge_equal(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

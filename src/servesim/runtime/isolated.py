@@ -5,9 +5,9 @@ arrivals, a placement that never looks at worker state, no scaling, no handler t
 worker's timeline depends only on the requests routed to it. This replay then runs each worker
 on its own clock: at each of its instants it applies its finished pass, hands it the requests
 arriving then and starts its next passes, with the same order and run-ahead horizon as
-`ReplayLoop`. Afterwards it derives the instants the shared clock would have visited (every
-arrival and every pass end, up to the time cap) to integrate worker-seconds identically, so the
-report is byte-identical to `ReplayLoop`'s.
+`ReplayLoop`. As every worker passes a window's end, it derives the instants the shared clock
+would have visited by then (every arrival and every pass end, up to the time cap) to integrate
+worker-seconds identically, so the report is byte-identical to `ReplayLoop`'s.
 
 Requests are routed ahead a window at a time (`ROUTE_WINDOW`, whole instants): every worker
 runs up to the next request not routed yet, then the next window is routed. Memory thus holds
@@ -124,22 +124,23 @@ class IsolatedReplay(Generic[IW, O]):
         workers = [w for pool in self.pools for w in pool.workers]
         lanes: list[_Lane[IW, O]] = [_Lane(w) for w in workers]
         lane_of = {id(lane.worker): lane for lane in lanes}
-        instants = [np.empty(0)]
+        clock = SharedClock(self.pools, workers, cap)
         bound = 0.0
         while bound != INF:
             deliveries, bound = self.handler.route_ahead(cap, ROUTE_WINDOW)
-            instants.append(np.fromiter(map(itemgetter(0), deliveries), float, len(deliveries)))
+            arrivals = np.fromiter(map(itemgetter(0), deliveries), float, len(deliveries))
             for delivery in deliveries:
                 lane_of[id(delivery[1])].deliveries.append(delivery)
             del deliveries  # each lane's queue is consumed as it runs, so finished requests are freed
             for lane in lanes:
                 if lane.ending is None:
                     lane.ending = self._run_worker(lane, bound, cap)
+            clock.advance(arrivals, bound)
         endings = [lane.ending for lane in lanes]
         if Ending.CAPPED not in endings and Ending.STUCK in endings:
             raise dead_end_error(self.handler.in_flight(), any(w.holds_requests() for w in workers))
-        instants += [np.frombuffer(w.pass_ends, float) if len(w.pass_ends) else np.empty(0) for w in workers]
-        self._integrate(_sorted_distinct(np.concatenate(instants)), cap)
+        if clock.last is not None:
+            self.now = clock.last
         return self.now
 
     def _run_worker(self, lane: _Lane[IW, O], bound: float, cap: float) -> Ending | None:
@@ -192,16 +193,43 @@ class IsolatedReplay(Generic[IW, O]):
                 worker.parked = True
         return None
 
-    def _integrate(self, instants: np.ndarray, cap: float) -> None:
-        """Worker-seconds over the shared clock's instants, summed in the same order."""
-        instants = instants[instants <= cap]
+
+class SharedClock:
+    """The instants the shared clock would visit (every arrival and every pass end, up to the
+    time cap), taken a window at a time in ascending order, and the worker-seconds integrated
+    over them: each step times the pool's worker count, summed left to right as `ReplayLoop`
+    sums them (the running sum is carried from window to window, so the additions are the same)."""
+
+    def __init__(self, pools: Sequence[Pool[Any]], workers: Sequence[IsolatedWorker[Any]], cap: float) -> None:
+        self._pools = pools
+        self._workers = workers
+        self._cap = cap
+        self._taken = [0] * len(workers)
+        """Per worker, how many of its pass ends (ascending) are taken."""
+        self.last: float | None = None
+        """The latest instant taken."""
+
+    def advance(self, arrivals: np.ndarray, bound: float) -> None:
+        """Take the window's arrivals and the pass ends before `bound` (no later window can add
+        an instant before it: every worker has run up to it)."""
+        parts = [arrivals[arrivals <= self._cap]]  # all before `bound`
+        for i, worker in enumerate(self._workers):
+            ends = worker.pass_ends
+            if len(ends) > self._taken[i]:
+                new = np.frombuffer(ends[self._taken[i]:], dtype=np.float64)  # a copy: `ends` grows
+                count = int(np.searchsorted(new, bound))
+                parts.append(new[:count][new[:count] <= self._cap])
+                self._taken[i] += count
+        instants = _sorted_distinct(np.concatenate(parts))
         if not len(instants):
             return
-        steps = np.diff(instants, prepend=0.0)
-        for pool in self.pools:
+        steps = np.diff(instants, prepend=0.0 if self.last is None else self.last)
+        for pool in self._pools:
             terms = (steps * len(pool.workers)) / 1000
+            if self.last is not None:
+                terms = np.concatenate(([pool.worker_seconds], terms))
             pool.worker_seconds = float(np.add.accumulate(terms)[-1])
-        self.now = float(instants[-1])
+        self.last = float(instants[-1])
 
 
 def _sorted_distinct(values: np.ndarray) -> np.ndarray:

@@ -11,9 +11,10 @@ import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import count
+from itertools import count, islice
 from typing import Protocol
 
+from servesim.traffic.synthetic import SyntheticSessions
 from servesim.traffic.workload import GENERATED_BASE, NEVER, Prompt, Run, Session, Workload, output_runs, prompt_runs
 
 INF = math.inf
@@ -128,6 +129,8 @@ class Driver:
         self._finished = 0
         self._next_output_base = GENERATED_BASE
         self._first: Iterator[tuple[float, int]] = iter(())
+        self._sessions_in_order = False
+        """Whether sessions arrive in index order (the first arrivals come from an iterator)."""
         if concurrency is None:
             assert first_arrivals is not None
             if isinstance(first_arrivals, Sequence):
@@ -135,6 +138,7 @@ class Driver:
                 self._first = zip(map(first_arrivals.__getitem__, order), order, strict=True)
             else:
                 self._first = zip(first_arrivals, count())
+                self._sessions_in_order = True
         self._next_first = next(self._first, None)
         self.total_requests = workload.num_requests
         """Turns in the workload (the requests of the input)."""
@@ -195,6 +199,31 @@ class Driver:
             first = next(self._first, None)
         self._next_first = first
         return out
+
+    def plain_lengths(self) -> tuple[int, int] | None:
+        """(prompt, output) tokens of every request when all are alike and share nothing: open
+        loop, single-turn synthetic sessions without prefix groups, whose prompts are kept
+        whole, arriving in index order (the n-th request is session `session_{n}`). None
+        otherwise."""
+        sessions = self._sessions
+        if not (self.fixed_arrivals and self._sessions_in_order and isinstance(sessions, SyntheticSessions)
+                and sessions.turns == 1 and not sessions.groups and not self._accumulate):
+            return None
+        if self._prompt_limit is not None and sessions.input_tokens > self._prompt_limit:
+            return None
+        return sessions.input_tokens, sessions.output_tokens
+
+    def release_times(self, limit: int) -> list[float]:
+        """Release the next `limit` requests (fewer at the end) as their send times only, for a
+        caller that knows what they hold (`plain_lengths`); they count as finished sessions."""
+        first = self._next_first
+        if first is None or limit < 1:
+            return []
+        times = [first[0]]
+        times += [t for t, _ in islice(self._first, limit - 1)]
+        self._next_first = next(self._first, None)
+        self._finished += len(times)
+        return times
 
     def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
                     completed: bool = True) -> None:
