@@ -104,8 +104,9 @@ def cdf_points(values: np.ndarray, weights: np.ndarray | None = None,
     fractions = cum / cum[-1]
     if len(x) <= max_points:
         return x, fractions
-    grid = np.unique(np.concatenate([np.linspace(0.0, 1.0, max_points - 40)[1:],
-                                     1.0 - np.logspace(-2, -4, 40)]))
+    tail = min(40, max_points // 4)  # the upper-tail grid's share of the points
+    grid = np.unique(np.concatenate([np.linspace(0.0, 1.0, max_points - tail)[1:],
+                                     1.0 - np.logspace(-2, -4, tail)]))
     index = np.minimum(np.searchsorted(fractions, grid, side="left"), len(x) - 1)
     index = np.unique(np.concatenate([[0], index]))
     return x[index], fractions[index]
