@@ -133,6 +133,10 @@ class BlockPool:
         """Blocks an allocation could use: anonymous plus evictable."""
         return self.anonymous_blocks + self._lru_size
 
+    def cached_keys(self) -> list[int]:
+        """The keys of the cached blocks, in the order they were cached."""
+        return list(self._index)
+
     def lookup(self, key: int) -> Block | None:
         return self._index.get(key)
 
