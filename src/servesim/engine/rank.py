@@ -67,6 +67,9 @@ class RankConfig:
     reject_unservable: bool = True
     """Reject a request that can never fit the KV pool (with a reason) instead of stalling the
     worker until the run fails, which is what the reference does."""
+    stop_livelocks: bool = True
+    """Fail the run when a rank provably evicts and readmits its requests for ever (the
+    reference spins); off under a time cap, which ends the reference's spin too."""
 
     @property
     def prompt_content_limit(self) -> int:

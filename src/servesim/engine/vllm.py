@@ -69,7 +69,8 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         self.total_kv_tokens = config.num_blocks * config.block_size
         self.handoff = RankHandoff(config.role)
         self._next_order = 0
-        self.livelock = LivelockGuard() if config.preempt_first and config.role == "aggregated" else None
+        watch = config.preempt_first and config.role == "aggregated" and config.stop_livelocks
+        self.livelock = LivelockGuard() if watch else None
         """FIFO preemption can make two requests evict each other for ever (see `engine.livelock`)."""
 
     # -- queue interface --------------------------------------------------------------------
