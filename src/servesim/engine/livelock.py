@@ -17,6 +17,7 @@ from servesim.errors import RunError
 
 if TYPE_CHECKING:
     from servesim.engine.rank import RankPass
+    from servesim.engine.request import EngineRequest
     from servesim.engine.vllm import VllmRank
 
 
@@ -49,7 +50,11 @@ class LivelockGuard:
 
 def fingerprint(rank: VllmRank) -> tuple:
     """Everything a vLLM rank's next passes depend on when no token is emitted."""
-    pool = rank.pool
-    return (tuple((r.rid, r.computed, r.generated, len(r.lease), len(r.own_blocks)) for r in rank.running),
-            tuple((r.rid, r.computed, r.generated, len(r.own_blocks)) for r in rank.waiting),
-            pool.anonymous_blocks, pool.active_blocks, pool.free_blocks, tuple(pool.cached_keys()))
+    return (tuple(map(_request_state, rank.running)), tuple(map(_request_state, rank.waiting)),
+            rank.pool.fingerprint())
+
+
+def _request_state(r: EngineRequest) -> tuple:
+    """A request's progress, its lease's shape and its still-resident freed blocks."""
+    return (r.rid, r.computed, r.generated, r.preempted, len(r.lease), r.lease.count(None),
+            sum(block.refs >= 0 for block in r.own_blocks))
