@@ -6,7 +6,7 @@ space is finite and a livelock repeats a state exactly. The guard fingerprints t
 every *futile* pass (a preemption, nothing emitted, finished or rejected) and fails the run the
 first time a fingerprint comes back. Any progress or queue change forgets what it has seen.
 The reference spins for ever in that state (its clock advances, so only a time cap ends it);
-servesim stops with an error instead (docs/config.md, "Deliberate differences").
+servesim stops with an error instead (docs/design.md, "Where servesim differs from the reference").
 """
 
 from __future__ import annotations

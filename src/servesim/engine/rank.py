@@ -75,7 +75,7 @@ class RankConfig:
     def prompt_content_limit(self) -> int:
         """Prompt tokens beyond which a rank never reads a prompt's content: a longer prompt is
         refused at admission (the context length, a pool it cannot fit) or — SGLang admitting it
-        chunk by chunk — never holds more KV than the pool). SGLang's LPM order compares the
+        chunk by chunk — never holds more KV than the pool. SGLang's LPM order also compares the
         first tokens of every waiting prompt, however long (`lpm_span`)."""
         limit = self.num_blocks * self.block_size + 1
         if self.backend == "sglang" and self.sglang.schedule_policy == "lpm":
