@@ -117,6 +117,36 @@ def test_unservable_request_exits_1_when_asked_to_fail(tmp_path, capsys):
     assert code == 0 and json.loads(out)["num_requests"] == 1
 
 
+FIFO_SPEC_LIVELOCK = """
+engine:
+  model: m
+  hardware: h200_sxm
+  backend: vllm
+  context_length: 4096
+  workers:
+    aggregated:
+      parallelism: {replicas: 1, attention_data: 1}
+      scheduler: {max_batched_tokens: 8, max_sequences: 3, preemption_mode: fifo}
+      kv_cache: {block_size: 4, prefix_caching: true, capacity: {type: fixed, blocks: 6}}
+      timing: {type: fixed, prefill_ms: 3.3, decode_ms: 0.7}
+      speculative: {num_speculative_tokens: 3, seed: 12, acceptance_rates: []}
+traffic:
+  source: {type: synthetic, input_tokens: 10, output_tokens: 6}
+  load: {type: constant_rate, requests_per_second: 150}
+  stop: {requests: 10}
+"""
+
+
+def test_a_livelock_the_reference_spins_in_exits_1(tmp_path, capsys):
+    """Two requests that preempt each other for ever (tests/cases/engine/12-…): the reference
+    never returns; servesim stops at once with exit code 1."""
+    config = tmp_path / "livelock.yaml"
+    config.write_text(FIFO_SPEC_LIVELOCK)
+    code, out, err = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "o"))
+    assert code == 1 and out == ""
+    assert "evicts and readmits its 10 requests for ever without emitting a token" in err
+
+
 def test_progress_line_shows_simulated_time_only_on_a_shared_clock(capsys):
     from servesim.api import ProgressMeter
     from servesim.collect.collector import Collector

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from conftest import canonical
 
@@ -162,8 +162,38 @@ def _assert_released(ranks: list) -> None:
             assert rank.pool.active_blocks == 0 and not rank.cohort
 
 
+FIFO_SPEC_LIVELOCK = ({
+    "engine": {"model": "m", "hardware": "h200_sxm", "backend": "vllm", "context_length": 4096, "workers": {"aggregated": {
+        "parallelism": {"replicas": 1, "attention_data": 1},
+        "scheduler": {"max_batched_tokens": 8, "max_sequences": 3, "preemption_mode": "fifo"},
+        "kv_cache": {"block_size": 4, "prefix_caching": True, "capacity": {"type": "fixed", "blocks": 6}},
+        "timing": {"type": "fixed", "prefill_ms": 3.3, "decode_ms": 0.7},
+        "speculative": {"num_speculative_tokens": 3, "seed": 12, "acceptance_rates": []}}}},
+    "traffic": {"source": {"type": "synthetic", "input_tokens": 10, "output_tokens": 6},
+                "load": {"type": "constant_rate", "requests_per_second": 150}, "stop": {"requests": 10}}}, None)
+"""Two requests preempt each other for ever (the reference spins; servesim fails the run)."""
+
+LPM_TINY_POOL = ({
+    "engine": {"model": "m", "hardware": "h200_sxm", "backend": "sglang", "context_length": 60, "workers": {"aggregated": {
+        "parallelism": {"replicas": 1, "attention_data": 1},
+        "scheduler": {"max_batched_tokens": 8, "max_sequences": 1,
+                      "sglang": {"schedule_policy": "lpm", "chunked_prefill_size": 16}},
+        "kv_cache": {"block_size": 4, "prefix_caching": True, "capacity": {"type": "fixed", "blocks": 6}},
+        "timing": {"type": "polynomial"}}}},
+    "traffic": {"source": {"type": "trace", "paths": ["trace.jsonl"], "format": "mooncake", "block_size": 16},
+                "load": {"type": "trace_timestamps"}}},
+    [{"hash_ids": h, "output_length": 0, "session_id": f"S{i}", "timestamp": 1000.0}
+     for i, h in enumerate([[20, 21], [120], [220], [320]])])
+"""LPM reads 32 prompt tokens of a waiting request longer than the 24-token pool (was an IndexError)."""
+
+KNOWN_RUN_FAILURES = ("in-flight requests remaining", "the reference spins for ever here")
+"""What ends a run early: the reference's dead end, or a livelock it would spin in for ever."""
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=scenarios())
+@example(scenario=FIFO_SPEC_LIVELOCK)
+@example(scenario=LPM_TINY_POOL)
 def test_random_deployments_keep_invariants(scenario, tmp_path, ranks):
     config, rows = scenario
     capped = "stop" in config["traffic"] and "max_virtual_time_seconds" in config["traffic"]["stop"]
@@ -177,7 +207,7 @@ def test_random_deployments_keep_invariants(scenario, tmp_path, ranks):
         _assert_released(ranks)
     if isinstance(report, str):
         assert report == plain
-        assert "in-flight requests remaining" in report
+        assert any(failure in report for failure in KNOWN_RUN_FAILURES), report
         return
     assert not isinstance(plain, str)
     assert canonical(report) == canonical(plain)

@@ -22,12 +22,13 @@ from servesim.engine.sglang import SglangRank
 from servesim.perf.timing import FixedTiming
 from servesim.engine.factory import make_rank
 from servesim.engine.vllm import VllmRank
-from servesim.errors import ConfigError
+from servesim.errors import ConfigError, RunError
 from servesim.traffic.workload import GENERATED_BASE
 
 CASES = Path(__file__).parent.parent / "cases" / "engine"
 KNOBS = CASES / "08-direct-runtime-knobs"
 RANDOM = CASES / "09-spec-decode-random"
+LIVELOCK = CASES / "12-vllm-fifo-spec-livelock"
 KNOB_NAMES = ["spec_decode_rates_1_1", "spec_decode_rates_1_0", "spec_decode_rates_half_seed42",
               "spec_decode_nextn3_seed42", "spec_decode_nextn3_seed7", "spec_decode_nextn3_dp2",
               "vllm_fifo_preemption", "ns_rounding"]
@@ -46,6 +47,21 @@ def test_random_cases_exercise_preemption_and_rejection() -> None:
     assert sum(r["readmission_count"] for r in records) > 100
     assert sum(r["reused_input_tokens"] for r in records) > 500
     assert any(r["terminal_status"] == "rejected" for r in records)
+
+
+def test_a_fifo_livelock_under_a_time_cap_runs_to_the_cap_like_the_reference() -> None:
+    """FIFO preemption with drafts: the oldest request preempts itself for its draft blocks while
+    the readmitted one ends each pass a token short of decoding — for ever, the clock advancing.
+    Under a cap the reference ends with every request incomplete; so does servesim."""
+    expected = json.loads((LIVELOCK / "report_capped.json").read_text())
+    report = run_spec(LIVELOCK / "spec_capped.json")
+    assert report["incomplete_requests"] == 10
+    assert_matches_reference(report, expected)
+
+
+def test_a_fifo_livelock_without_a_cap_fails_where_the_reference_spins() -> None:
+    with pytest.raises(RunError, match="evicts and readmits its 10 requests for ever"):
+        run_spec(LIVELOCK / "spec_uncapped.json")
 
 
 # -- the burst mechanics, pass by pass -----------------------------------------------------

@@ -17,7 +17,10 @@ import pytest
 from direct_specs import assert_matches_reference
 from direct_specs import run_spec as run_direct_spec
 
+from servesim.errors import RunError
+
 CASE = Path(__file__).parent.parent / "cases" / "engine" / "08-direct-runtime-knobs"
+TINY_POOL = Path(__file__).parent.parent / "cases" / "engine" / "13-sglang-lpm-tiny-pool" / "spec_lpm_tiny_pool.json"
 NAMES = ["sglang_fifo_order", "sglang_lpm_order", "sglang_chunked_prefix_polynomial",
          "sglang_chunk_budget_shared", "sglang_retraction"]
 
@@ -38,3 +41,16 @@ def test_lpm_reorders_and_fifo_does_not() -> None:
     assert fifo["r1"]["first_admit_ms"] < fifo["r2"]["first_admit_ms"]
     assert lpm["r2"]["first_admit_ms"] < lpm["r1"]["first_admit_ms"]
     assert lpm["r2"]["reused_input_tokens"] == 64
+
+
+def test_lpm_compares_prompts_longer_than_a_tiny_pool() -> None:
+    """LPM keys on a waiting prompt's first 32 tokens even when the pool holds fewer (24 here;
+    this was an IndexError). The 32-token prompt can never be served: the reference fails at the
+    effect-free pass (report_lpm_tiny_pool.json), servesim rejects it — or fails when asked to."""
+    reference = json.loads(TINY_POOL.with_name("report_lpm_tiny_pool.json").read_text())
+    assert "effect-free zero-duration pass with 4 in-flight requests remaining" in reference["error"]
+    with pytest.raises(RunError, match="can never be served"):
+        run_direct_spec(TINY_POOL, unservable="fail")
+    records = {r["session_id"]: r for r in run_direct_spec(TINY_POOL)["per_request"]}
+    assert records["S0"]["terminal_status"] == "rejected" and "do not fit" in records["S0"]["rejection_reason"]
+    assert [records[s]["terminal_status"] for s in ("S1", "S2", "S3")] == ["completed"] * 3

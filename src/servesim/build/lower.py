@@ -102,10 +102,10 @@ def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
     if problems:
         raise RunError("; ".join(problems))
     engine = config.engine
-    pools = [_pool(config, role, worker, unservable) for role, worker in engine.roles.items()]
-    transfer = _transfer(engine) if engine.mode == "disaggregated" else None
     stop = config.traffic.stop
     cap = stop.max_virtual_time_seconds if stop is not None else None
+    pools = [_pool(config, role, worker, unservable, capped=cap is not None) for role, worker in engine.roles.items()]
+    transfer = _transfer(engine) if engine.mode == "disaggregated" else None
     sla = config.evaluation.sla
     return LoweredRun(
         pools=pools,
@@ -135,7 +135,7 @@ def _transfer(engine: EngineConfig) -> TransferSpec:
     )
 
 
-def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str) -> PoolSpec:
+def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, *, capped: bool) -> PoolSpec:
     """The resolved settings of one role's pool."""
     engine = config.engine
     par = worker.parallelism
@@ -149,6 +149,7 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str) 
         backend=engine.backend,
         role=role,
         reject_unservable=unservable == "reject",
+        stop_livelocks=not capped,
         sglang=(SglangSettings(**worker.scheduler.sglang.model_dump())
                 if worker.scheduler.sglang is not None else SglangSettings()),
         speculative=_speculative(worker),

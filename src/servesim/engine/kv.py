@@ -133,6 +133,18 @@ class BlockPool:
         """Blocks an allocation could use: anonymous plus evictable."""
         return self.anonymous_blocks + self._lru_size
 
+    def fingerprint(self) -> tuple:
+        """The pool's state as a value: counts, cached keys and the free blocks in LRU order."""
+        lru: list[object] = []
+        for entry in self._lru:
+            if type(entry) is Gap:
+                lru.append(entry.count)
+                continue
+            assert isinstance(entry, Run)
+            lru.extend(tuple(span.keys) if span.keys is not None else (len(span.blocks),)
+                       for span in entry.spans[entry.start:] if span.run is entry)
+        return self.anonymous_blocks, self.active_blocks, tuple(self._index), tuple(lru)
+
     def lookup(self, key: int) -> Block | None:
         return self._index.get(key)
 

@@ -15,6 +15,15 @@ from servesim.engine.metrics import ForwardPassMetrics
 from servesim.engine.request import EngineRequest
 
 
+LPM_PREFIX = 32
+"""SGLang LPM's in-queue prefix de-duplication threshold (tokens)."""
+
+
+def lpm_span(page: int) -> int:
+    """Leading tokens SGLang's LPM order compares between waiting requests (32, in whole pages)."""
+    return -(-LPM_PREFIX // page) * page
+
+
 @dataclass(slots=True, frozen=True)
 class SglangSettings:
     """SGLang scheduler knobs (the reference's defaults; not in its YAML)."""
@@ -58,13 +67,19 @@ class RankConfig:
     reject_unservable: bool = True
     """Reject a request that can never fit the KV pool (with a reason) instead of stalling the
     worker until the run fails, which is what the reference does."""
+    stop_livelocks: bool = True
+    """Fail the run when a rank provably evicts and readmits its requests for ever (the
+    reference spins); off under a time cap, which ends the reference's spin too."""
 
     @property
     def prompt_content_limit(self) -> int:
         """Prompt tokens beyond which a rank never reads a prompt's content: a longer prompt is
         refused at admission (the context length, a pool it cannot fit) or — SGLang admitting it
-        chunk by chunk — never holds more KV than the pool."""
+        chunk by chunk — never holds more KV than the pool. SGLang's LPM order also compares the
+        first tokens of every waiting prompt, however long (`lpm_span`)."""
         limit = self.num_blocks * self.block_size + 1
+        if self.backend == "sglang" and self.sglang.schedule_policy == "lpm":
+            limit = max(limit, lpm_span(self.block_size))
         return limit if self.max_model_len is None else min(limit, self.max_model_len)
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections import deque
 
 from servesim.engine.radix import RadixCache
-from servesim.engine.rank import SglangSettings
+from servesim.engine.rank import LPM_PREFIX, SglangSettings, lpm_span
 from servesim.engine.sglang_kv import SgRequest
 
 LPM_MAX_WAITING = 128
 """LPM falls back to FIFO above this many waiting requests."""
-LPM_PREFIX = 32
-"""LPM's in-queue prefix de-duplication threshold (tokens)."""
 
 
 def lpm_order(waiting: deque[SgRequest], cache: RadixCache) -> deque[SgRequest]:
@@ -25,7 +23,7 @@ def lpm_order(waiting: deque[SgRequest], cache: RadixCache) -> deque[SgRequest]:
     if len(waiting) > LPM_MAX_WAITING or len(waiting) < 2 or not cache.caching:
         return waiting
     page = cache.page
-    span = -(-LPM_PREFIX // page) * page
+    span = lpm_span(page)
     seen: set[tuple[int, ...]] = set()
     keyed = []
     for r in waiting:

@@ -22,6 +22,7 @@ from enum import IntEnum
 from servesim.engine.cohort import DecodeCohort
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.kv import Block, BlockPool
+from servesim.engine.livelock import LivelockGuard
 from servesim.engine.metrics import vllm_metrics
 from servesim.engine.pass_time import MixedPassTiming, TimingModel
 from servesim.engine.plan import PassPlan
@@ -68,6 +69,9 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         self.total_kv_tokens = config.num_blocks * config.block_size
         self.handoff = RankHandoff(config.role)
         self._next_order = 0
+        watch = config.preempt_first and config.role == "aggregated" and config.stop_livelocks
+        self.livelock = LivelockGuard() if watch else None
+        """FIFO preemption can make two requests evict each other for ever (see `engine.livelock`)."""
 
     # -- queue interface --------------------------------------------------------------------
 
@@ -75,6 +79,8 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         """A request routed to this rank joins the tail of the waiting queue."""
         self.policy.on_enqueue(request)
         self.waiting.append(request)
+        if self.livelock is not None:
+            self.livelock.forget()
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
@@ -110,6 +116,8 @@ class VllmRank(VllmHandoff, VllmRunAhead):
             result.metrics = vllm_metrics((len(cohort), cohort.length_sum, cohort.length_sq_sum),
                                           plan.batch, self.waiting)
         self._emit_tokens(plan, pass_index)
+        if self.livelock is not None:
+            self.livelock.after_pass(self, result)
         return result
 
     def _schedule_explicit(self, plan: PassPlan) -> None:
@@ -326,6 +334,8 @@ class VllmRank(VllmHandoff, VllmRunAhead):
     def abort(self, request: EngineRequest, pass_index: int) -> None:
         """Drop a request its client gave up on, between passes (`pass_index` is the next one):
         a running request releases its KV like a finished one, a waiting one leaves."""
+        if self.livelock is not None:
+            self.livelock.forget()
         if request in self.running:
             if request in self.cohort:
                 self.cohort.leave(request, pass_index)
