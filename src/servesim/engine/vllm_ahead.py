@@ -23,9 +23,11 @@ from servesim.engine.pass_time import TimingModel, decode_durations
 from servesim.engine.rank import DecodePass, DecodeRun, RankConfig
 from servesim.engine.request import EngineRequest
 
-FIRST_STRETCH = 16
-"""Quiet passes timed at once at first; each further stretch of one run ahead doubles, so the
-passes timed beyond the horizon are at most as many as those run."""
+FIRST_STRETCH = 256
+"""Quiet passes timed at once at most at first; each further stretch of one run ahead may be
+twice as long (up to `LONGEST_STRETCH`). A stretch is also cut to the passes that could start
+before the horizon if none were shorter than its first (`passes_within`), so passes timed in
+vain are few: a stretch costs far more than a pass timed beyond the horizon."""
 LONGEST_STRETCH = 4096
 
 
@@ -73,21 +75,30 @@ class VllmRunAhead:
         stretch = FIRST_STRETCH
         while True:
             last = run.last
-            if last is not None and ((last.finished and not through_finishes) or not self.can_run_ahead(pass_index)):
+            if last is not None and (run.end_ms >= horizon_ms or (last.finished and not through_finishes)
+                                     or not self.can_run_ahead(pass_index)):
                 return run
             quiet = self.cohort.next_finish(pass_index) - pass_index
             if quiet:
-                count = min(quiet, stretch)
+                count = min(quiet, stretch, self._passes_within(horizon_ms - run.end_ms))
                 stretch = min(2 * stretch, LONGEST_STRETCH)
                 ran = self._quiet_passes(pass_index, count, run, horizon_ms, ends)
                 if ran < count:
                     return run
                 pass_index += ran
                 continue
-            if last is not None and run.end_ms >= horizon_ms:
-                return run
             run.add(self.decode_pass(pass_index), ends)
             pass_index += 1
+
+    def _passes_within(self, span_ms: float) -> int:
+        """How many passes of the cohort could start within `span_ms` (> 0) if none were shorter
+        than the next one; `LONGEST_STRETCH` when unbounded."""
+        cohort = self.cohort
+        n, total = len(cohort), cohort.length_sum
+        first = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+        if first <= 0.0 or span_ms / first >= LONGEST_STRETCH:
+            return LONGEST_STRETCH
+        return int(span_ms / first) + 1
 
     def _quiet_passes(self, pass_index: int, count: int, run: DecodeRun, horizon_ms: float, ends: array) -> int:
         """Up to `count` passes where no member finishes, those that start before the horizon
