@@ -46,14 +46,15 @@ class VllmRunAhead:
 
     def can_run_ahead(self, pass_index: int) -> bool:
         """Whether pass `pass_index` would only advance the decode cohort (nothing else)."""
-        return (not self.waiting and not self.explicit and bool(self.cohort) and not self.handoff.pending
-                and self.cohort.fits(pass_index, self.config.max_batched_tokens))
+        cohort = self.cohort
+        return (not self.waiting and not self.explicit and bool(cohort.members) and not self.handoff.pending
+                and cohort.fits(pass_index, self.config.max_batched_tokens))
 
     def decode_pass(self, pass_index: int) -> DecodePass:
         """Pass `pass_index` when it only advances the cohort (`can_run_ahead`): the same state
         changes as `run_pass`, without its general machinery."""
         cohort = self.cohort
-        n = len(cohort)
+        n = len(cohort.members)
         total = cohort.length_sum
         duration = self.timing.decode(n, total, total // n, self.total_kv_tokens)
         metrics = None
@@ -94,7 +95,7 @@ class VllmRunAhead:
         """How many passes of the cohort could start within `span_ms` (> 0) if none were shorter
         than the next one; `LONGEST_STRETCH` when unbounded."""
         cohort = self.cohort
-        n, total = len(cohort), cohort.length_sum
+        n, total = len(cohort.members), cohort.length_sum
         first = self.timing.decode(n, total, total // n, self.total_kv_tokens)
         if first <= 0.0 or span_ms / first >= LONGEST_STRETCH:
             return LONGEST_STRETCH
@@ -104,7 +105,7 @@ class VllmRunAhead:
         """Up to `count` passes where no member finishes, those that start before the horizon
         and fit; returns how many ran."""
         cohort = self.cohort
-        n = len(cohort)
+        n = len(cohort.members)
         total = cohort.length_sum
         durations = decode_durations(self.timing, n, range(total, total + count * n, n), self.total_kv_tokens)
         sums = list(accumulate(durations, initial=run.end_ms))

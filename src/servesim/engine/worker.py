@@ -150,32 +150,36 @@ class Worker:
         run = rank.decode_passes(len(self.pass_ends), first.end_ms, horizon, True, self.pass_ends)
         last = run.last
         assert last is not None
-        early = [(first.end_ms, result.finished), *run.early] if result.finished else run.early
+        first.early_finishes = [(first.end_ms, result.finished), *run.early] if result.finished else run.early
         result.finished = last.finished
         result.prefill_ms, result.decode_ms = 0.0, last.duration_ms
         result.scheduled_tokens = result.emitted = last.emitted
-        return WorkerPass(first.start_ms, run.end_ms, first.index, first.ranks, True,
-                          self.pass_ends[first.index:-1], early)
+        first.skipped_ends = self.pass_ends[first.index:-1]
+        first.end_ms = run.end_ms
+        first.has_effect = True
+        return first
 
     def _one_pass(self, now: float) -> WorkerPass:
         index = len(self.pass_ends)
         end = now
         done: list[tuple[int, RankPass]] = []
         effect = False
+        metrics = False
         for rank_index, rank in enumerate(self.ranks):
-            if not rank.has_work():
-                continue
-            result = rank.run_pass(index)
-            rank_end = (now + result.prefill_ms) + result.decode_ms
-            if rank_end > end:
-                end = rank_end
-            effect = effect or result.has_effect
-            done.append((rank_index, result))
+            if rank.has_work():
+                result = rank.run_pass(index)
+                rank_end = (now + result.prefill_ms) + result.decode_ms
+                if rank_end > end:
+                    end = rank_end
+                effect = effect or result.has_effect
+                metrics = metrics or result.metrics is not None
+                done.append((rank_index, result))
         self.pass_ends.append(end)
         self._busy.started(index, now)
-        for _, result in done:
-            if result.metrics is not None:
-                result.metrics.wall_time_secs = (end - now) / 1000
+        if metrics:
+            for _, result in done:
+                if result.metrics is not None:
+                    result.metrics.wall_time_secs = (end - now) / 1000
         self.busy = True
         return WorkerPass(now, end, index, done, effect)
 
