@@ -23,11 +23,12 @@ from servesim.engine.pass_time import TimingModel, decode_durations
 from servesim.engine.rank import DecodePass, DecodeRun, RankConfig
 from servesim.engine.request import EngineRequest
 
-FIRST_STRETCH = 256
+FIRST_STRETCH = 1024
 """Quiet passes timed at once at most at first; each further stretch of one run ahead may be
-twice as long (up to `LONGEST_STRETCH`). A stretch is also cut to the passes that could start
-before the horizon if none were shorter than its first (`passes_within`), so passes timed in
-vain are few: a stretch costs far more than a pass timed beyond the horizon."""
+twice as long (up to `LONGEST_STRETCH`), so when a block event that does not fit ends the run,
+the passes timed in vain are at most this many or as many as those run. A stretch is also cut
+to the passes that could start before the horizon if none were shorter than its first
+(`_passes_within`): a stretch costs as much as timing a hundred passes more."""
 LONGEST_STRETCH = 4096
 
 
