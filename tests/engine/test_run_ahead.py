@@ -4,10 +4,12 @@ does, whatever the horizon and however the decode time moves with the batch's KV
 
 from __future__ import annotations
 
+from array import array
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.engine.rank import RankConfig
+from servesim.engine.rank import LONG_SUMS, DecodePass, DecodeRun, RankConfig, running_sums
 from servesim.engine.request import EngineRequest
 from servesim.engine.vllm import VllmRank
 from servesim.engine.worker import Worker
@@ -69,3 +71,19 @@ def test_running_ahead_changes_no_pass_and_no_request(timing: str, blocks: int, 
     assert fast.pass_ends == plain.pass_ends
     assert fast.busy_ms == plain.busy_ms
     assert [(r.generated, r.token_spans) for r in ahead] == [(r.generated, r.token_spans) for r in one_by_one]
+
+
+@given(start=st.floats(0, 1e7), terms=st.lists(st.floats(0, 1e4) | st.sampled_from([0.1, 1 / 3, 35.123456789]),
+                                                 min_size=LONG_SUMS - 3, max_size=LONG_SUMS + 3))
+def test_running_sums_add_left_to_right_however_long(start: float, terms: list[float]) -> None:
+    expected = [start]
+    for term in terms:
+        expected.append(expected[-1] + term)
+    sums = running_sums(start, terms)
+    assert [float(s) for s in sums] == expected
+    ends = array("d")
+    run = DecodeRun(start, start)
+    run.add_many(sums, len(terms), DecodePass(terms[-1], 1, []), ends)
+    assert ends.tolist() == expected[1:]
+    assert (run.last_start_ms, run.end_ms) == (expected[-2], expected[-1])
+    assert type(run.end_ms) is float

@@ -14,13 +14,12 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
-from itertools import accumulate
 
 from servesim.engine.cohort import DecodeCohort
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.metrics import vllm_metrics
 from servesim.engine.pass_time import TimingModel, decode_durations
-from servesim.engine.rank import DecodePass, DecodeRun, RankConfig
+from servesim.engine.rank import DecodePass, DecodeRun, RankConfig, running_sums
 from servesim.engine.request import EngineRequest
 
 FIRST_STRETCH = 1024
@@ -109,7 +108,7 @@ class VllmRunAhead:
         n = len(cohort.members)
         total = cohort.length_sum
         durations = decode_durations(self.timing, n, range(total, total + count * n, n), self.total_kv_tokens)
-        sums = list(accumulate(durations, initial=run.end_ms))
+        sums = running_sums(run.end_ms, durations)
         ran = bisect_left(sums, horizon_ms, 0, count)  # the passes that start before the horizon
         if not ran:
             return 0
