@@ -19,6 +19,44 @@ from servesim.traffic.workload import Run
 ROOT_KEY = 0x5E57E51
 
 
+class KeyMemo:
+    """Keys of chain prefixes made of whole runs, as a trie from the chain's start (one per block
+    size): a node maps a run to ``(its keys, the next node, keys from the start)``.
+
+    Prompts sharing a prefix (a trace's common system prompts and histories) then key it once,
+    and their key lists share the same int objects. Bounded: past `limit` keys it starts afresh.
+    """
+
+    __slots__ = ("roots", "size", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.roots: dict[int, dict] = {}
+        self.size = 0
+        self.limit = limit
+
+    def root(self, block_size: int) -> dict:
+        """The trie of chains of `block_size`-token blocks."""
+        if self.size > self.limit:
+            self.roots.clear()
+            self.size = 0
+        root = self.roots.get(block_size)
+        if root is None:
+            root = self.roots[block_size] = {}
+        return root
+
+    def add(self, node: dict, run: Run, keys: list[int], depth: int) -> dict:
+        """Record that `run` after `node` has `keys` (ending `depth` blocks from the start);
+        returns its node."""
+        child: dict = {}
+        node[run] = (keys, child, depth)
+        self.size += len(keys)
+        return child
+
+
+MEMO = KeyMemo(1 << 18)
+"""The process's memo (keys are a pure function of content, so it never changes a result)."""
+
+
 def _slice_runs(runs: list[Run], start: int, stop: int, pos: int, index: int) -> tuple[tuple, int, int]:
     """Canonical content of tokens [start, stop), scanning runs from (index, pos = its start).
 
@@ -54,10 +92,11 @@ def _slice_runs(runs: list[Run], start: int, stop: int, pos: int, index: int) ->
 
 
 def chain_keys(runs: list[Run], block_size: int, num_blocks: int, first_block: int = 0,
-               parent: int = ROOT_KEY) -> list[int]:
+               parent: int = ROOT_KEY, memo: KeyMemo | None = MEMO) -> list[int]:
     """Keys of blocks [first_block, first_block + num_blocks) of the token sequence `runs`.
 
-    `parent` is the key of block `first_block − 1` (ROOT_KEY for the first block).
+    `parent` is the key of block `first_block − 1` (ROOT_KEY for the first block). A chain's
+    leading whole runs go through `memo` (None: keyed afresh).
     """
     keys: list[int] = []
     index = 0
@@ -78,11 +117,22 @@ def chain_keys(runs: list[Run], block_size: int, num_blocks: int, first_block: i
         previous, index, pos = _slice_runs(runs, start, start + block_size, pos, index)
     stop_block = first_block + num_blocks
     b = first_block
+    node = None
+    if memo is not None and not first_block and not index and parent == ROOT_KEY:  # a chain's start
+        node = memo.root(block_size)
+        index, node = _memo_prefix(runs, num_blocks, keys, node)
+        if index:
+            b = len(keys)
+            pos = b * block_size
+            parent = keys[-1]
+            previous = (runs[index - 1][0], block_size)
     n_runs = len(runs)
     while b < stop_block:
         lo = b * block_size
         if pos == lo and index < n_runs:
-            index, parent, previous, done = _whole_runs(runs, index, block_size, stop_block - b, parent, previous, keys)
+            index, parent, previous, done = _whole_runs(runs, index, block_size, stop_block - b, parent,
+                                                        previous, keys, memo, node)
+            node = None
             if done:
                 b += done
                 pos = lo = b * block_size
@@ -112,21 +162,54 @@ def chain_keys(runs: list[Run], block_size: int, num_blocks: int, first_block: i
 
 
 def _whole_runs(runs: list[Run], index: int, block_size: int, blocks_left: int, parent: int,
-                previous: tuple | None, keys: list[int]) -> tuple[int, int, tuple | None, int]:
+                previous: tuple | None, keys: list[int], memo: KeyMemo | None = None,
+                node: dict | None = None) -> tuple[int, int, tuple | None, int]:
     """Append the keys of the runs from `index` on that are whole blocks of one value (at most
     `blocks_left` blocks); returns the next run index, the last key, its content and how many
-    blocks were keyed."""
+    blocks were keyed. With a `memo` `node` (the chain so far from its start), each run keyed is
+    added below it."""
     extend = keys.extend
-    done = 0
-    for value, count in islice(runs, index, None):
-        whole = count // block_size
-        if value < 0 or whole <= 0 or whole * block_size != count or whole > blocks_left - done:
+    before = len(keys)
+    last = previous[0] if previous is not None and previous[1] == block_size else None
+    size = whole = 0
+    for run in islice(runs, index, None):
+        value, count = run
+        if count != size:
+            whole = count // block_size
+            if whole <= 0 or whole * block_size != count:
+                break
+            size = count
+        if value < 0 or whole > blocks_left:
             break
-        content = (value, block_size)
-        first = parent + 1 if content == previous else hash((parent, content))
+        first = parent + 1 if value == last else hash((parent, (value, block_size)))
         parent = first + whole - 1
-        extend(range(first, parent + 1))
-        previous = content
-        done += whole
+        if node is None:
+            extend(range(first, parent + 1))
+        else:
+            assert memo is not None
+            run_keys = list(range(first, parent + 1))
+            extend(run_keys)
+            node = memo.add(node, run, run_keys, len(keys))
+        last = value
+        blocks_left -= whole
         index += 1
-    return index, parent, previous, done
+    done = len(keys) - before
+    return index, parent, ((last, block_size) if done else previous), done
+
+
+def _memo_prefix(runs: list[Run], wanted: int, keys: list[int], node: dict) -> tuple[int, dict]:
+    """Append the memo's keys of the leading runs (up to `wanted` blocks) to the empty `keys`;
+    returns how many runs that covered and the memo node reached."""
+    index = 0
+    extend = keys.extend
+    for run in runs:
+        entry = node.get(run)
+        if entry is None:
+            break
+        run_keys, child, depth = entry
+        if depth > wanted:
+            break
+        extend(run_keys)
+        node = child
+        index += 1
+    return index, node
