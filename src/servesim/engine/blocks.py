@@ -19,9 +19,20 @@ from servesim.traffic.workload import Run
 ROOT_KEY = 0x5E57E51
 
 
+class _Edge:
+    """A stretch of whole runs in a `KeyMemo` trie: the runs, their keys and the node after."""
+
+    __slots__ = ("runs", "keys", "child")
+
+    def __init__(self, runs: list[Run], keys: list[int], child: dict[Run, _Edge]) -> None:
+        self.runs = runs
+        self.keys = keys
+        self.child = child
+
+
 class KeyMemo:
-    """Keys of chain prefixes made of whole runs, as a trie from the chain's start (one per block
-    size): a node maps a run to ``(its keys, the next node, keys from the start)``.
+    """Keys of chain prefixes made of whole runs, as a radix trie from the chain's start (one
+    per block size): a node maps the first run of each edge leaving it to that `_Edge`.
 
     Prompts sharing a prefix (a trace's common system prompts and histories) then key it once,
     and their key lists share the same int objects. Bounded: past `limit` keys it starts afresh.
@@ -30,27 +41,51 @@ class KeyMemo:
     __slots__ = ("roots", "size", "limit")
 
     def __init__(self, limit: int) -> None:
-        self.roots: dict[int, dict] = {}
+        self.roots: dict[int, dict[Run, _Edge]] = {}
         self.size = 0
         self.limit = limit
 
-    def root(self, block_size: int) -> dict:
-        """The trie of chains of `block_size`-token blocks."""
+    def prefix(self, runs: list[Run], block_size: int, wanted: int, keys: list[int]) -> tuple[int, tuple]:
+        """Append the memo's keys of the leading runs of `runs` (at most `wanted` blocks) to the
+        empty `keys`; returns how many runs that covered and where the chain goes on (for `add`)."""
         if self.size > self.limit:
             self.roots.clear()
             self.size = 0
-        root = self.roots.get(block_size)
-        if root is None:
-            root = self.roots[block_size] = {}
-        return root
+        node = self.roots.setdefault(block_size, {})
+        i, n = 0, len(runs)
+        while i < n:
+            edge = node.get(runs[i])
+            if edge is None:
+                break
+            seg = edge.runs
+            m = len(seg)
+            if len(keys) + len(edge.keys) <= wanted and runs[i:i + m] == seg:
+                keys.extend(edge.keys)
+                i += m
+                node = edge.child
+                continue
+            j = 1  # the chain leaves the edge (or stops) after its j-th run
+            while j < m and i + j < n and runs[i + j] == seg[j]:
+                j += 1
+            cut = sum(count // block_size for _, count in seg[:j])
+            while len(keys) + cut > wanted:
+                j -= 1
+                cut -= seg[j][1] // block_size
+            keys.extend(edge.keys[:cut])
+            return i + j, (node, edge, j, cut)
+        return i, (node, None, 0, 0)
 
-    def add(self, node: dict, run: Run, keys: list[int], depth: int) -> dict:
-        """Record that `run` after `node` has `keys` (ending `depth` blocks from the start);
-        returns its node."""
-        child: dict = {}
-        node[run] = (keys, child, depth)
+    def add(self, where: tuple, runs: list[Run], keys: list[int]) -> None:
+        """Record `runs` (whole runs, with their `keys`), which follow on from `where` (as
+        `prefix` returned it)."""
+        node, edge, j, cut = where
+        if edge is not None and j:  # split the edge where the chain leaves it
+            tail = _Edge(edge.runs[j:], edge.keys[cut:], edge.child)
+            edge.runs = edge.runs[:j]
+            edge.keys = edge.keys[:cut]
+            node = edge.child = {tail.runs[0]: tail}
+        node[runs[0]] = _Edge(runs, keys, {})
         self.size += len(keys)
-        return child
 
 
 MEMO = KeyMemo(1 << 18)
@@ -117,10 +152,9 @@ def chain_keys(runs: list[Run], block_size: int, num_blocks: int, first_block: i
         previous, index, pos = _slice_runs(runs, start, start + block_size, pos, index)
     stop_block = first_block + num_blocks
     b = first_block
-    node = None
+    where = None
     if memo is not None and not first_block and not index and parent == ROOT_KEY:  # a chain's start
-        node = memo.root(block_size)
-        index, node = _memo_prefix(runs, num_blocks, keys, node)
+        index, where = memo.prefix(runs, block_size, num_blocks, keys)
         if index:
             b = len(keys)
             pos = b * block_size
@@ -130,9 +164,14 @@ def chain_keys(runs: list[Run], block_size: int, num_blocks: int, first_block: i
     while b < stop_block:
         lo = b * block_size
         if pos == lo and index < n_runs:
+            first_run, before = index, len(keys)
             index, parent, previous, done = _whole_runs(runs, index, block_size, stop_block - b, parent,
-                                                        previous, keys, memo, node)
-            node = None
+                                                        previous, keys)
+            if where is not None:
+                if done:
+                    assert memo is not None
+                    memo.add(where, runs[first_run:index], keys[before:])
+                where = None
             if done:
                 b += done
                 pos = lo = b * block_size
@@ -162,18 +201,15 @@ def chain_keys(runs: list[Run], block_size: int, num_blocks: int, first_block: i
 
 
 def _whole_runs(runs: list[Run], index: int, block_size: int, blocks_left: int, parent: int,
-                previous: tuple | None, keys: list[int], memo: KeyMemo | None = None,
-                node: dict | None = None) -> tuple[int, int, tuple | None, int]:
+                previous: tuple | None, keys: list[int]) -> tuple[int, int, tuple | None, int]:
     """Append the keys of the runs from `index` on that are whole blocks of one value (at most
     `blocks_left` blocks); returns the next run index, the last key, its content and how many
-    blocks were keyed. With a `memo` `node` (the chain so far from its start), each run keyed is
-    added below it."""
+    blocks were keyed."""
     extend = keys.extend
     before = len(keys)
     last = previous[0] if previous is not None and previous[1] == block_size else None
     size = whole = 0
-    for run in islice(runs, index, None):
-        value, count = run
+    for value, count in islice(runs, index, None):
         if count != size:
             whole = count // block_size
             if whole <= 0 or whole * block_size != count:
@@ -183,33 +219,9 @@ def _whole_runs(runs: list[Run], index: int, block_size: int, blocks_left: int, 
             break
         first = parent + 1 if value == last else hash((parent, (value, block_size)))
         parent = first + whole - 1
-        if node is None:
-            extend(range(first, parent + 1))
-        else:
-            assert memo is not None
-            run_keys = list(range(first, parent + 1))
-            extend(run_keys)
-            node = memo.add(node, run, run_keys, len(keys))
+        extend(range(first, parent + 1))
         last = value
         blocks_left -= whole
         index += 1
     done = len(keys) - before
     return index, parent, ((last, block_size) if done else previous), done
-
-
-def _memo_prefix(runs: list[Run], wanted: int, keys: list[int], node: dict) -> tuple[int, dict]:
-    """Append the memo's keys of the leading runs (up to `wanted` blocks) to the empty `keys`;
-    returns how many runs that covered and the memo node reached."""
-    index = 0
-    extend = keys.extend
-    for run in runs:
-        entry = node.get(run)
-        if entry is None:
-            break
-        run_keys, child, depth = entry
-        if depth > wanted:
-            break
-        extend(run_keys)
-        node = child
-        index += 1
-    return index, node
