@@ -208,7 +208,7 @@ def _whole_runs(runs: list[Run], index: int, block_size: int, blocks_left: int, 
     extend = keys.extend
     before = len(keys)
     last = previous[0] if previous is not None and previous[1] == block_size else None
-    size = whole = 0
+    size, whole = -1, 0  # size: the run length `whole` was worked out for
     for value, count in islice(runs, index, None):
         if count != size:
             whole = count // block_size
