@@ -13,13 +13,12 @@ import logging
 import math
 from array import array
 from collections.abc import Mapping
-from collections import Counter
-from itertools import chain
 from typing import Any
 
 from servesim.errors import TraceError
 from servesim.limits import MAX_MS, MAX_TOKENS
 from servesim.traffic.jsonl import read_jsonl
+from servesim.traffic.hash_ids import first_unique, u64_array
 from servesim.traffic.workload import Session, Turn, Workload
 
 log = logging.getLogger("servesim")
@@ -52,13 +51,14 @@ def _time(value: Any, field: str) -> float:
     return float(value)
 
 
-def _hash_ids(value: Any) -> list[int]:
+def _hash_ids(value: Any) -> array:
     if not isinstance(value, list) or not value:
         raise ValueError("hash_ids must be a non-empty list of integers")
-    if not set(map(type, value)) <= {int} or min(value) < 0 or max(value) >= 1 << 64:
+    ids = u64_array(value)
+    if ids is None:
         bad = next(h for h in value if type(h) is not int or not 0 <= h < 1 << 64)
         raise ValueError(f"hash_ids must hold unsigned 64-bit integers (got {bad!r})")
-    return value
+    return ids
 
 
 class _Span:
@@ -121,7 +121,8 @@ def _parse_row(row: Mapping[str, Any], block_size: int) -> tuple[Turn, float | N
     timestamp = None if timestamp is None else _time(timestamp, "timestamp")
     delay = _pick(row, "delay", "delay_ms")
     delay = None if delay is None else _time(delay, "delay")
-    turn = Turn(array("Q", hash_ids[: -(-input_length // block_size)]), block_size,
+    del hash_ids[-(-input_length // block_size):]
+    turn = Turn(hash_ids, block_size,
                 input_length, output_length, 0.0, output_ids)
     return turn, timestamp, delay
 
@@ -188,11 +189,6 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False, times
 
 def _mark_unique_tokens(sessions: list[Session]) -> None:
     """Set each turn's `unique_from`: where its first hash id used by no other row starts."""
-    counts = Counter(chain.from_iterable(t.block_values for s in sessions for t in s.turns))
-    for session in sessions:
-        for turn in session.turns:
-            turn.unique_from = turn.input_length
-            for i, value in enumerate(turn.block_values):
-                if counts[value] == 1:
-                    turn.unique_from = i * turn.block_size
-                    break
+    turns = [turn for session in sessions for turn in session.turns]
+    for turn, index in zip(turns, first_unique([turn.block_values for turn in turns]), strict=True):
+        turn.unique_from = turn.input_length if index < 0 else index * turn.block_size

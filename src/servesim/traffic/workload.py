@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 Run = tuple[int, int]
 GENERATED_BASE = -(1 << 60)
@@ -107,7 +108,7 @@ def expand_hash_ids(values: Sequence[int], block_size: int, length: int) -> list
     if length <= 0:
         return []
     blocks = -(-length // block_size)
-    runs = [(v, block_size) for v in values[:blocks]]
+    runs = list(zip(values[:blocks], repeat(block_size)))
     tail = length - (blocks - 1) * block_size
     if runs and tail != block_size:
         runs[-1] = (runs[-1][0], tail)
