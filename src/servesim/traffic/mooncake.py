@@ -9,7 +9,6 @@ prefixes exactly as far as their hash-id lists do.
 from __future__ import annotations
 
 import json
-import logging
 import math
 from array import array
 from collections.abc import Mapping
@@ -20,8 +19,6 @@ from servesim.limits import MAX_MS, MAX_TOKENS
 from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.hash_ids import first_unique, u64_array
 from servesim.traffic.workload import Session, Turn, Workload
-
-log = logging.getLogger("servesim")
 
 
 def _pick(row: Mapping[str, Any], *names: str) -> Any:
@@ -87,9 +84,11 @@ class _Span:
     def warn(self, path: str) -> None:
         """Say (once) that sessions start without a timestamp: easy to miss, and it moves them."""
         if self.missing:
-            log.warning("servesim: warning: %s:%d: %d session(s) start without a timestamp; under a "
-                        "'trace_timestamps' load they arrive at the trace's start (as in the reference)",
-                        path, self.first_missing, self.missing)
+            import logging
+
+            logging.getLogger("servesim").warning(
+                "servesim: warning: %s:%d: %d session(s) start without a timestamp; under a 'trace_timestamps' "
+                "load they arrive at the trace's start (as in the reference)", path, self.first_missing, self.missing)
 
 
 class _SessionState:
