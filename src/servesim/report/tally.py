@@ -27,7 +27,7 @@ from servesim.collect.collector import RequestRecord, Status
 from servesim.report.columns import ColumnStore
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Timelines:
     """Per counted request, in request order: arrival, terminal time, input/output length, prefix
     reuse (first admission, best admission), token count, first/second/last token time; plus
@@ -47,7 +47,7 @@ class Timelines:
     gap_counts: np.ndarray
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class CompletedColumns:
     """Requests that completed in one run of consecutive passes of a worker (see
     `RequestTally.add_completed`): one entry per request in each array."""

@@ -26,7 +26,7 @@ NEVER = 1 << 62
 """A `unique_from` meaning: every token of the request may also occur in other requests."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Turn:
     """One request of a session, as authored (before accumulation).
 
@@ -62,7 +62,7 @@ def prompt_runs(prompt: Prompt) -> list[Run]:
     return prompt if isinstance(prompt, list) else prompt.input_runs()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Session:
     """An ordered list of turns that never has two turns in flight."""
 
@@ -72,7 +72,7 @@ class Session:
     """Arrival of the first turn in open-loop mode (None: arrives at 0)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Workload:
     """Everything the driver needs: the sessions and how turns build on each other."""
 
