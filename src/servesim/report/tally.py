@@ -344,9 +344,8 @@ class RequestTally:
             covering = np.cumsum(np.bincount(begins - first, minlength=size)
                                  - np.bincount(finals - first, minlength=size))[:-1]
             used = covering > 0
-            gaps, counts = _merge_equal(np.diff(view)[used], covering[used])
-            values.append(gaps)
-            weights.append(counts)
+            values.append(np.diff(view)[used])
+            weights.append(covering[used])
             self._runs[key] = (ends, array("q"), array("q"))
         self._gaps = _merge_equal(np.concatenate(values), np.concatenate(weights))
         self._between = array("d")
@@ -372,8 +371,11 @@ def _merge_equal(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, n
     the statistics then work on far fewer samples."""
     if not len(values):
         return values, np.zeros(0, dtype=np.int64)
-    order = np.argsort(values, kind="stable")
+    order = np.argsort(values)  # equal values in any order: only their weights' sum is kept
     ordered = values[order]
+    if np.isnan(ordered[-1]) or np.signbit(values).any():  # unless that order shows (NaNs, -0.0 == 0.0)
+        order = np.argsort(values, kind="stable")
+        ordered = values[order]
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
     return ordered[starts], np.add.reduceat(weights[order], starts).astype(np.int64, copy=False)
 
