@@ -21,14 +21,14 @@ from servesim.traffic.hash_ids import first_unique, u64_array
 from servesim.traffic.workload import Session, Turn, Workload
 
 
-def _pick(row: Mapping[str, Any], *names: str) -> Any:
-    for name in names:
-        if name in row:
-            return row[name]
-    return None
+def _pick(row: Mapping[str, Any], name: str, alias: str) -> Any:
+    """`row[name]`, else `row[alias]`, else None."""
+    return row.get(name, row.get(alias))
 
 
 def _int(value: Any, field: str, minimum: int, maximum: int = MAX_TOKENS) -> int:
+    if type(value) is int and minimum <= value <= maximum:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{field} must be an integer (got {value!r})")
     if isinstance(value, float):
@@ -43,6 +43,8 @@ def _int(value: Any, field: str, minimum: int, maximum: int = MAX_TOKENS) -> int
 
 
 def _time(value: Any, field: str) -> float:
+    if type(value) is float and math.isfinite(value):
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{field} must be a finite number of milliseconds (got {value!r})")
     return float(value)
@@ -121,8 +123,7 @@ def _parse_row(row: Mapping[str, Any], block_size: int) -> tuple[Turn, float | N
     delay = _pick(row, "delay", "delay_ms")
     delay = None if delay is None else _time(delay, "delay")
     del hash_ids[-(-input_length // block_size):]
-    turn = Turn(hash_ids, block_size,
-                input_length, output_length, 0.0, output_ids)
+    turn = Turn(hash_ids, block_size, input_length, output_length, 0.0, output_ids)
     return turn, timestamp, delay
 
 
