@@ -371,11 +371,8 @@ def _merge_equal(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, n
     the statistics then work on far fewer samples."""
     if not len(values):
         return values, np.zeros(0, dtype=np.int64)
-    order = np.argsort(values)  # equal values in any order: only their weights' sum is kept
+    order = np.argsort(values, kind="stable")
     ordered = values[order]
-    if np.isnan(ordered[-1]) or np.signbit(values).any():  # unless that order shows (NaNs, -0.0 == 0.0)
-        order = np.argsort(values, kind="stable")
-        ordered = values[order]
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
     return ordered[starts], np.add.reduceat(weights[order], starts).astype(np.int64, copy=False)
 
