@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.engine.blocks import ROOT_KEY, chain_keys
+from servesim.engine.blocks import ROOT_KEY, KeyMemo, chain_keys
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
 
@@ -100,3 +100,35 @@ def test_a_long_repeated_value_takes_one_hash():
     keys = chain_keys(runs, 64, 24)
     assert keys[1:16] == list(range(keys[0] + 1, keys[0] + 16)), "one value's blocks: consecutive keys"
     assert keys[16] != keys[15] + 1
+
+
+whole_run = st.tuples(st.integers(0, 3), st.sampled_from([16, 32, 48]))  # whole blocks of one value
+other_run = st.one_of(
+    st.tuples(st.integers(0, 3), st.integers(1, 40)),  # a partial block
+    st.tuples(st.integers(0, 3).map(lambda v: GENERATED_BASE + 100 * v), st.integers(1, 40).map(lambda c: -c)),
+)
+piece = st.tuples(st.lists(whole_run, max_size=4), st.lists(other_run, max_size=1)).map(lambda p: p[0] + p[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(piece, min_size=1, max_size=4), st.sampled_from([8, 16]), st.integers(0, 60), st.data())
+def test_memo_gives_the_keys_of_a_fresh_chain(pieces, block_size, limit, data):
+    """Prompts made of shared pieces (repeated values, partial and generated runs, asking for
+    fewer blocks than a run has), keyed in turn through one small memo (its edges split where
+    prompts part; starting afresh when full), get exactly the keys computed without it."""
+    memo = KeyMemo(limit)
+    for _ in range(8):
+        runs = [run for part in data.draw(st.lists(st.sampled_from(pieces), max_size=4)) for run in part]
+        n = data.draw(st.integers(0, len(_tokens(runs)) // block_size))
+        assert chain_keys(runs, block_size, n, memo=memo) == chain_keys(runs, block_size, n, memo=None)
+    chain_keys([(0, block_size)], block_size, 1, memo=memo)
+    assert memo.size <= limit + 1, "full: it starts afresh"
+
+
+def test_memo_shares_a_prefix_between_prompts():
+    memo = KeyMemo(1000)
+    a = chain_keys(expand_hash_ids([1, 2, 3], 64, 192), 16, 12, memo=memo)
+    b = chain_keys(expand_hash_ids([1, 2, 4], 64, 192), 16, 12, memo=memo)
+    assert a[:8] == b[:8] and all(x is y for x, y in zip(a[:8], b[:8], strict=True)), "the same int objects"
+    assert a[8:] != b[8:] and memo.size == 16
+    assert chain_keys(expand_hash_ids([1, 2, 3, 5], 64, 256), 16, 16, memo=memo)[:12] == a, "after the split"

@@ -19,6 +19,79 @@ from servesim.traffic.workload import Run
 ROOT_KEY = 0x5E57E51
 
 
+class _Edge:
+    """A stretch of whole runs in a `KeyMemo` trie: the runs, their keys and the node after."""
+
+    __slots__ = ("runs", "keys", "child")
+
+    def __init__(self, runs: list[Run], keys: list[int], child: dict[Run, _Edge]) -> None:
+        self.runs = runs
+        self.keys = keys
+        self.child = child
+
+
+class KeyMemo:
+    """Keys of chain prefixes made of whole runs, as a radix trie from the chain's start (one
+    per block size): a node maps the first run of each edge leaving it to that `_Edge`.
+
+    Prompts sharing a prefix (a trace's common system prompts and histories) then key it once,
+    and their key lists share the same int objects. Bounded: past `limit` keys it starts afresh.
+    """
+
+    __slots__ = ("roots", "size", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.roots: dict[int, dict[Run, _Edge]] = {}
+        self.size = 0
+        self.limit = limit
+
+    def prefix(self, runs: list[Run], block_size: int, wanted: int, keys: list[int]) -> tuple[int, tuple]:
+        """Append the memo's keys of the leading runs of `runs` (at most `wanted` blocks) to the
+        empty `keys`; returns how many runs that covered and where the chain goes on (for `add`)."""
+        if self.size > self.limit:
+            self.roots.clear()
+            self.size = 0
+        node = self.roots.setdefault(block_size, {})
+        i, n = 0, len(runs)
+        while i < n:
+            edge = node.get(runs[i])
+            if edge is None:
+                break
+            seg = edge.runs
+            m = len(seg)
+            if len(keys) + len(edge.keys) <= wanted and runs[i:i + m] == seg:
+                keys.extend(edge.keys)
+                i += m
+                node = edge.child
+                continue
+            j = 1  # the chain leaves the edge (or stops) after its j-th run
+            while j < m and i + j < n and runs[i + j] == seg[j]:
+                j += 1
+            cut = sum(count // block_size for _, count in seg[:j])
+            while len(keys) + cut > wanted:
+                j -= 1
+                cut -= seg[j][1] // block_size
+            keys.extend(edge.keys[:cut])
+            return i + j, (node, edge, j, cut)
+        return i, (node, None, 0, 0)
+
+    def add(self, where: tuple, runs: list[Run], keys: list[int]) -> None:
+        """Record `runs` (whole runs, with their `keys`), which follow on from `where` (as
+        `prefix` returned it)."""
+        node, edge, j, cut = where
+        if edge is not None and j:  # split the edge where the chain leaves it
+            tail = _Edge(edge.runs[j:], edge.keys[cut:], edge.child)
+            edge.runs = edge.runs[:j]
+            edge.keys = edge.keys[:cut]
+            node = edge.child = {tail.runs[0]: tail}
+        node[runs[0]] = _Edge(runs, keys, {})
+        self.size += len(keys)
+
+
+MEMO = KeyMemo(1 << 18)
+"""The process's memo (keys are a pure function of content, so it never changes a result)."""
+
+
 def _slice_runs(runs: list[Run], start: int, stop: int, pos: int, index: int) -> tuple[tuple, int, int]:
     """Canonical content of tokens [start, stop), scanning runs from (index, pos = its start).
 
@@ -54,10 +127,11 @@ def _slice_runs(runs: list[Run], start: int, stop: int, pos: int, index: int) ->
 
 
 def chain_keys(runs: list[Run], block_size: int, num_blocks: int, first_block: int = 0,
-               parent: int = ROOT_KEY) -> list[int]:
+               parent: int = ROOT_KEY, memo: KeyMemo | None = MEMO) -> list[int]:
     """Keys of blocks [first_block, first_block + num_blocks) of the token sequence `runs`.
 
-    `parent` is the key of block `first_block − 1` (ROOT_KEY for the first block).
+    `parent` is the key of block `first_block − 1` (ROOT_KEY for the first block). A chain's
+    leading whole runs go through `memo` (None: keyed afresh).
     """
     keys: list[int] = []
     index = 0
@@ -78,11 +152,26 @@ def chain_keys(runs: list[Run], block_size: int, num_blocks: int, first_block: i
         previous, index, pos = _slice_runs(runs, start, start + block_size, pos, index)
     stop_block = first_block + num_blocks
     b = first_block
+    where = None
+    if memo is not None and not first_block and not index and parent == ROOT_KEY:  # a chain's start
+        index, where = memo.prefix(runs, block_size, num_blocks, keys)
+        if index:
+            b = len(keys)
+            pos = b * block_size
+            parent = keys[-1]
+            previous = (runs[index - 1][0], block_size)
     n_runs = len(runs)
     while b < stop_block:
         lo = b * block_size
         if pos == lo and index < n_runs:
-            index, parent, previous, done = _whole_runs(runs, index, block_size, stop_block - b, parent, previous, keys)
+            first_run, before = index, len(keys)
+            index, parent, previous, done = _whole_runs(runs, index, block_size, stop_block - b, parent,
+                                                        previous, keys)
+            if where is not None:
+                if done:
+                    assert memo is not None
+                    memo.add(where, runs[first_run:index], keys[before:])
+                where = None
             if done:
                 b += done
                 pos = lo = b * block_size
@@ -117,16 +206,22 @@ def _whole_runs(runs: list[Run], index: int, block_size: int, blocks_left: int, 
     `blocks_left` blocks); returns the next run index, the last key, its content and how many
     blocks were keyed."""
     extend = keys.extend
-    done = 0
+    before = len(keys)
+    last = previous[0] if previous is not None and previous[1] == block_size else None
+    size, whole = -1, 0  # size: the run length `whole` was worked out for
     for value, count in islice(runs, index, None):
-        whole = count // block_size
-        if value < 0 or whole <= 0 or whole * block_size != count or whole > blocks_left - done:
+        if count != size:
+            whole = count // block_size
+            if whole <= 0 or whole * block_size != count:
+                break
+            size = count
+        if value < 0 or whole > blocks_left:
             break
-        content = (value, block_size)
-        first = parent + 1 if content == previous else hash((parent, content))
+        first = parent + 1 if value == last else hash((parent, (value, block_size)))
         parent = first + whole - 1
         extend(range(first, parent + 1))
-        previous = content
-        done += whole
+        last = value
+        blocks_left -= whole
         index += 1
-    return index, parent, previous, done
+    done = len(keys) - before
+    return index, parent, ((last, block_size) if done else previous), done

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
-from itertools import takewhile
+from itertools import repeat, takewhile
 from operator import is_not
 from typing import cast
 
@@ -95,6 +95,7 @@ class Run:
 
 
 _is_block = partial(is_not, None)
+_bare_block = object.__new__
 
 KvListener = Callable[[str, int], None]
 """Called with ("stored", key) when a key becomes resident and ("removed", key) when it leaves."""
@@ -265,10 +266,10 @@ class BlockPool:
         reuse = len(spare) - min(len(keys), len(spare))
         blocks = spare[reuse:]
         del spare[reuse:]
+        if len(blocks) < len(keys):  # new blocks, made without calling `Block.__init__`
+            blocks += map(_bare_block, repeat(Block, len(keys) - len(blocks)))
         for block in blocks:
             block.span = span
-        if len(blocks) < len(keys):
-            blocks += [Block(span) for _ in range(len(keys) - len(blocks))]
         span.blocks = blocks
         return span
 
