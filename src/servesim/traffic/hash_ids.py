@@ -15,13 +15,13 @@ their blocks from 0); larger ones are counted by sorting."""
 
 
 def u64_array(values: list[Any]) -> array | None:
-    """`values` as an array of unsigned 64-bit integers (type 'Q'); None unless every value is an
-    `int` (not a `bool`) in [0, 2**64)."""
+    """`values` (as decoded from JSON) as an array of unsigned 64-bit integers (type 'Q'); None
+    unless every value is an `int` (not a `bool`) in [0, 2**64)."""
     try:
         ids = array("Q", values)
-    except (TypeError, OverflowError):
+    except (TypeError, OverflowError):  # a float, string, null, list or object; out of range
         return None
-    return ids if set(map(type, values)) <= {int} else None
+    return ids if list(map(type, values)).count(int) == len(values) else None  # it takes bools as 1, 0
 
 
 def first_unique(id_lists: Sequence[Sequence[int]]) -> list[int]:
