@@ -16,8 +16,8 @@ from typing import Any
 
 from servesim.errors import TraceError
 from servesim.limits import MAX_MS, MAX_TOKENS
-from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.hash_ids import first_unique, u64_array
+from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
 
 
