@@ -63,6 +63,32 @@ def test_a_short_fixed_timing_run_imports_only_what_it_uses(tmp_path: Path) -> N
     assert unwanted == set()
 
 
+TRACE_RUN = SHORT_RUN.replace(
+    "timing: {type: fixed, prefill_ms: 20, decode_ms: 10}", "timing: {type: polynomial}").replace(
+    "source: {type: synthetic, input_tokens: 128, output_tokens: 16}",
+    "source: {type: trace, paths: [trace.jsonl], format: mooncake}").replace(
+    "load: {type: poisson, requests_per_second: 10, seed: 1}\n  stop: {requests: 10}", "load: {type: trace_timestamps}")
+
+NOT_FOR_A_TRACE_RUN = NOT_FOR_A_SHORT_RUN + ("servesim.traffic.dynamo", "servesim.traffic.agentic_mooncake")
+"""An aggregated vLLM run of a timestamped Mooncake trace with polynomial timing (L1's kind)."""
+
+
+def test_a_mooncake_trace_run_imports_only_what_it_uses(tmp_path: Path) -> None:
+    config = tmp_path / "trace.yaml"
+    config.write_text(TRACE_RUN)
+    rows = [{"timestamp": 10 * k, "input_length": 100, "output_length": 4, "hash_ids": [0, k + 1]} for k in range(5)]
+    (tmp_path / "trace.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "servesim", "predict", "-c", str(config),
+                           "--output-dir", str(tmp_path / "out"), "--format", "json"],
+                          capture_output=True, text=True, env=env, check=True, cwd=tmp_path)
+    assert json.loads(done.stdout)["completed_requests"] == 5
+    imported = _imported(done.stderr)
+    assert {"servesim.traffic.mooncake", "servesim.traffic.hash_ids"} <= imported
+    unwanted = {m for m in imported if any(m == n or m.startswith(n + ".") for n in NOT_FOR_A_TRACE_RUN)}
+    assert unwanted == set()
+
+
 def test_pydantic_plugins_load_again_once_the_variable_allows_them() -> None:
     script = textwrap.dedent("""\
         import os, sys

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from servesim.scaling.planner.settings import PlannerSettings
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class PoolSpec:
     """One role's workers: how many, how each is split, and the settings of each rank."""
 
@@ -53,7 +53,7 @@ class PoolSpec:
         return replace(self, rank_config=replace(self.rank_config, record_metrics=True))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class TransferSpec:
     """How prefill workers ship KV to decode workers (disaggregated serving)."""
 
@@ -70,7 +70,7 @@ class TransferSpec:
         return ((tokens * self.bytes_per_token) / (self.bandwidth_gb_s * 1e9)) * 1000
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class LoweredRun:
     """Everything needed to build one replay."""
 

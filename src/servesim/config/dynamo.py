@@ -2,7 +2,6 @@
 (autoscaling), each with servesim's extensions marked.
 """
 
-from __future__ import annotations
 
 import math
 from typing import Annotated, Literal
@@ -121,7 +120,7 @@ class PlannerConfig(SchemaModel):
     """Disaggregated: fewest decode workers (default min_workers)."""
 
     @model_validator(mode="after")
-    def _planner_rules(self) -> PlannerConfig:
+    def _planner_rules(self) -> "PlannerConfig":
         """Dynamo's checks on an enabled planner: a perfect-square bucket count, an enabled
         scaling mode, an interval for each enabled mode, load faster than throughput."""
         if self.policy != "enabled":

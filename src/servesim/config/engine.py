@@ -2,7 +2,6 @@
 KV cache, timing — its own module, `config.timing` —, speculative decoding).
 """
 
-from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
@@ -54,7 +53,7 @@ class ParallelismConfig(SchemaModel):
     """MoE expert-parallel size; passed to AIC only when moe_tensor x moe_expert > 1."""
 
     @model_validator(mode="after")
-    def _ranks_bound(self) -> ParallelismConfig:
+    def _ranks_bound(self) -> "ParallelismConfig":
         """Every rank is simulated: replicas x attention_data is bounded like replicas."""
         if self.replicas * self.attention_data > MAX_WORKERS:
             raise RuleViolation([("replicas", f"x attention_data must be <= {MAX_WORKERS} scheduler ranks "
@@ -262,7 +261,7 @@ class EngineConfig(SchemaModel):
     """KV transfer between prefill and decode (disaggregated mode only)."""
 
     @model_validator(mode="after")
-    def _topology_rules(self) -> EngineConfig:
+    def _topology_rules(self) -> "EngineConfig":
         """Mode vs. roles, backend support, kv_transfer placement, block sizes."""
         problems: list[tuple[str, str]] = []
         w = self.workers

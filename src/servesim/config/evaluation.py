@@ -1,6 +1,5 @@
 """The `evaluation:` section: the SLA the report judges requests against."""
 
-from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
@@ -23,7 +22,7 @@ class SlaConfig(SchemaModel):
     """End-to-end latency threshold (exclusive with ttft_ms/itl_ms)."""
 
     @model_validator(mode="after")
-    def _combinations(self) -> SlaConfig:
+    def _combinations(self) -> "SlaConfig":
         """ttft_ms and itl_ms go together; e2e_ms excludes both."""
         if (self.ttft_ms is None) != (self.itl_ms is None):
             missing = "itl_ms" if self.itl_ms is None else "ttft_ms"

@@ -6,7 +6,6 @@ Cross-field rules raise `RuleViolation`, which carries key paths relative to the
 checks them.
 """
 
-from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
@@ -158,6 +157,11 @@ def type_tag(default: str | None) -> Callable[[Any], str | None]:
 
 
 class SchemaModel(BaseModel):
-    """Base of every schema object: immutable, unknown keys rejected, docstrings as help."""
+    """Base of every schema object: immutable, unknown keys rejected, docstrings as help.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Start-up cost: each model's validator is built only when first needed (`defer_build`; a
+    config validates through `SimConfig`'s alone), and the schema modules do not use ``from
+    __future__ import annotations``, so pydantic does not compile every field's annotation
+    string again (a method returning its own class names it in quotes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)

@@ -21,7 +21,6 @@ The schema does no I/O and imports nothing else from servesim but
 `servesim.limits`.
 """
 
-from __future__ import annotations
 
 from pydantic import Field, model_validator
 
@@ -144,19 +143,19 @@ class SimConfig(SchemaModel):
     """Autoscaling (Dynamo's planner); omitted = a fixed fleet."""
 
     @model_validator(mode="after")
-    def _format_needs_aggregated(self) -> SimConfig:
+    def _format_needs_aggregated(self) -> "SimConfig":
         """Some trace formats replay only on aggregated engines."""
         raise_if(aggregated_only_format_rules(self.traffic.source, self.engine.mode))
         return self
 
     @model_validator(mode="after")
-    def _timeouts_need_aggregated(self) -> SimConfig:
+    def _timeouts_need_aggregated(self) -> "SimConfig":
         """Client timeouts abort requests on aggregated workers only."""
         raise_if(client_timeout_rules(self.traffic, self.engine.mode))
         return self
 
     @model_validator(mode="after")
-    def _planner_fits_the_deployment(self) -> SimConfig:
+    def _planner_fits_the_deployment(self) -> "SimConfig":
         """Planner keys that depend on the engine mode or the SLA."""
         raise_if(planner_rules(self.planner, self.engine, self.evaluation.sla))
         return self

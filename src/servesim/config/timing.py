@@ -4,7 +4,6 @@ server (`RealServerTiming`: fused mixed passes, front-end latency, DP step synch
 calibration files).
 """
 
-from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union

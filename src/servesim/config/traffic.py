@@ -1,7 +1,6 @@
 """The `traffic:` section: what arrives (source), when (load) and until when (stop).
 """
 
-from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
@@ -53,7 +52,7 @@ class SessionConfig(SchemaModel):
     """Think time between a turn's completion and the next turn."""
 
     @model_validator(mode="after")
-    def _groups_for_sharing(self) -> SessionConfig:
+    def _groups_for_sharing(self) -> "SessionConfig":
         """Prefix sharing needs at least one group."""
         if self.shared_prefix_ratio > 0 and self.prefix_groups <= 0:
             raise RuleViolation([("prefix_groups", "must be > 0 when shared_prefix_ratio > 0")])
@@ -97,7 +96,7 @@ class TraceSource(SchemaModel):
         return paths
 
     @model_validator(mode="after")
-    def _one_path(self) -> TraceSource:
+    def _one_path(self) -> "TraceSource":
         """Only the dynamo format reads several files."""
         if self.format != "dynamo" and len(self.paths) != 1:
             raise RuleViolation([("paths", f"format '{self.format}' requires exactly one path (got {len(self.paths)})")])
@@ -264,7 +263,7 @@ class TrafficConfig(SchemaModel):
     """servesim extension: clients abort a request still unfinished this long after sending it (as load generators do, e.g. inference-perf's 300 s); it is reported as 'timed_out', its KV freed at the worker's next pass boundary, and it is left out of the latency statistics. Aggregated deployments only; omitted = clients wait for ever (the reference)."""
 
     @model_validator(mode="after")
-    def _combination_rules(self) -> TrafficConfig:
+    def _combination_rules(self) -> "TrafficConfig":
         """Source, load and stop must fit together."""
         if isinstance(self.source, TraceSource):
             problems = _trace_rules(self.source, self.load, self.stop)

@@ -18,7 +18,7 @@ from servesim.report.stats import exact_stats, sketch_stats
 from servesim.report.tally import RequestTally, Timelines
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, frozen=True, eq=False, repr=False)
 class PoolUsage:
     """Provisioned time and GPUs of one worker pool."""
 
@@ -26,7 +26,7 @@ class PoolUsage:
     gpus_per_worker: int = 0
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, frozen=True, eq=False, repr=False)
 class Sla:
     ttft_ms: float | None = None
     itl_ms: float | None = None
@@ -38,7 +38,7 @@ def _put(summary: dict[str, float], metric: str, stats: dict[str, float]) -> Non
         summary[f"{name}_{metric}"] = float(value)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Totals:
     """The summary's sums over the counted requests (exact in any grouping: integers and a max)."""
 

@@ -27,7 +27,7 @@ from servesim.collect.collector import RequestRecord, Status
 from servesim.report.columns import ColumnStore
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Timelines:
     """Per counted request, in request order: arrival, terminal time, input/output length, prefix
     reuse (first admission, best admission), token count, first/second/last token time; plus
@@ -47,7 +47,7 @@ class Timelines:
     gap_counts: np.ndarray
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class CompletedColumns:
     """Requests that completed in one run of consecutive passes of a worker (see
     `RequestTally.add_completed`): one entry per request in each array."""
@@ -344,9 +344,8 @@ class RequestTally:
             covering = np.cumsum(np.bincount(begins - first, minlength=size)
                                  - np.bincount(finals - first, minlength=size))[:-1]
             used = covering > 0
-            gaps, counts = _merge_equal(np.diff(view)[used], covering[used])
-            values.append(gaps)
-            weights.append(counts)
+            values.append(np.diff(view)[used])
+            weights.append(covering[used])
             self._runs[key] = (ends, array("q"), array("q"))
         self._gaps = _merge_equal(np.concatenate(values), np.concatenate(weights))
         self._between = array("d")

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
-from itertools import chain
 from typing import NamedTuple
 
 from servesim.traffic.agentic import AgenticGraph
 from servesim.traffic.driver import Arrival
+from servesim.traffic.hash_ids import first_unique
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
 INF = math.inf
@@ -138,13 +137,5 @@ class AgenticDriver:
 def _unique_positions(graph: AgenticGraph) -> list[int]:
     """Per node, the first prompt position no other node's prompt can share (its input length
     if there is none: generated tokens are never shared)."""
-    counts = Counter(chain.from_iterable(n.hash_ids for n in graph.nodes))
-    out = []
-    for node in graph.nodes:
-        position = node.input_length
-        for k, value in enumerate(node.hash_ids):
-            if counts[value] == 1:
-                position = k * graph.block_size
-                break
-        out.append(position)
-    return out
+    firsts = first_unique([node.hash_ids for node in graph.nodes])
+    return [node.input_length if k < 0 else k * graph.block_size for node, k in zip(graph.nodes, firsts, strict=True)]

@@ -22,6 +22,7 @@ from typing import Any
 
 from servesim.errors import TraceError
 from servesim.traffic.agentic import AgenticGraph, AgenticNode, Dependency, build_graph, legacy_play_ids
+from servesim.traffic.hash_ids import u64_array
 from servesim.traffic.jsonl import read_jsonl
 
 V2_SCHEMA = "dynamo.agentic_mooncake"
@@ -182,13 +183,14 @@ def check_hash_ids(value: Any, input_length: int, block_size: int) -> array:
     """The hash ids of a prompt, which must be exactly ceil(input_length / block_size) u64s."""
     if not isinstance(value, list) or not value:
         raise ValueError("hash_ids must be a nonempty list")
-    if not all(type(h) is int and 0 <= h < 1 << 64 for h in value):
+    ids = u64_array(value)
+    if ids is None:
         raise ValueError("hash_ids must hold unsigned 64-bit integers")
     need = -(-input_length // block_size)
     if len(value) != need:
         raise ValueError(f"has input_length {input_length} at block_size {block_size} and requires "
                          f"exactly {need} hash_ids, got {len(value)}")
-    return array("Q", value)
+    return ids
 
 
 def _text(value: Any, field: str) -> str:

@@ -20,7 +20,7 @@ from servesim.traffic.workload import GENERATED_BASE, NEVER, Prompt, Run, Sessio
 INF = math.inf
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Arrival:
     """A turn released to the runtime: the request as the engines see it."""
 

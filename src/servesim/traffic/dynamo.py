@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servesim.errors import TraceError
+from servesim.traffic.hash_ids import u64_array
 from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
 
@@ -136,15 +137,16 @@ def _request(event: Mapping[str, Any], path: str, line: int) -> tuple[DynamoRequ
     if type(length) is not int or length <= 0:
         raise ValueError(f"replay.input_length must be a positive integer (got {length!r})")
     hashes = replay.get("input_sequence_hashes")
-    if not isinstance(hashes, list) or not hashes or not all(type(h) is int and 0 <= h < 1 << 64 for h in hashes):
+    ids = u64_array(hashes) if isinstance(hashes, list) and hashes else None
+    if ids is None:
         raise ValueError("replay.input_sequence_hashes must be a nonempty list of unsigned 64-bit integers")
-    if len(hashes) * size < length:
-        raise ValueError(f"input_length {length} exceeds hash_ids capacity {len(hashes) * size}")
+    if len(ids) * size < length:
+        raise ValueError(f"input_length {length} exceeds hash_ids capacity {len(ids) * size}")
     start, end, event_time = _span(event, request)
     context = event.get("agent_context")
     if context is not None and not isinstance(context, Mapping):
         raise ValueError("agent_context must be an object")
-    return DynamoRequest(request_id, start, end, event_time, length, output, array("Q", hashes), context, path, line), size
+    return DynamoRequest(request_id, start, end, event_time, length, output, ids, context, path, line), size
 
 
 def _span(event: Mapping[str, Any], request: Mapping[str, Any]) -> tuple[float, float, float]:

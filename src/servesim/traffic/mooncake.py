@@ -9,30 +9,26 @@ prefixes exactly as far as their hash-id lists do.
 from __future__ import annotations
 
 import json
-import logging
 import math
 from array import array
 from collections.abc import Mapping
-from collections import Counter
-from itertools import chain
 from typing import Any
 
 from servesim.errors import TraceError
 from servesim.limits import MAX_MS, MAX_TOKENS
+from servesim.traffic.hash_ids import first_unique, u64_array
 from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
 
-log = logging.getLogger("servesim")
 
-
-def _pick(row: Mapping[str, Any], *names: str) -> Any:
-    for name in names:
-        if name in row:
-            return row[name]
-    return None
+def _pick(row: Mapping[str, Any], name: str, alias: str) -> Any:
+    """`row[name]`, else `row[alias]`, else None."""
+    return row.get(name, row.get(alias))
 
 
 def _int(value: Any, field: str, minimum: int, maximum: int = MAX_TOKENS) -> int:
+    if type(value) is int and minimum <= value <= maximum:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{field} must be an integer (got {value!r})")
     if isinstance(value, float):
@@ -47,18 +43,21 @@ def _int(value: Any, field: str, minimum: int, maximum: int = MAX_TOKENS) -> int
 
 
 def _time(value: Any, field: str) -> float:
+    if type(value) is float and math.isfinite(value):
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{field} must be a finite number of milliseconds (got {value!r})")
     return float(value)
 
 
-def _hash_ids(value: Any) -> list[int]:
+def _hash_ids(value: Any) -> array:
     if not isinstance(value, list) or not value:
         raise ValueError("hash_ids must be a non-empty list of integers")
-    if not set(map(type, value)) <= {int} or min(value) < 0 or max(value) >= 1 << 64:
+    ids = u64_array(value)
+    if ids is None:
         bad = next(h for h in value if type(h) is not int or not 0 <= h < 1 << 64)
         raise ValueError(f"hash_ids must hold unsigned 64-bit integers (got {bad!r})")
-    return value
+    return ids
 
 
 class _Span:
@@ -87,9 +86,11 @@ class _Span:
     def warn(self, path: str) -> None:
         """Say (once) that sessions start without a timestamp: easy to miss, and it moves them."""
         if self.missing:
-            log.warning("servesim: warning: %s:%d: %d session(s) start without a timestamp; under a "
-                        "'trace_timestamps' load they arrive at the trace's start (as in the reference)",
-                        path, self.first_missing, self.missing)
+            import logging
+
+            logging.getLogger("servesim").warning(
+                "servesim: warning: %s:%d: %d session(s) start without a timestamp; under a 'trace_timestamps' "
+                "load they arrive at the trace's start (as in the reference)", path, self.first_missing, self.missing)
 
 
 class _SessionState:
@@ -121,8 +122,8 @@ def _parse_row(row: Mapping[str, Any], block_size: int) -> tuple[Turn, float | N
     timestamp = None if timestamp is None else _time(timestamp, "timestamp")
     delay = _pick(row, "delay", "delay_ms")
     delay = None if delay is None else _time(delay, "delay")
-    turn = Turn(array("Q", hash_ids[: -(-input_length // block_size)]), block_size,
-                input_length, output_length, 0.0, output_ids)
+    del hash_ids[-(-input_length // block_size):]
+    turn = Turn(hash_ids, block_size, input_length, output_length, 0.0, output_ids)
     return turn, timestamp, delay
 
 
@@ -188,11 +189,6 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False, times
 
 def _mark_unique_tokens(sessions: list[Session]) -> None:
     """Set each turn's `unique_from`: where its first hash id used by no other row starts."""
-    counts = Counter(chain.from_iterable(t.block_values for s in sessions for t in s.turns))
-    for session in sessions:
-        for turn in session.turns:
-            turn.unique_from = turn.input_length
-            for i, value in enumerate(turn.block_values):
-                if counts[value] == 1:
-                    turn.unique_from = i * turn.block_size
-                    break
+    turns = [turn for session in sessions for turn in session.turns]
+    for turn, index in zip(turns, first_unique([turn.block_values for turn in turns]), strict=True):
+        turn.unique_from = turn.input_length if index < 0 else index * turn.block_size

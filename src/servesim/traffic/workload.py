@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 Run = tuple[int, int]
 GENERATED_BASE = -(1 << 60)
@@ -25,7 +26,7 @@ NEVER = 1 << 62
 """A `unique_from` meaning: every token of the request may also occur in other requests."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Turn:
     """One request of a session, as authored (before accumulation).
 
@@ -61,7 +62,7 @@ def prompt_runs(prompt: Prompt) -> list[Run]:
     return prompt if isinstance(prompt, list) else prompt.input_runs()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Session:
     """An ordered list of turns that never has two turns in flight."""
 
@@ -71,7 +72,7 @@ class Session:
     """Arrival of the first turn in open-loop mode (None: arrives at 0)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Workload:
     """Everything the driver needs: the sessions and how turns build on each other."""
 
@@ -107,7 +108,7 @@ def expand_hash_ids(values: Sequence[int], block_size: int, length: int) -> list
     if length <= 0:
         return []
     blocks = -(-length // block_size)
-    runs = [(v, block_size) for v in values[:blocks]]
+    runs = list(zip(values[:blocks], repeat(block_size)))
     tail = length - (blocks - 1) * block_size
     if runs and tail != block_size:
         runs[-1] = (runs[-1][0], tail)
