@@ -26,6 +26,10 @@ def test_decode_series_is_decode_at_each_point(start: int, step: int, count: int
     # A second, overlapping series mixes memoised and fresh points.
     shifted = range(start + step // 2, start + step // 2 + 2 * count * step, step)
     assert timing.decode_series(step, shifted, total) == [one_pass(a, total) for a in shifted]
+    # One pass at a time, from the series' table where filled in, else computed (below `start`
+    # the table's chunks are not filled in).
+    points = [*shifted, *range(0, start, max(1, start // 50))]
+    assert [timing.decode(step, a, a // step, total) for a in points] == [one_pass(a, total) for a in points]
 
 
 def test_decode_series_on_a_dense_range() -> None:

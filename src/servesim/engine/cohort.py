@@ -81,8 +81,10 @@ class DecodeCohort:
         if len(self.members) > token_budget:
             return False
         events = self._blocks.get(pass_index)
+        if not events:
+            return True
         free = self.pool.free_blocks
-        if not events or len(events) <= free:
+        if len(events) <= free:
             return True
         allocs = sum(1 for kind, r, epoch in events if kind == ALLOC and r.epoch == epoch)
         return allocs <= free

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Protocol
+from itertools import accumulate
+from typing import TYPE_CHECKING, Protocol
 
 from servesim.engine.metrics import ForwardPassMetrics
 from servesim.engine.request import EngineRequest
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    RunningSums = list[float] | np.ndarray
 
 LPM_PREFIX = 32
 """SGLang LPM's in-queue prefix de-duplication threshold (tokens)."""
@@ -141,6 +146,24 @@ class DecodePass:
                         emitted=self.emitted, metrics=self.metrics)
 
 
+LONG_SUMS = 128
+"""Series at least this long are summed with numpy: a call costs as much as summing about a
+hundred floats in Python."""
+
+
+def running_sums(start: float, terms: list[float]) -> RunningSums:
+    """``[start, start + terms[0], (start + terms[0]) + terms[1], ...]``: the running sum, added
+    left to right (numpy's `accumulate` adds element by element too)."""
+    if len(terms) < LONG_SUMS:
+        return list(accumulate(terms, initial=start))
+    import numpy as np
+
+    sums = np.empty(len(terms) + 1)
+    sums[0] = start
+    sums[1:] = terms
+    return np.add.accumulate(sums)
+
+
 @dataclass(slots=True)
 class DecodeRun:
     """Decode-only passes run back to back (`Rank.decode_passes`)."""
@@ -160,13 +183,16 @@ class DecodeRun:
         ends.append(self.end_ms)
         self.last = step
 
-    def add_many(self, sums: list[float], count: int, last: DecodePass, ends: array) -> None:
+    def add_many(self, sums: RunningSums, count: int, last: DecodePass, ends: array) -> None:
         """`count` more passes ending at ``sums[1 : count + 1]`` (``sums[0]`` is the run's end);
         the last of them did `last`."""
         self._settle_last()
-        ends.fromlist(sums[1:count + 1])  # twice as fast as extend from a list
-        self.last_start_ms = sums[count - 1]
-        self.end_ms = sums[count]
+        if isinstance(sums, list):
+            ends.fromlist(sums[1:count + 1])  # twice as fast as extend from a list
+        else:
+            ends.frombytes(sums[1:count + 1].tobytes())
+        self.last_start_ms = float(sums[count - 1])
+        self.end_ms = float(sums[count])
         self.last = last
 
     def _settle_last(self) -> None:

@@ -100,11 +100,12 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         """Plan and apply one forward pass; tokens are credited to worker pass `pass_index`."""
         plan = PassPlan(self.config.max_batched_tokens)
         cohort = self.cohort
-        if cohort and not cohort.fits(pass_index, self.config.max_batched_tokens):
+        members = cohort.members
+        if members and not cohort.fits(pass_index, self.config.max_batched_tokens):
             cohort.dissolve(pass_index)
             self.explicit = list(self.running)
-        if cohort:
-            plan.schedule_cohort(len(cohort))
+        if members:
+            plan.schedule_cohort(len(members))
             cohort.apply_block_events(pass_index)
         if self.explicit:
             self._schedule_explicit(plan)
@@ -286,10 +287,11 @@ class VllmRank(VllmHandoff, VllmRunAhead):
             ready_length = sum(r.prompt_len + r.generated for r in ready)
             done = [r for r in done if r in self.running]  # a preempted one runs again later
         cohort = self.cohort
-        n = len(cohort) + len(ready)
+        members = len(cohort.members)
+        n = members + len(ready)
         if n and self.mixed is not None and result.prefill_ms:
             result.prefill_ms, result.decode_ms = 0.0, plan.fused_ms(self.mixed, ready, (
-                len(cohort), cohort.length_sum), self.total_kv_tokens)
+                members, cohort.length_sum), self.total_kv_tokens)
         elif n:
             total = cohort.length_sum + ready_length
             result.decode_ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)

@@ -14,18 +14,20 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
-from itertools import accumulate
 
 from servesim.engine.cohort import DecodeCohort
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.metrics import vllm_metrics
 from servesim.engine.pass_time import TimingModel, decode_durations
-from servesim.engine.rank import DecodePass, DecodeRun, RankConfig
+from servesim.engine.rank import DecodePass, DecodeRun, RankConfig, running_sums
 from servesim.engine.request import EngineRequest
 
-FIRST_STRETCH = 16
-"""Quiet passes timed at once at first; each further stretch of one run ahead doubles, so the
-passes timed beyond the horizon are at most as many as those run."""
+FIRST_STRETCH = 1024
+"""Quiet passes timed at once at most at first; each further stretch of one run ahead may be
+twice as long (up to `LONGEST_STRETCH`), so when a block event that does not fit ends the run,
+the passes timed in vain are at most this many or as many as those run. A stretch is also cut
+to the passes that could start before the horizon if none were shorter than its first
+(`_passes_within`): a stretch costs as much as timing a hundred passes more."""
 LONGEST_STRETCH = 4096
 
 
@@ -44,14 +46,15 @@ class VllmRunAhead:
 
     def can_run_ahead(self, pass_index: int) -> bool:
         """Whether pass `pass_index` would only advance the decode cohort (nothing else)."""
-        return (not self.waiting and not self.explicit and bool(self.cohort) and not self.handoff.pending
-                and self.cohort.fits(pass_index, self.config.max_batched_tokens))
+        cohort = self.cohort
+        return (not self.waiting and not self.explicit and bool(cohort.members) and not self.handoff.pending
+                and cohort.fits(pass_index, self.config.max_batched_tokens))
 
     def decode_pass(self, pass_index: int) -> DecodePass:
         """Pass `pass_index` when it only advances the cohort (`can_run_ahead`): the same state
         changes as `run_pass`, without its general machinery."""
         cohort = self.cohort
-        n = len(cohort)
+        n = len(cohort.members)
         total = cohort.length_sum
         duration = self.timing.decode(n, total, total // n, self.total_kv_tokens)
         metrics = None
@@ -73,30 +76,39 @@ class VllmRunAhead:
         stretch = FIRST_STRETCH
         while True:
             last = run.last
-            if last is not None and ((last.finished and not through_finishes) or not self.can_run_ahead(pass_index)):
+            if last is not None and (run.end_ms >= horizon_ms or (last.finished and not through_finishes)
+                                     or not self.can_run_ahead(pass_index)):
                 return run
             quiet = self.cohort.next_finish(pass_index) - pass_index
             if quiet:
-                count = min(quiet, stretch)
+                count = min(quiet, stretch, self._passes_within(horizon_ms - run.end_ms))
                 stretch = min(2 * stretch, LONGEST_STRETCH)
                 ran = self._quiet_passes(pass_index, count, run, horizon_ms, ends)
                 if ran < count:
                     return run
                 pass_index += ran
                 continue
-            if last is not None and run.end_ms >= horizon_ms:
-                return run
             run.add(self.decode_pass(pass_index), ends)
             pass_index += 1
+
+    def _passes_within(self, span_ms: float) -> int:
+        """How many passes of the cohort could start within `span_ms` (> 0) if none were shorter
+        than the next one; `LONGEST_STRETCH` when unbounded."""
+        cohort = self.cohort
+        n, total = len(cohort.members), cohort.length_sum
+        first = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+        if first <= 0.0 or span_ms / first >= LONGEST_STRETCH:
+            return LONGEST_STRETCH
+        return int(span_ms / first) + 1
 
     def _quiet_passes(self, pass_index: int, count: int, run: DecodeRun, horizon_ms: float, ends: array) -> int:
         """Up to `count` passes where no member finishes, those that start before the horizon
         and fit; returns how many ran."""
         cohort = self.cohort
-        n = len(cohort)
+        n = len(cohort.members)
         total = cohort.length_sum
         durations = decode_durations(self.timing, n, range(total, total + count * n, n), self.total_kv_tokens)
-        sums = list(accumulate(durations, initial=run.end_ms))
+        sums = running_sums(run.end_ms, durations)
         ran = bisect_left(sums, horizon_ms, 0, count)  # the passes that start before the horizon
         if not ran:
             return 0

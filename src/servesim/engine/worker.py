@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from servesim.engine.busy import BusyTime
 from servesim.engine.request import EngineRequest
 from servesim.engine.interface import HandoffRank
 from servesim.engine.rank import RankPass
@@ -49,11 +50,19 @@ class Worker:
         self.pass_ends = array("d")
         self.busy = False
         self.parked = False
-        self.busy_ms = 0.0
-        """Simulated time spent in passes (the sum of pass durations)."""
+        self._busy = BusyTime(self.pass_ends)
         self.async_scheduling = async_scheduling
         self.inbox: list[tuple[int, EngineRequest]] = []
         """Async scheduling: (rank, request) that reached the worker during its running pass."""
+
+    @property
+    def busy_ms(self) -> float:
+        """Simulated time spent in passes (the sum of pass durations)."""
+        return self._busy.total()
+
+    @busy_ms.setter
+    def busy_ms(self, value: float) -> None:
+        self._busy.settle(value)
 
     def enqueue(self, rank: int, request: EngineRequest) -> None:
         """Route a request to one of this worker's ranks (wakes a parked worker)."""
@@ -125,7 +134,7 @@ class Worker:
         first = len(self.pass_ends)
         run = self.ranks[0].decode_passes(first, now, horizon, through_finishes, self.pass_ends)
         assert run.last is not None
-        self._add_busy(now, first)
+        self._busy.started(first, now)
         result = run.last.as_rank_pass()
         if result.metrics is not None:
             result.metrics.wall_time_secs = (run.end_ms - run.last_start_ms) / 1000
@@ -141,42 +150,36 @@ class Worker:
         run = rank.decode_passes(len(self.pass_ends), first.end_ms, horizon, True, self.pass_ends)
         last = run.last
         assert last is not None
-        self._add_busy(first.end_ms, first.index + 1)
-        early = [(first.end_ms, result.finished), *run.early] if result.finished else run.early
+        first.early_finishes = [(first.end_ms, result.finished), *run.early] if result.finished else run.early
         result.finished = last.finished
         result.prefill_ms, result.decode_ms = 0.0, last.duration_ms
         result.scheduled_tokens = result.emitted = last.emitted
-        return WorkerPass(first.start_ms, run.end_ms, first.index, first.ranks, True,
-                          self.pass_ends[first.index:-1], early)
-
-    def _add_busy(self, start: float, first: int) -> None:
-        """Add the durations of the passes from index `first` on, run back to back from
-        `start`, one at a time: the same additions as when each pass is started on its own."""
-        busy = self.busy_ms
-        for end in self.pass_ends[first:]:
-            busy += end - start
-            start = end
-        self.busy_ms = busy
+        first.skipped_ends = self.pass_ends[first.index:-1]
+        first.end_ms = run.end_ms
+        first.has_effect = True
+        return first
 
     def _one_pass(self, now: float) -> WorkerPass:
         index = len(self.pass_ends)
         end = now
         done: list[tuple[int, RankPass]] = []
         effect = False
+        metrics = False
         for rank_index, rank in enumerate(self.ranks):
-            if not rank.has_work():
-                continue
-            result = rank.run_pass(index)
-            rank_end = (now + result.prefill_ms) + result.decode_ms
-            if rank_end > end:
-                end = rank_end
-            effect = effect or result.has_effect
-            done.append((rank_index, result))
+            if rank.has_work():
+                result = rank.run_pass(index)
+                rank_end = (now + result.prefill_ms) + result.decode_ms
+                if rank_end > end:
+                    end = rank_end
+                effect = effect or result.has_effect
+                metrics = metrics or result.metrics is not None
+                done.append((rank_index, result))
         self.pass_ends.append(end)
-        self.busy_ms += end - now
-        for _, result in done:
-            if result.metrics is not None:
-                result.metrics.wall_time_secs = (end - now) / 1000
+        self._busy.started(index, now)
+        if metrics:
+            for _, result in done:
+                if result.metrics is not None:
+                    result.metrics.wall_time_secs = (end - now) / 1000
         self.busy = True
         return WorkerPass(now, end, index, done, effect)
 

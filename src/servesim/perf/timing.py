@@ -98,6 +98,13 @@ class PolynomialTiming:
         return ms
 
     def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
+        dense = self._dense.get(total_kv_tokens)
+        if dense is not None:
+            table = dense[0]
+            if 0 <= active_kv_tokens < len(table):
+                ms = table[active_kv_tokens]
+                if ms:  # else its chunk is not filled in (every decode time is at least 1 ms)
+                    return ms
         memo = self._decode.get(total_kv_tokens)
         if memo is None:
             memo = self._decode[total_kv_tokens] = {}
