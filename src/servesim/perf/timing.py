@@ -102,9 +102,9 @@ class PolynomialTiming:
         if dense is not None:
             table = dense[0]
             if 0 <= active_kv_tokens < len(table):
-                ms = table[active_kv_tokens]
-                if ms:  # else its chunk is not filled in (every decode time is at least 1 ms)
-                    return ms
+                tabled = table[active_kv_tokens]
+                if tabled:  # else its chunk is not filled in (every decode time is at least 1 ms)
+                    return tabled
         memo = self._decode.get(total_kv_tokens)
         if memo is None:
             memo = self._decode[total_kv_tokens] = {}
