@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from servesim.traffic.agentic import AgenticGraph
 from servesim.traffic.driver import Arrival
-from servesim.traffic.hash_ids import first_unique
+from servesim.traffic.hash_ids import unique_positions
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
 INF = math.inf
@@ -137,5 +137,5 @@ class AgenticDriver:
 def _unique_positions(graph: AgenticGraph) -> list[int]:
     """Per node, the first prompt position no other node's prompt can share (its input length
     if there is none: generated tokens are never shared)."""
-    firsts = first_unique([node.hash_ids for node in graph.nodes])
-    return [node.input_length if k < 0 else k * graph.block_size for node, k in zip(graph.nodes, firsts, strict=True)]
+    nodes = graph.nodes
+    return unique_positions([n.hash_ids for n in nodes], [n.input_length for n in nodes], graph.block_size)

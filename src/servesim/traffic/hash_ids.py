@@ -42,6 +42,13 @@ def first_unique(id_lists: Sequence[Sequence[int]]) -> list[int]:
     return first.tolist()
 
 
+def unique_positions(id_lists: Sequence[Sequence[int]], lengths: Sequence[int], block_size: int) -> list[int]:
+    """Per prompt (its hash ids, `block_size` tokens each, and its token length), the first token
+    position no other prompt shares: where its first id occurring once starts, else its length."""
+    return [length if k < 0 else k * block_size
+            for length, k in zip(lengths, first_unique(id_lists), strict=True)]
+
+
 def occurs_once(values: np.ndarray) -> np.ndarray:
     """Whether each of `values` (unsigned 64-bit) occurs exactly once among them."""
     if not len(values):

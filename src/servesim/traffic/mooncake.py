@@ -16,7 +16,7 @@ from typing import Any
 
 from servesim.errors import TraceError
 from servesim.limits import MAX_MS, MAX_TOKENS
-from servesim.traffic.hash_ids import first_unique, u64_array
+from servesim.traffic.hash_ids import u64_array, unique_positions
 from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
 
@@ -183,12 +183,13 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False, times
     if not sessions:
         raise TraceError(path, None, "the trace has no requests")
     span.warn(path)
-    _mark_unique_tokens(sessions)
+    _mark_unique_tokens(sessions, block_size)
     return Workload(sessions, accumulate=accumulate)
 
 
-def _mark_unique_tokens(sessions: list[Session]) -> None:
+def _mark_unique_tokens(sessions: list[Session], block_size: int) -> None:
     """Set each turn's `unique_from`: where its first hash id used by no other row starts."""
     turns = [turn for session in sessions for turn in session.turns]
-    for turn, index in zip(turns, first_unique([turn.block_values for turn in turns]), strict=True):
-        turn.unique_from = turn.input_length if index < 0 else index * turn.block_size
+    positions = unique_positions([t.block_values for t in turns], [t.input_length for t in turns], block_size)
+    for turn, position in zip(turns, positions, strict=True):
+        turn.unique_from = position
