@@ -230,6 +230,7 @@ def test_the_pool_follows_the_plain_model(caching, ops):
                     break
                 plain.append(block)
             assert [twin[id(b)] for b in hits] == plain
+            assert pool.held_count(hits) == sum(1 for b in plain if b.refs > 0)
             pool.pin_all(hits)
             for block in plain:
                 model.pin(block)
@@ -293,6 +294,7 @@ def test_requests_sharing_prefixes_follow_the_plain_model(ops):
             while len(plain) < limit and model.lookup(keys[len(plain)]) is not None:
                 plain.append(model.lookup(keys[len(plain)]))
             assert [twin[id(b)] for b in hits] == plain
+            assert pool.held_count(hits) == sum(1 for b in plain if b.refs > 0)
             pool.pin_all(hits)
             for block in plain:
                 model.pin(block)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
-from itertools import repeat, takewhile
+from itertools import islice, repeat, takewhile
 from operator import is_not
 from typing import cast
 
@@ -153,12 +153,24 @@ class BlockPool:
         """Oldest resident copies of the leading keys, at most `limit` blocks."""
         if not self.caching:
             return []
-        found: Iterator[Block | None] = map(self._index.get, keys[:limit])
+        found: Iterator[Block | None] = map(self._index.get, keys if len(keys) <= limit else islice(keys, limit))
         return cast(list[Block], list(takewhile(_is_block, found)))
 
     def held_count(self, blocks: list[Block]) -> int:
-        """How many of `blocks` some request holds."""
-        return sum(1 for block in blocks if block.span.refs > 0)
+        """How many of `blocks` some request holds (a whole span at a time where `blocks` has one)."""
+        held = i = 0
+        n = len(blocks)
+        while i < n:
+            block = blocks[i]
+            span = block.span
+            members = span.blocks
+            k = len(members)
+            if members[0] is not block or blocks[i:i + k] != members:
+                k = 1
+            if span.refs > 0:
+                held += k
+            i += k
+        return held
 
     # -- mutations --------------------------------------------------------------------------
 
