@@ -142,10 +142,17 @@ def ranks(monkeypatch) -> list:
             return result
         return run
 
+    def checked_stretch(method):
+        def run(self, pass_index, *args):
+            ran = method(self, pass_index, *args)
+            _check_vllm(self, pass_index + ran)
+            return ran
+        return run
+
     monkeypatch.setattr(VllmRank, "__init__", recording(VllmRank))
     monkeypatch.setattr(SglangRank, "__init__", recording(SglangRank))
     monkeypatch.setattr(VllmRank, "run_pass", checked(VllmRank.run_pass, _check_vllm))
-    monkeypatch.setattr(VllmRank, "decode_pass", checked(VllmRank.decode_pass, _check_vllm))
+    monkeypatch.setattr(VllmRank, "_stretch", checked_stretch(VllmRank._stretch))
     monkeypatch.setattr(SglangRank, "run_pass", checked(SglangRank.run_pass, lambda rank, _: rank.check()))
     return made
 

@@ -230,6 +230,7 @@ def test_the_pool_follows_the_plain_model(caching, ops):
                     break
                 plain.append(block)
             assert [twin[id(b)] for b in hits] == plain
+            assert pool.held_count(hits) == sum(1 for b in plain if b.refs > 0)
             pool.pin_all(hits)
             for block in plain:
                 model.pin(block)
@@ -293,6 +294,7 @@ def test_requests_sharing_prefixes_follow_the_plain_model(ops):
             while len(plain) < limit and model.lookup(keys[len(plain)]) is not None:
                 plain.append(model.lookup(keys[len(plain)]))
             assert [twin[id(b)] for b in hits] == plain
+            assert pool.held_count(hits) == sum(1 for b in plain if b.refs > 0)
             pool.pin_all(hits)
             for block in plain:
                 model.pin(block)
@@ -336,3 +338,42 @@ def test_pinning_the_middle_of_a_free_span_keeps_the_eviction_order_of_the_rest(
     pool.release([middle], 1)
     assert pool.free_blocks == 1 and pool.allocate(1) and pool.lookup(2) is None
     pool.check()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 2), min_size=1, max_size=12),
+                          st.integers(0, 12)), min_size=5, max_size=50))
+def test_prefix_hits_equal_one_lookup_per_key(ops):
+    """Chains branching at any block (so a lookup can leave a stored span in its middle),
+    released, evicted and stored again: `prefix_hits` (a span at a time while no key has two
+    copies) finds exactly the blocks of a lookup per key."""
+    pool = BlockPool(24)
+    pool._compact_at = 4
+    leases = []
+    for action, path, cut in ops:
+        if action == 0 and leases:
+            lease, computed = leases.pop(cut % len(leases))
+            pool.release(lease, computed)
+            continue
+        keys = [hash(tuple(path[:i + 1])) for i in range(len(path))]
+        limit = len(keys) - cut % 2
+        hits = pool.prefix_hits(keys, limit)
+        plain = []
+        for key in keys[:limit]:
+            block = pool.lookup(key)
+            if block is None:
+                break
+            plain.append(block)
+        assert hits == plain
+        if action == 1:  # a lookup only
+            continue
+        pool.pin_all(hits)
+        fresh = len(keys) - len(hits)
+        if not pool.allocate(fresh):
+            pool.release(hits, len(hits))
+            continue
+        lease = hits + [None] * fresh
+        stop = max(len(hits), len(keys) - cut % 3)
+        pool.store_completed(keys, lease, len(hits), stop)
+        leases.append((lease, stop))
+        pool.check()

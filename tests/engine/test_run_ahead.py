@@ -87,3 +87,17 @@ def test_running_sums_add_left_to_right_however_long(start: float, terms: list[f
     assert ends.tolist() == expected[1:]
     assert (run.last_start_ms, run.end_ms) == (expected[-2], expected[-1])
     assert type(run.end_ms) is float
+
+
+@settings(max_examples=40, deadline=None)
+@given(timing=st.sampled_from(sorted(TIMINGS)), blocks=st.sampled_from([12, 40, 400]),
+       shapes=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 60)), min_size=1, max_size=6))
+def test_a_lone_rank_pass_is_the_general_pass(timing: str, blocks: int, shapes: list[tuple[int, int]]) -> None:
+    """`Worker._lone_pass` (a worker with one rank) does what the loop over ranks does."""
+    lone, general = _worker(timing, blocks), _worker(timing, blocks)
+    general._lone = None  # every pass through `_one_pass`
+    by_lone, by_loop = _requests(shapes), _requests(shapes)
+    assert _replay(lone, by_lone, []) == _replay(general, by_loop, [])
+    assert lone.pass_ends == general.pass_ends
+    assert lone.busy_ms == general.busy_ms
+    assert [(r.generated, r.token_spans) for r in by_lone] == [(r.generated, r.token_spans) for r in by_loop]

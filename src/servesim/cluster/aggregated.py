@@ -11,6 +11,7 @@ from servesim.cluster.timeouts import ClientTimeouts, Place, without
 from servesim.collect.collector import Collector, Route, Status
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
+from servesim.placement.base import StateFreeRouter
 from servesim.traffic.driver import Arrival, RequestDriver
 from servesim.traffic.timeouts import spans_until
 
@@ -61,15 +62,39 @@ class AggregatedCluster(Cluster):
         routed: list[tuple[float, Worker, int, EngineRequest]] = []
         driver, route, keep = self.driver, self._route, routed.append
         lag = driver.frontend_ms
+        in_bulk = self._places_in_bulk()
         while True:
             instant = driver.next_ready_time()
             if instant > until or instant == INF:
                 return routed, INF
             if len(routed) >= limit:
                 return routed, instant
-            for arrival in driver.release(instant):
+            arrivals = driver.release(instant)
+            if in_bulk:
+                routed += self._route_in_bulk(arrivals, lag)
+                continue
+            for arrival in arrivals:
                 seen = arrival.arrival_ms + lag
                 keep((seen, *route(arrival, seen)))
+
+    def _places_in_bulk(self) -> bool:
+        """Whether the router can place requests without seeing them (`_route_in_bulk`)."""
+        router = self.router
+        return (isinstance(router, StateFreeRouter) and router.places_in_bulk and not router.wants_kv_events
+                and self.scaler is None and self.timeouts is None)
+
+    def _route_in_bulk(self, arrivals: list[Arrival], lag: float) -> list[tuple[float, Worker, int, EngineRequest]]:
+        """`_route` of requests arriving together, placed at once (`StateFreeRouter.place_many`):
+        [(the time each reaches the engine, worker, rank, request)]."""
+        assert isinstance(self.router, StateFreeRouter)
+        by_id, on_route, register, bs = self.fleet.by_id, self.collector.on_route, self._register, self.block_size
+        routed = []
+        for arrival, worker_id in zip(arrivals, self.router.place_many(len(arrivals)), strict=True):
+            record, request = register(arrival, bs)
+            worker = by_id[worker_id]
+            on_route(record, Route("agg", worker_id, worker.first_scheduler_id, 0, 0))
+            routed.append((arrival.arrival_ms + lag, worker, 0, request))
+        return routed
 
     def _route(self, arrival: Arrival, now: float) -> tuple[Worker, int, EngineRequest]:
         """Register a request and choose its worker and rank."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.collect.collector import Collector, RequestRecord, Status
+from servesim.engine.rank import RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.placement.base import RouteRequest, Router
@@ -210,10 +211,9 @@ class Cluster:
         worker.finish_pass()
         pool = self.serving[worker.order[0]]
         ranks = outcome.ranks
-        open_requests, admit, start, label = self._open, self.collector.on_admit, outcome.start_ms, pool.label
         for _rank, result in ranks:
-            for request, reused in result.admitted:
-                admit(open_requests[request.rid][1], start, reused, label)
+            if result.admitted:
+                self._admitted(result.admitted, outcome.start_ms, pool.label)
         if self._kv_events:
             self._flush_kv_events(pool, worker, now)
         if self.scaler is not None:
@@ -224,22 +224,32 @@ class Cluster:
             self._at_pass_boundary(worker, outcome)
         if outcome.early_finishes:
             self.finish_early(worker, outcome, now)
-        router = pool.router
-        terminal, completed = self._terminal, Status.COMPLETED
         for _rank, result in ranks:
-            for request in result.first_tokens:
-                router.on_first_token(request.rid, now)
-            for request in result.finished:
-                router.on_terminal(request.rid, now)
-                terminal(request, worker, completed, now)
-            for request in result.rejected:
-                router.on_terminal(request.rid, now)
-                self._terminal(request, worker, Status.REJECTED, now)
-            for request in result.held:
-                router.on_first_token(request.rid, now)
-                router.on_terminal(request.rid, now)
-                self._held(request, now)
+            if result.first_tokens or result.finished or result.rejected or result.held:
+                self._pass_requests(pool.router, worker, result, now)
         return self._after_pass(pool, worker, now)
+
+    def _admitted(self, admitted: list[tuple[EngineRequest, int]], start: float, label: str) -> None:
+        """Record a pass's admissions (request, reused prompt tokens) at its start."""
+        open_requests, admit = self._open, self.collector.on_admit
+        for request, reused in admitted:
+            admit(open_requests[request.rid][1], start, reused, label)
+
+    def _pass_requests(self, router: Router, worker: Worker, result: RankPass, now: float) -> None:
+        """A rank's first tokens, completions, rejections and held prompts of a pass ending now."""
+        for request in result.first_tokens:
+            router.on_first_token(request.rid, now)
+        terminal = self._terminal
+        for request in result.finished:
+            router.on_terminal(request.rid, now)
+            terminal(request, worker, Status.COMPLETED, now)
+        for request in result.rejected:
+            router.on_terminal(request.rid, now)
+            terminal(request, worker, Status.REJECTED, now)
+        for request in result.held:
+            router.on_first_token(request.rid, now)
+            router.on_terminal(request.rid, now)
+            self._held(request, now)
 
     def finish_early(self, worker: Worker, outcome: WorkerPass, until: float) -> None:
         """The completions of a run ahead's passes that end by `until` (the time cap falls in

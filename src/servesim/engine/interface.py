@@ -8,7 +8,7 @@ from typing import Protocol
 
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.kv import KvListener
-from servesim.engine.rank import DecodePass, DecodeRun, RankPass
+from servesim.engine.rank import DecodeRun, RankPass
 from servesim.engine.request import EngineRequest
 
 
@@ -67,10 +67,6 @@ class Rank(Protocol):
 
     def can_run_ahead(self, pass_index: int) -> bool:
         """True when pass `pass_index` would only advance steady decoders."""
-        ...
-
-    def decode_pass(self, pass_index: int) -> DecodePass:
-        """Run pass `pass_index`, which `can_run_ahead` said only advances steady decoders."""
         ...
 
     def decode_passes(self, pass_index: int, start_ms: float, horizon_ms: float, through_finishes: bool,

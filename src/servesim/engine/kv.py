@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
-from itertools import repeat, takewhile
+from itertools import islice, repeat, takewhile
 from operator import is_not
 from typing import cast
 
@@ -94,6 +94,20 @@ class Run:
         self.start = 0
 
 
+def _common_length(first: list[int], second: list[int], at: int, most: int) -> int:
+    """How many leading entries of `first` equal those of `second` from `at` on (at most `most`)."""
+    if first[:most] == second[at:at + most]:
+        return most
+    lo, hi = 0, most - 1  # first[:lo] matches; first[:hi + 1] does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if first[:mid] == second[at:at + mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 _is_block = partial(is_not, None)
 _bare_block = object.__new__
 
@@ -153,12 +167,50 @@ class BlockPool:
         """Oldest resident copies of the leading keys, at most `limit` blocks."""
         if not self.caching:
             return []
-        found: Iterator[Block | None] = map(self._index.get, keys[:limit])
+        if not self._copies:
+            return self._span_hits(keys, limit)
+        found: Iterator[Block | None] = map(self._index.get, keys if len(keys) <= limit else islice(keys, limit))
         return cast(list[Block], list(takewhile(_is_block, found)))
 
+    def _span_hits(self, keys: list[int], limit: int) -> list[Block]:
+        """`prefix_hits` while every resident key has one copy: a key found at the start of a
+        span vouches for the span's blocks whose keys go on as `keys` does (they are the only
+        copies of those keys), so the index is asked once per span."""
+        index = self._index
+        hits: list[Block] = []
+        i, n = 0, min(len(keys), limit)
+        while i < n:
+            block = index.get(keys[i])
+            if block is None:
+                break
+            span = block.span
+            members = span.blocks
+            m = len(members) if len(members) < n - i else n - i
+            if m > 1 and members[0] is block:
+                assert span.keys is not None
+                m = _common_length(span.keys, keys, i, m) or 1
+                hits += members[:m]
+                i += m
+            else:
+                hits.append(block)
+                i += 1
+        return hits
+
     def held_count(self, blocks: list[Block]) -> int:
-        """How many of `blocks` some request holds."""
-        return sum(1 for block in blocks if block.span.refs > 0)
+        """How many of `blocks` some request holds (a whole span at a time where `blocks` has one)."""
+        held = i = 0
+        n = len(blocks)
+        while i < n:
+            block = blocks[i]
+            span = block.span
+            members = span.blocks
+            k = len(members)
+            if members[0] is not block or blocks[i:i + k] != members:
+                k = 1
+            if span.refs > 0:
+                held += k
+            i += k
+        return held
 
     # -- mutations --------------------------------------------------------------------------
 

@@ -19,11 +19,18 @@ class PassPlan:
     batch: dict[EngineRequest, tuple[int, int, int]]
     """request → (tokens scheduled, prompt end of its chunk or −1 when it has no prompt tokens,
     prompt tokens computed before the chunk)."""
+    chunks: int
+    """Scheduled requests with prompt tokens (prompt chunks)."""
+    chunk_ends: int
+    """Σ prompt end of the prompt chunks."""
+    chunk_starts: int
+    """Σ prompt tokens computed before the prompt chunks."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.result = RankPass()
         self.batch = {}
+        self.chunks = self.chunk_ends = self.chunk_starts = 0
 
     def schedule(self, request: EngineRequest, before: int, tokens: int) -> None:
         """`request` computes `tokens` tokens from position `before` in this pass."""
@@ -33,7 +40,13 @@ class PassPlan:
         prompt_tokens = (after if after < prompt_len else prompt_len) - prompt_before
         self.budget -= tokens
         self.result.scheduled_tokens += tokens
-        isl = prompt_before + prompt_tokens if prompt_tokens > 0 else -1
+        if prompt_tokens > 0:
+            isl = prompt_before + prompt_tokens
+            self.chunks += 1
+            self.chunk_ends += isl
+            self.chunk_starts += prompt_before
+        else:
+            isl = -1
         self.batch[request] = (tokens, isl, prompt_before)
 
     def schedule_cohort(self, members: int) -> None:
@@ -45,22 +58,22 @@ class PassPlan:
         """`request` was preempted: its tokens go back to the budget."""
         scheduled = self.batch.pop(request, None)
         if scheduled is not None:
-            self.budget += scheduled[0]
-            self.result.scheduled_tokens -= scheduled[0]
+            tokens, isl, prompt_before = scheduled
+            self.budget += tokens
+            self.result.scheduled_tokens -= tokens
+            if isl >= 0:
+                self.chunks -= 1
+                self.chunk_ends -= isl
+                self.chunk_starts -= prompt_before
         self.result.preemptions += 1
 
     def prefill_batch(self) -> tuple[int, int, int]:
         """(chunks with prompt tokens, floor mean of their prompt ends, floor mean of their
         cached prompt tokens); (0, 0, 0) without prompt work."""
-        count = total_isl = total_prefix = 0
-        for _tokens, isl, prefix in self.batch.values():
-            if isl >= 0:
-                count += 1
-                total_isl += isl
-                total_prefix += prefix
+        count = self.chunks
         if count == 0:
             return 0, 0, 0
-        return count, total_isl // count, total_prefix // count
+        return count, self.chunk_ends // count, self.chunk_starts // count
 
     def fused_ms(self, timing: MixedPassTiming, ready: list[EngineRequest], steady: tuple[int, int],
                  total_kv_tokens: int) -> float:

@@ -257,10 +257,12 @@ class VllmRank(VllmHandoff, VllmRunAhead):
     # -- timing and emission ----------------------------------------------------------------
 
     def _prefill_time(self, plan: PassPlan) -> float:
-        if not self.handoff.charges_prefill or not plan.batch:
+        """The prefill phase of the pass's prompt chunks (0 without prompt work to charge)."""
+        count = plan.chunks
+        if count == 0 or not self.handoff.charges_prefill:
             return 0.0
-        count, mean_isl, mean_prefix = plan.prefill_batch()
-        if count == 0 or mean_isl == mean_prefix:
+        mean_isl, mean_prefix = plan.chunk_ends // count, plan.chunk_starts // count
+        if mean_isl == mean_prefix:
             return 0.0
         return self.timing.prefill(count, mean_isl, mean_prefix)
 

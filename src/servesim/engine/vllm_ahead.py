@@ -1,11 +1,11 @@
 """Running a vLLM-core rank ahead: passes that only advance the decode cohort, back to back.
 
-Until a member emits its last token the cohort's size is constant and its length sum grows by
-that size each pass, so such *quiet* passes are taken a stretch at a time: their durations as
-one series (`pass_time.decode_durations`), their end times as one running sum, the first start
-at the horizon by bisection; only their block events (a block to allocate or to cache) are
-applied pass by pass. A pass where a member finishes goes through `decode_pass`, the same state
-changes `run_pass` makes for it.
+Up to and including the pass where a member emits its last token, the cohort's size is
+constant and its length sum grows by that size each pass, so such passes are taken a stretch
+at a time: their durations as one series (`pass_time.decode_durations`), their end times as one
+running sum, the first start at the horizon by bisection; only their block events (a block to
+allocate or to cache) are applied pass by pass, and the finishes of a stretch's last pass after
+it: the same state changes `run_pass` makes for each of those passes.
 """
 
 from __future__ import annotations
@@ -50,23 +50,6 @@ class VllmRunAhead:
         return (not self.waiting and not self.explicit and bool(cohort.members) and not self.handoff.pending
                 and cohort.fits(pass_index, self.config.max_batched_tokens))
 
-    def decode_pass(self, pass_index: int) -> DecodePass:
-        """Pass `pass_index` when it only advances the cohort (`can_run_ahead`): the same state
-        changes as `run_pass`, without its general machinery."""
-        cohort = self.cohort
-        n = len(cohort.members)
-        total = cohort.length_sum
-        duration = self.timing.decode(n, total, total // n, self.total_kv_tokens)
-        metrics = None
-        if self.config.record_metrics:
-            metrics = vllm_metrics((n, total, cohort.length_sq_sum), {}, self.waiting)
-        cohort.apply_block_events(pass_index)
-        cohort.advance()
-        done = cohort.finish(pass_index)
-        if done:
-            self._complete(done)
-        return DecodePass(duration, n, done, metrics)
-
     def decode_passes(self, pass_index: int, start_ms: float, horizon_ms: float, through_finishes: bool,
                       ends: array) -> DecodeRun:
         """Passes from `pass_index` (which `can_run_ahead`) starting at `start_ms` (before
@@ -74,22 +57,19 @@ class VllmRunAhead:
         run ahead; see `Worker.start_pass`. Each pass's end is appended to `ends`."""
         run = DecodeRun(start_ms, start_ms)
         stretch = FIRST_STRETCH
+        cohort = self.cohort
         while True:
             last = run.last
             if last is not None and (run.end_ms >= horizon_ms or (last.finished and not through_finishes)
-                                     or not self.can_run_ahead(pass_index)):
+                                     or not cohort.members):
                 return run
-            quiet = self.cohort.next_finish(pass_index) - pass_index
-            if quiet:
-                count = min(quiet, stretch, self._passes_within(horizon_ms - run.end_ms))
-                stretch = min(2 * stretch, LONGEST_STRETCH)
-                ran = self._quiet_passes(pass_index, count, run, horizon_ms, ends)
-                if ran < count:
-                    return run
-                pass_index += ran
-                continue
-            run.add(self.decode_pass(pass_index), ends)
-            pass_index += 1
+            to_finish = cohort.next_finish(pass_index) - pass_index + 1  # passes through the next finish
+            count = min(to_finish, stretch, self._passes_within(horizon_ms - run.end_ms))
+            stretch = min(2 * stretch, LONGEST_STRETCH)
+            ran = self._stretch(pass_index, count, count == to_finish, run, horizon_ms, ends)
+            if ran < count:
+                return run
+            pass_index += ran
 
     def _passes_within(self, span_ms: float) -> int:
         """How many passes of the cohort could start within `span_ms` (> 0) if none were shorter
@@ -101,9 +81,10 @@ class VllmRunAhead:
             return LONGEST_STRETCH
         return int(span_ms / first) + 1
 
-    def _quiet_passes(self, pass_index: int, count: int, run: DecodeRun, horizon_ms: float, ends: array) -> int:
-        """Up to `count` passes where no member finishes, those that start before the horizon
-        and fit; returns how many ran."""
+    def _stretch(self, pass_index: int, count: int, finishing: bool, run: DecodeRun, horizon_ms: float,
+                 ends: array) -> int:
+        """Up to `count` passes where no member finishes but (when `finishing`) the last, those
+        that start before the horizon and fit; returns how many ran."""
         cohort = self.cohort
         n = len(cohort.members)
         total = cohort.length_sum
@@ -122,5 +103,10 @@ class VllmRunAhead:
             cohort.advance()
         else:
             cohort.advance(ran)
-        run.add_many(sums, ran, DecodePass(durations[ran - 1], n, [], metrics), ends)
+        done: list[EngineRequest] = []
+        if finishing and ran == count:
+            done = cohort.finish(pass_index + ran - 1)
+            if done:
+                self._complete(done)
+        run.add_many(sums, ran, DecodePass(durations[ran - 1], n, done, metrics), ends)
         return ran

@@ -46,6 +46,8 @@ class Worker:
         self.order = (pool_index, worker_id)
         """Pass-start order among workers at one instant."""
         self.ranks = ranks
+        self._lone = ranks[0] if len(ranks) == 1 else None
+        """The rank, when the worker has only one (its passes take a shorter path)."""
         self.first_scheduler_id = first_scheduler_id
         self.pass_ends = array("d")
         self.busy = False
@@ -106,11 +108,13 @@ class Worker:
         """
         if self.inbox:
             return self._pass_then_inbox(now)
-        single = len(self.ranks) == 1
-        if horizon > now and single and self.ranks[0].can_run_ahead(len(self.pass_ends)):
+        lone = self._lone
+        if lone is None:
+            return self._one_pass(now)
+        if horizon > now and lone.can_run_ahead(len(self.pass_ends)):
             return self._run_ahead(now, horizon, through_finishes)
-        outcome = self._one_pass(now)
-        if run_on and now < outcome.end_ms < horizon and single:
+        outcome = self._lone_pass(lone, now) if lone.has_work() else self._one_pass(now)
+        if run_on and now < outcome.end_ms < horizon:
             return self._run_on(outcome, horizon)
         return outcome
 
@@ -182,6 +186,20 @@ class Worker:
                     result.metrics.wall_time_secs = (end - now) / 1000
         self.busy = True
         return WorkerPass(now, end, index, done, effect)
+
+    def _lone_pass(self, rank: HandoffRank, now: float) -> WorkerPass:
+        """`_one_pass` of a worker whose one rank has work."""
+        index = len(self.pass_ends)
+        result = rank.run_pass(index)
+        end = (now + result.prefill_ms) + result.decode_ms
+        if end < now:
+            end = now
+        self.pass_ends.append(end)
+        self._busy.started(index, now)
+        if result.metrics is not None:
+            result.metrics.wall_time_secs = (end - now) / 1000
+        self.busy = True
+        return WorkerPass(now, end, index, [(0, result)], result.has_effect)
 
     def finish_pass(self) -> None:
         self.busy = False

@@ -184,8 +184,9 @@ class IsolatedReplay(Generic[IW, O]):
     def _start_passes(self, worker: IW, now: float, horizon: float) -> O | None:
         """Start passes on `worker` at `now` (zero-duration ones complete at once, as in
         `ReplayLoop`); returns the pass left in flight."""
+        run_on = self._run_on
         while worker.runnable():
-            outcome = worker.start_pass(now, horizon, through_finishes=True, run_on=self._run_on)
+            outcome = worker.start_pass(now, horizon, True, run_on)
             if outcome.end_ms > now:
                 return outcome
             effect = self.handler.finish_pass(worker, outcome, now, True)
