@@ -92,3 +92,46 @@ def test_mooncake_keeps_the_prompt_blocks_and_unique_start(tmp_path) -> None:
     turns = [s.turns[0] for s in read_mooncake(str(trace), 4).sessions]
     assert [list(t.block_values) for t in turns] == [[0, 1, 2], [0, 1, 5], [0, 1]]
     assert [t.unique_from for t in turns] == [8, 8, 5]
+
+
+def _decoded(lines: list[str]) -> list[object]:
+    """What `read_jsonl(..., id_list="hash_ids")` gives for `lines`, the 'Q' arrays as lists."""
+    from servesim.traffic.jsonl import _parse_chunk
+
+    rows = [row for _, row in _parse_chunk("t.jsonl", list(enumerate(lines, start=1)), "hash_ids")]
+    return [{k: list(v) if isinstance(v, array) else v for k, v in row.items()} for row in rows]
+
+
+@given(st.lists(st.lists(st.integers(0, U64_MAX), min_size=1, max_size=6), min_size=1, max_size=5))
+def test_lifted_id_lists_decode_as_json_does(id_lists: list[list[int]]) -> None:
+    lines = [json.dumps({"timestamp": k, "hash_ids": ids}) + "\n" for k, ids in enumerate(id_lists)]
+    assert _decoded(lines) == [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("odd", [
+    '{"hash_ids": [1, 2], "hash_ids": null}',  # the later duplicate wins
+    '{"hash_ids": [1, 2], "hash\\u005fids": null}',  # escaped spelling of the same key
+    '{"m": {"hash_ids": [1, 2]}}',  # not at the top level
+    '{"hash_ids": [1, 2], "m": {"hash_ids": [3]}}',
+    '{"hash_ids": []}',
+    '{"hash_ids": [1,, 2]}',
+    '{"hash_ids": [1 2]}',
+    '{"hash_ids": [18446744073709551615]}',
+    '{"hash_ids": [18446744073709551616]}',
+    '{"hash_ids": [1, 2.5]}',
+    '{"hash_ids": [1,2 , 3]}',
+])
+def test_id_lists_that_cannot_be_lifted_decode_as_written(odd: str) -> None:
+    lines = ['{"hash_ids": [7, 8]}\n', odd + "\n", '{"hash_ids": [9]}']
+    try:
+        expected = [json.loads(line) for line in lines]
+    except ValueError:
+        with pytest.raises(TraceError, match="t.jsonl:2: invalid JSON"):
+            _decoded(lines)
+        return
+    assert _decoded(lines) == expected
+
+
+def test_a_leading_zero_is_invalid_json() -> None:
+    with pytest.raises(TraceError, match="t.jsonl:1: invalid JSON"):
+        _decoded(['{"hash_ids": [1, 02]}\n'])

@@ -32,7 +32,7 @@ class RouterConfig(SchemaModel):
     """kv_router: weight of the worker's prefill load after the credit (s)."""
     temperature: NonNegativeNumber = 0.0
     """kv_router: 0 picks the cheapest worker; above 0, softmax over normalised costs."""
-    prefill_load_model: PrefillLoadModelConfig = PrefillLoadModelConfig()
+    prefill_load_model: PrefillLoadModelConfig = PrefillLoadModelConfig.defaults()
     """kv_router: how charged prefill load ages."""
     overlap_score_credit_decay: NonNegativeNumber = 0.0
     """kv_router (servesim extension): softens the credit on workers with excess prefill load."""

@@ -178,7 +178,7 @@ class KvCacheConfig(SchemaModel):
     """Engine KV block size in tokens; omitted = backend default (vLLM 64, SGLang 1, TRT-LLM 32)."""
     prefix_caching: bool = True
     """Reuse cached prompt-prefix blocks across requests."""
-    capacity: KvCapacityConfig = DefaultCapacity()
+    capacity: KvCapacityConfig = DefaultCapacity.defaults()
     """How many KV blocks each rank has: {type: default, memory_fraction} or {type: fixed, blocks}."""
 
     def block_size_for(self, backend: Backend) -> int:
@@ -202,13 +202,13 @@ class SpeculativeConfig(SchemaModel):
 class WorkerConfig(SchemaModel):
     """Settings shared by every worker of one role."""
 
-    parallelism: ParallelismConfig = ParallelismConfig()
+    parallelism: ParallelismConfig = ParallelismConfig.defaults()
     """Replicas and GPU split of each worker."""
-    scheduler: SchedulerConfig = SchedulerConfig()
+    scheduler: SchedulerConfig = SchedulerConfig.defaults()
     """Per-rank batching limits."""
-    kv_cache: KvCacheConfig = KvCacheConfig()
+    kv_cache: KvCacheConfig = KvCacheConfig.defaults()
     """KV cache block size, prefix caching and capacity."""
-    timing: TimingConfig = DefaultTiming()
+    timing: TimingConfig = DefaultTiming.defaults()
     """Pass-duration model: {type: default} (AIC), {type: polynomial}, {type: fixed, prefill_ms, decode_ms} or {type: roofline} (servesim extension)."""
     startup_seconds: LaxDurationSeconds = 0.0
     """Delay before a newly added worker becomes ready (initial workers are ready at t=0)."""

@@ -8,7 +8,7 @@ checks them.
 
 
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from annotated_types import Ge, Gt, Le
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Strict
@@ -165,3 +165,10 @@ class SchemaModel(BaseModel):
     string again (a method returning its own class names it in quotes)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    @classmethod
+    def defaults(cls) -> Self:
+        """The model with every field at its default, made without validation: what ``cls()``
+        gives (a default passes every rule), without building the model's validator at import
+        time (a field's default object; the config validates through `SimConfig`'s alone)."""
+        return cls.model_construct()

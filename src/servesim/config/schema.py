@@ -135,11 +135,11 @@ class SimConfig(SchemaModel):
     """The serving engine."""
     traffic: TrafficConfig = Field(default_factory=default_traffic)
     """The workload; omitted = 1024/128 synthetic requests, concurrency 10, stop after 100."""
-    evaluation: EvaluationConfig = EvaluationConfig()
+    evaluation: EvaluationConfig = EvaluationConfig.defaults()
     """Report options (SLA)."""
-    router: RouterConfig = RouterConfig()
+    router: RouterConfig = RouterConfig.defaults()
     """Placement of requests on workers; omitted = round robin."""
-    planner: PlannerConfig = PlannerConfig()
+    planner: PlannerConfig = PlannerConfig.defaults()
     """Autoscaling (Dynamo's planner); omitted = a fixed fleet."""
 
     @model_validator(mode="after")

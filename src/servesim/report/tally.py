@@ -344,9 +344,8 @@ class RequestTally:
             covering = np.cumsum(np.bincount(begins - first, minlength=size)
                                  - np.bincount(finals - first, minlength=size))[:-1]
             used = covering > 0
-            gaps, counts = _merge_equal(np.diff(view)[used], covering[used])
-            values.append(gaps)
-            weights.append(counts)
+            values.append(np.diff(view)[used])
+            weights.append(covering[used])
             self._runs[key] = (ends, array("q"), array("q"))
         self._gaps = _merge_equal(np.concatenate(values), np.concatenate(weights))
         self._between = array("d")

@@ -3,12 +3,16 @@ blocks no other request shares)."""
 
 from __future__ import annotations
 
+import re
+import warnings
 from array import array
 from collections.abc import Sequence
+from itertools import accumulate, repeat
 from typing import Any
 
 import numpy as np
 
+U64_MAX = (1 << 64) - 1
 DENSE_FACTOR = 4
 """Ids below ``DENSE_FACTOR`` × their number are counted in a table indexed by id (traces number
 their blocks from 0); larger ones are counted by sorting."""
@@ -22,6 +26,62 @@ def u64_array(values: list[Any]) -> array | None:
     except (TypeError, OverflowError):  # a float, string, null, list or object; out of range
         return None
     return ids if list(map(type, values)).count(int) == len(values) else None  # it takes bools as 1, 0
+
+
+def lift_id_lists(text: str, rows: int, key: str) -> tuple[str, list[array]] | None:
+    """Take the ids out of `text`, `rows` JSON objects one per line (joined by commas), before
+    JSON decodes them, when each object's `key` is a plainly written list of unsigned 64-bit
+    integers (decimal digits, commas and spaces): the text with each such list replaced by
+    ``null`` and the lists, in order, as arrays of type 'Q' — several times faster than decoding
+    every id as a Python integer. None (decode the text as it is) unless that is surely so:
+    every line names `key` exactly once (and nothing is escaped), with a list of well-formed
+    JSON integers below 2**64 - 1. Whoever decodes the text checks that `key` is ``null`` at the
+    top level of every object before putting the arrays there."""
+    if "\\" in text or text.count(f'"{key}"') != rows:
+        return None
+    parts = re.compile(f'"{re.escape(key)}": \\[([0-9, ]*)\\]').split(text)
+    texts = parts[1::2]
+    if len(texts) != rows or "\n" in parts[0] or parts[-1].count("\n") > 1:
+        return None
+    if list(map(str.count, parts[2:-1:2], repeat("\n"))).count(1) != rows - 1:
+        return None  # a line with two lists, one with none
+    ids = _plain_ids(texts)
+    if ids is None:
+        return None
+    ends = list(accumulate([text.count(",") + 1 for text in texts], initial=0))
+    return f'"{key}": null'.join(parts[0::2]), [ids[a:b] for a, b in zip(ends, ends[1:])]
+
+
+def _plain_ids(texts: list[str]) -> array | None:
+    """The ids of `texts`, lists of digits, commas and spaces, all in one 'Q' array; None unless
+    each is a non-empty list of integers below 2**64 - 1 written as JSON allows."""
+    joined = ",".join(texts).encode()
+    if not texts or _leading_zero(joined):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy warns when the text does not parse to its end
+        try:
+            values = np.fromstring(joined, dtype=np.uint64, sep=",")
+        except (ValueError, DeprecationWarning):
+            return None
+    if len(values) != joined.count(b",") + 1 or int(values.max()) == U64_MAX:  # an empty item; saturated
+        return None
+    ids = array("Q")
+    ids.frombytes(values.tobytes())
+    return ids
+
+
+def _leading_zero(text: bytes) -> bool:
+    """Whether a number in the comma- and space-separated `text` starts with a zero and has more
+    digits (JSON forbids it; numpy would read it)."""
+    text = b"," + text
+    for before in (b",0", b" 0"):
+        at = text.find(before)
+        while at >= 0:
+            if text[at + 2:at + 3].isdigit():
+                return True
+            at = text.find(before, at + 2)
+    return False
 
 
 def first_unique(id_lists: Sequence[Sequence[int]]) -> list[int]:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from servesim.errors import TraceError
+from servesim.traffic.hash_ids import lift_id_lists
 
 _GZIP_MAGIC = b"\x1f\x8b"
 MAX_LINE_CHARS = 64 << 20
@@ -31,12 +32,15 @@ def open_text(path: str) -> IO[str]:
     return open(path, encoding="utf-8")
 
 
-def read_jsonl(path: str, chunk_lines: int = 4096) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_jsonl(path: str, chunk_lines: int = 4096, *,
+               id_list: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based line number, object) for every non-blank line of a JSONL file (gzip or plain).
 
     Lines are parsed a chunk at a time in one `json.loads` call (several times faster than line
     by line, with bounded memory); a chunk that does not parse cleanly is re-read line by line
-    to name the first bad line.
+    to name the first bad line. With `id_list`, a top-level list of unsigned 64-bit integers
+    under that key comes as an array of type 'Q' when it is plainly written (`lift_id_lists`),
+    else as JSON decodes it.
     """
     number = 0
     try:
@@ -48,7 +52,7 @@ def read_jsonl(path: str, chunk_lines: int = 4096) -> Iterator[tuple[int, dict[s
             chunk, problem = _read_lines(path, handle, chunk_lines, number)
             numbered = [(number + i, line) for i, line in enumerate(chunk, start=1) if not line.isspace()]
             number += len(chunk)
-            yield from _parse_chunk(path, numbered)
+            yield from _parse_chunk(path, numbered, id_list)
             if problem is not None:
                 raise problem
             if len(chunk) < chunk_lines:
@@ -79,17 +83,30 @@ def _read_lines(path: str, handle: IO[str], count: int, before: int) -> tuple[li
     return lines, TraceError(path, before + len(lines) + 1, message)
 
 
-def _parse_chunk(path: str, numbered: list[tuple[int, str]]) -> list[tuple[int, dict[str, Any]]]:
-    try:
-        rows = json.loads("[" + ",".join(line for _, line in numbered) + "]")
-    except (ValueError, RecursionError):
-        rows = None
+def _parse_chunk(path: str, numbered: list[tuple[int, str]], id_list: str | None) -> list[tuple[int, dict[str, Any]]]:
+    text = ",".join(line for _, line in numbered)
+    lifted = lift_id_lists(text, len(numbered), id_list) if id_list is not None else None
+    rows = _decode(text if lifted is None else lifted[0])
+    if lifted is not None and rows is not None:
+        if all(type(row) is dict and row.get(id_list, 0) is None for row in rows):
+            for row, ids in zip(rows, lifted[1], strict=True):
+                row[id_list] = ids
+        else:  # a list taken was not its object's own `id_list`: decode the text as written
+            rows = _decode(text)
     if rows is None or len(rows) != len(numbered):
         rows = [_parse_line(path, number, line) for number, line in numbered]
     for (number, _), row in zip(numbered, rows, strict=True):
         if not isinstance(row, dict):
             raise TraceError(path, number, "each line must be a JSON object")
     return [(number, row) for (number, _), row in zip(numbered, rows, strict=True)]
+
+
+def _decode(text: str) -> list[Any] | None:
+    """The objects of comma-joined JSON lines; None when they do not decode cleanly."""
+    try:
+        return json.loads("[" + text + "]")
+    except (ValueError, RecursionError):
+        return None
 
 
 def _parse_line(path: str, number: int, line: str) -> Any:

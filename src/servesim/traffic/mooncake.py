@@ -51,6 +51,8 @@ def _time(value: Any, field: str) -> float:
 
 
 def _hash_ids(value: Any) -> array:
+    if type(value) is array:  # read as such: checked already (`lift_id_lists`)
+        return value
     if not isinstance(value, list) or not value:
         raise ValueError("hash_ids must be a non-empty list of integers")
     ids = u64_array(value)
@@ -163,7 +165,7 @@ def read_mooncake(path: str, block_size: int, *, accumulate: bool = False, times
     states: dict[str, _SessionState] = {}
     sessions: list[Session] = []
     span = _Span()
-    for line, row in read_jsonl(path):
+    for line, row in read_jsonl(path, id_list="hash_ids"):
         try:
             turn, timestamp, delay = _parse_row(row, block_size)
             key = _session_key(row, line)
