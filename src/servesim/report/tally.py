@@ -344,8 +344,11 @@ class RequestTally:
             covering = np.cumsum(np.bincount(begins - first, minlength=size)
                                  - np.bincount(finals - first, minlength=size))[:-1]
             used = covering > 0
-            values.append(np.diff(view)[used])
-            weights.append(covering[used])
+            # Merged per worker first: one merge of every worker's raw gaps is a little cheaper
+            # but holds them all at once (M1's peak 200 -> 300 MB).
+            gaps, counts = _merge_equal(np.diff(view)[used], covering[used])
+            values.append(gaps)
+            weights.append(counts)
             self._runs[key] = (ends, array("q"), array("q"))
         self._gaps = _merge_equal(np.concatenate(values), np.concatenate(weights))
         self._between = array("d")
