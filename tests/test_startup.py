@@ -37,6 +37,8 @@ NOT_FOR_A_SHORT_RUN = (
     "importlib.metadata", "email", "pydantic.plugin._loader",
     # the standard library's logging: imported by what has something to say
     "logging",
+    # tempfile (with random): the output folder makes its own hidden files (servesim.outputs)
+    "tempfile",
     # what only other kinds of runs use
     "numpy.ma", "servesim.cluster.disaggregated", "servesim.collect.sampler", "servesim.scaling.planner.settings",
     "servesim.placement.routers", "servesim.perf.roofline", "servesim.perf.capacity", "servesim.report.html",

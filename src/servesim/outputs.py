@@ -10,10 +10,10 @@ were, and a run that completes never leaves a mix of old and new files.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -52,7 +52,7 @@ def prepare_folder(path: Path, overwrite: bool) -> None:
         if path.is_dir() and any(path.iterdir()) and not overwrite:
             raise ConfigError(f"{where} is not empty; use --overwrite to replace its outputs")
         path.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".probe", dir=path)
+        handle, probe = create_hidden(path, ".probe")
         os.close(handle)
         os.unlink(probe)
     except OSError as exc:
@@ -105,12 +105,12 @@ class OutputSet:
         on exit)."""
         try:
             with _signals_held():  # an interrupt here must not leave an unregistered file
-                handle, path = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".spool", dir=self.folder)
-                self._scratch.append(Path(path))
+                handle, path = create_hidden(self.folder, ".spool")
+                self._scratch.append(path)
             os.close(handle)
         except OSError as exc:
             raise OutputError(f"cannot write in {self.folder}: {os_reason(exc)}") from None
-        return Path(path)
+        return path
 
     def stage(self, name: str, text: str) -> None:
         """Write `text` to a temporary sibling of `name` and flush it to disk."""
@@ -123,12 +123,11 @@ class OutputSet:
         try:
             target.parent.mkdir(exist_ok=True)
             with _signals_held():  # an interrupt here must not leave an unregistered temporary file
-                handle, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=target.parent)
-                self._staged[name] = Path(temp)
+                handle, temp = create_hidden(target.parent, ".tmp", mode=0o666)  # the umask applies
+                self._staged[name] = temp
             os.close(handle)
-            os.chmod(temp, _FILE_MODE)  # mkstemp's 0600 would hide the results from other users
-            write(Path(temp))
-            _fsync(Path(temp))
+            write(temp)
+            _fsync(temp)
         except OSError as exc:
             raise OutputError(f"cannot write {target}: {os_reason(exc)}") from None
 
@@ -175,14 +174,20 @@ class OutputSet:
         return backups
 
 
-def _file_mode() -> int:
-    """The mode a plainly created file gets here (0666 less the umask)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
+_CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_CREATE_ATTEMPTS = 100
 
 
-_FILE_MODE = _file_mode()
+def create_hidden(folder: Path, suffix: str, mode: int = 0o600) -> tuple[int, Path]:
+    """Create a new hidden file with a random name in `folder` — never an existing one (as
+    `tempfile.mkstemp`, without importing it: start-up time); return its open descriptor and path."""
+    for _ in range(_CREATE_ATTEMPTS):
+        path = folder / f"{_TEMP_PREFIX}{os.urandom(6).hex()}{suffix}"
+        try:
+            return os.open(path, _CREATE_FLAGS, mode), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free name for a hidden file in {folder}")
 
 
 def _fsync(path: Path) -> None:

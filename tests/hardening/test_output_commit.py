@@ -121,3 +121,17 @@ def test_committed_files_get_the_usual_permissions(folder):
         out.commit()
     assert (folder / "prediction.json").stat().st_mode == plain.stat().st_mode
 
+
+
+def test_hidden_files_are_new_private_and_never_an_existing_file(tmp_path, monkeypatch):
+    handle, first = outputs.create_hidden(tmp_path, ".tmp")
+    os.close(handle)
+    assert first.name.startswith(".servesim-") and first.suffix == ".tmp"
+    assert first.stat().st_mode & 0o777 == 0o600
+    first.write_text("kept")
+    taken = bytes.fromhex(first.name[len(".servesim-"):-len(".tmp")])
+    draws = iter([taken, taken, b"\x01" * 6])  # the first two draws name `first` again
+    monkeypatch.setattr(outputs.os, "urandom", lambda n: next(draws))
+    handle, second = outputs.create_hidden(tmp_path, ".tmp")
+    os.close(handle)
+    assert second.name == ".servesim-010101010101.tmp" and first.read_text() == "kept"

@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from servesim.cli import pydantic_plugins
+from servesim.cli import pydantic_plugins, yaml_regex
 from servesim.perf import save_timing_cache
 
 
@@ -72,11 +72,13 @@ def run() -> None:
     (found by scanning every installed distribution's entry points, ~3 ms here and more in
     larger environments) are not loaded for the command's own config models unless the user
     set PYDANTIC_DISABLE_PLUGINS (an empty value loads them all); nor is pydantic's plugin
-    loader then (`servesim.cli.pydantic_plugins`).
+    loader then (`servesim.cli.pydantic_plugins`). PyYAML's import skips its slowest regex
+    compilation (`servesim.cli.yaml_regex`).
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     pydantic_plugins.skip_loader()
+    yaml_regex.prime()
     code = main()
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):  # the run is over: its results stand

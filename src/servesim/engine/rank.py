@@ -88,39 +88,33 @@ class RankConfig:
         return limit if self.max_model_len is None else min(limit, self.max_model_len)
 
 
-@dataclass(slots=True, init=False)
 class RankPass:
-    """What one rank did in one pass (one is made per pass: its `__init__` is written out, which
-    is faster than the generated one with its default factories)."""
+    """What one rank did in one pass.
 
-    prefill_ms: float = 0.0
-    decode_ms: float = 0.0
-    admitted: list[tuple[EngineRequest, int]] = field(default_factory=list)
-    """(request, reused prompt tokens) per admission, in admission order."""
-    finished: list[EngineRequest] = field(default_factory=list)
-    """Requests that completed in this pass, in signal order."""
-    rejected: list[EngineRequest] = field(default_factory=list)
-    """Requests dropped in this pass (`EngineRequest.reject_reason` may say why)."""
-    first_tokens: list[EngineRequest] = field(default_factory=list)
-    """Requests that emitted their first token in this pass (their prompt is done)."""
-    held: list[EngineRequest] = field(default_factory=list)
-    """Prefill role: requests whose prompt is done, holding their KV until it is transferred."""
-    preemptions: int = 0
-    scheduled_tokens: int = 0
-    emitted: int = 0
-    metrics: ForwardPassMetrics | None = None
-    """Forward-pass metrics, when the rank records them."""
+    The per-pass records here are plain slotted classes rather than dataclasses: one is made per
+    pass, and building a dataclass costs ~2-3 M instructions at every start-up.
+
+    - `admitted`: (request, reused prompt tokens) per admission, in admission order;
+    - `finished`: requests that completed in this pass, in signal order;
+    - `rejected`: requests dropped in this pass (`EngineRequest.reject_reason` may say why);
+    - `first_tokens`: requests that emitted their first token in this pass (their prompt is done);
+    - `held`: prefill role, requests whose prompt is done, holding their KV until it is transferred;
+    - `metrics`: forward-pass metrics, when the rank records them.
+    """
+
+    __slots__ = ("prefill_ms", "decode_ms", "admitted", "finished", "rejected", "first_tokens", "held",
+                 "preemptions", "scheduled_tokens", "emitted", "metrics")
 
     def __init__(self, prefill_ms: float = 0.0, decode_ms: float = 0.0, *,
                  finished: list[EngineRequest] | None = None, scheduled_tokens: int = 0, emitted: int = 0,
                  metrics: ForwardPassMetrics | None = None) -> None:
         self.prefill_ms = prefill_ms
         self.decode_ms = decode_ms
-        self.admitted = []
+        self.admitted: list[tuple[EngineRequest, int]] = []
         self.finished = [] if finished is None else finished
-        self.rejected = []
-        self.first_tokens = []
-        self.held = []
+        self.rejected: list[EngineRequest] = []
+        self.first_tokens: list[EngineRequest] = []
+        self.held: list[EngineRequest] = []
         self.preemptions = 0
         self.scheduled_tokens = scheduled_tokens
         self.emitted = emitted
@@ -132,14 +126,17 @@ class RankPass:
                     or self.preemptions or self.scheduled_tokens or self.emitted)
 
 
-@dataclass(slots=True)
 class DecodePass:
     """What a decode-only pass did: cheaper to make than a `RankPass`."""
 
-    duration_ms: float
-    emitted: int
-    finished: list[EngineRequest]
-    metrics: ForwardPassMetrics | None = None
+    __slots__ = ("duration_ms", "emitted", "finished", "metrics")
+
+    def __init__(self, duration_ms: float, emitted: int, finished: list[EngineRequest],
+                 metrics: ForwardPassMetrics | None = None) -> None:
+        self.duration_ms = duration_ms
+        self.emitted = emitted
+        self.finished = finished
+        self.metrics = metrics
 
     def as_rank_pass(self) -> RankPass:
         return RankPass(decode_ms=self.duration_ms, finished=self.finished, scheduled_tokens=self.emitted,
@@ -164,16 +161,18 @@ def running_sums(start: float, terms: list[float]) -> RunningSums:
     return np.add.accumulate(sums)
 
 
-@dataclass(slots=True)
 class DecodeRun:
-    """Decode-only passes run back to back (`Rank.decode_passes`)."""
+    """Decode-only passes run back to back (`Rank.decode_passes`): the `last` pass (its finishes
+    are the run's finishes) and, `early`, the requests finished by the earlier passes with those
+    passes' ends."""
 
-    last_start_ms: float
-    end_ms: float
-    last: DecodePass | None = None
-    """The last pass (its finishes are the run's finishes)."""
-    early: list[tuple[float, list[EngineRequest]]] = field(default_factory=list)
-    """Requests finished by the earlier passes, with those passes' ends."""
+    __slots__ = ("last_start_ms", "end_ms", "last", "early")
+
+    def __init__(self, last_start_ms: float, end_ms: float) -> None:
+        self.last_start_ms = last_start_ms
+        self.end_ms = end_ms
+        self.last: DecodePass | None = None
+        self.early: list[tuple[float, list[EngineRequest]]] = []
 
     def add(self, step: DecodePass, ends: array) -> None:
         """One more pass, after the last."""
