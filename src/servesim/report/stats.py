@@ -150,11 +150,11 @@ def _select_keys(keys: IntArray, counts: IntArray, ranks: list[int]) -> dict[int
     """The rank-th smallest key (0-based, counting each key `counts` times) for each rank."""
     if not ranks:
         return {}
-    order = np.argsort(keys, kind="stable")
-    cumulative = np.cumsum(counts[order])
+    lowest = int(keys.min())  # the keys span at most MAX_BINS (`_collapse_lowest`): count them per key
+    cumulative = np.cumsum(np.bincount(keys - lowest, weights=counts))  # exact below 2**53 samples
     wanted = sorted(set(ranks))
     where = np.searchsorted(cumulative, wanted, side="right")
-    return {r: int(keys[order[i]]) for r, i in zip(wanted, where.tolist(), strict=True)}
+    return {r: lowest + i for r, i in zip(wanted, where.tolist(), strict=True)}
 
 
 def sketch_percentiles(x: FloatArray, counts: IntArray) -> dict[str, float]:

@@ -39,7 +39,7 @@ def lift_id_lists(text: str, rows: int, key: str) -> tuple[str, list[array]] | N
     top level of every object before putting the arrays there."""
     if "\\" in text or text.count(f'"{key}"') != rows:
         return None
-    parts = re.compile(f'"{re.escape(key)}": \\[([0-9, ]*)\\]').split(text)
+    parts = re.compile(f'"{re.escape(key)}": \\[([^\\]]*)\\]').split(text)  # checked in `_plain_ids`
     texts = parts[1::2]
     if len(texts) != rows or "\n" in parts[0] or parts[-1].count("\n") > 1:
         return None
@@ -48,40 +48,31 @@ def lift_id_lists(text: str, rows: int, key: str) -> tuple[str, list[array]] | N
     ids = _plain_ids(texts)
     if ids is None:
         return None
-    ends = list(accumulate([text.count(",") + 1 for text in texts], initial=0))
-    return f'"{key}": null'.join(parts[0::2]), [ids[a:b] for a, b in zip(ends, ends[1:])]
+    return f'"{key}": null'.join(parts[0::2]), ids
 
 
-def _plain_ids(texts: list[str]) -> array | None:
-    """The ids of `texts`, lists of digits, commas and spaces, all in one 'Q' array; None unless
-    each is a non-empty list of integers below 2**64 - 1 written as JSON allows."""
+def _plain_ids(texts: list[str]) -> list[array] | None:
+    """The ids of each of `texts`, lists of digits, commas and spaces, as arrays of type 'Q';
+    None unless each is a non-empty list of integers below 2**64 - 1 written as JSON allows."""
     joined = ",".join(texts).encode()
-    if not texts or _leading_zero(joined):
+    chars = np.frombuffer(b"," + joined + b",", dtype=np.uint8)
+    digit = (chars >= ord("0")) & (chars <= ord("9"))
+    if not texts or not (digit | (chars == ord(",")) | (chars == ord(" "))).all():
         return None
+    if (digit[2:] & (chars[1:-1] == ord("0")) & ~digit[:-2]).any():
+        return None  # a number starting with a zero and more digits: JSON forbids it, numpy reads it
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy warns when the text does not parse to its end
         try:
             values = np.fromstring(joined, dtype=np.uint64, sep=",")
         except (ValueError, DeprecationWarning):
             return None
-    if len(values) != joined.count(b",") + 1 or int(values.max()) == U64_MAX:  # an empty item; saturated
+    ends = list(accumulate([text.count(",") + 1 for text in texts], initial=0))
+    if len(values) != ends[-1] or int(values.max()) == U64_MAX:  # an empty item; saturated
         return None
     ids = array("Q")
     ids.frombytes(values.tobytes())
-    return ids
-
-
-def _leading_zero(text: bytes) -> bool:
-    """Whether a number in the comma- and space-separated `text` starts with a zero and has more
-    digits (JSON forbids it; numpy would read it)."""
-    text = b"," + text
-    for before in (b",0", b" 0"):
-        at = text.find(before)
-        while at >= 0:
-            if text[at + 2:at + 3].isdigit():
-                return True
-            at = text.find(before, at + 2)
-    return False
+    return [ids[a:b] for a, b in zip(ends, ends[1:])]
 
 
 def first_unique(id_lists: Sequence[Sequence[int]]) -> list[int]:
