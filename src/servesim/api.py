@@ -79,7 +79,7 @@ class ProgressMeter:
             sys.stderr.flush()
 
 
-@dataclass
+@dataclass(eq=False)
 class Report:
     """The result of one simulation: the summary fields and, if captured, per-request records."""
 

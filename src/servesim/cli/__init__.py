@@ -19,15 +19,28 @@ from servesim.cli import pydantic_plugins, yaml_regex
 from servesim.perf import save_timing_cache
 
 
-def _parser() -> argparse.ArgumentParser:
-    from servesim.cli import predict, tools
-    from servesim.fidelity import commands as fidelity
-    from servesim.search import cli as search
+#: Each subcommand and the module that registers it, in the order `servesim --help` lists them.
+_COMMANDS = {"predict": "servesim.cli.predict", "recommend": "servesim.search.cli",
+             "validate": "servesim.fidelity.commands", "calibrate": "servesim.fidelity.commands",
+             "data": "servesim.cli.tools", "compare": "servesim.cli.tools"}
+
+
+def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The command's parser for `argv`: with only the named subcommand's parsers when `argv`
+    starts with one (each `add_argument` costs a help formatter, and a run uses one command),
+    with every subcommand's otherwise (`--help`, usage errors naming the subcommand). Usage
+    lines list every subcommand either way."""
+    import importlib
 
     parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for command in (predict, search, fidelity, tools):
-        command.register(sub)
+    if argv and argv[0] in _COMMANDS:
+        modules = [_COMMANDS[argv[0]]]
+        sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(_COMMANDS) + "}")
+    else:
+        modules = list(dict.fromkeys(_COMMANDS.values()))
+        sub = parser.add_subparsers(dest="command", required=True)
+    for module in modules:
+        importlib.import_module(module).register(sub)
     return parser
 
 
@@ -45,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     SIGINT and SIGTERM stop a run cleanly (exit 130 / 143): the output folder keeps either its
     previous results or the complete new ones.
     """
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(argv).parse_args(argv)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:

@@ -74,7 +74,7 @@ class PassObserver(Protocol):
         already hold the pass's result."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ServingPool:
     """One pool as the cluster drives it."""
 

@@ -28,14 +28,14 @@ class Status(StrEnum):
     """Its client gave up before it finished (`traffic.client_timeout_seconds`, servesim extension)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Admission:
     at_ms: float
     reused_tokens: int
     pool: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class Route:
     pool: str
     worker_id: int
@@ -44,7 +44,7 @@ class Route:
     overlap_tokens: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class RequestRecord:
     """Raw lifecycle facts of one request (one turn of a session)."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from servesim.engine.request import EngineRequest
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class ForwardPassMetrics:
     """One rank's forward-pass metrics (FPM) for one pass, as Dynamo's planner consumes them.
 

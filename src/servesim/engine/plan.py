@@ -9,7 +9,7 @@ from servesim.engine.rank import RankPass
 from servesim.engine.request import EngineRequest
 
 
-@dataclass(slots=True, init=False)
+@dataclass(slots=True, init=False, eq=False, repr=False)
 class PassPlan:
     """The token budget left, what each explicitly scheduled request computes, and the record
     of the pass."""

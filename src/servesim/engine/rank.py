@@ -40,7 +40,7 @@ class SglangSettings:
     schedule_conservativeness: float = 1.0
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, eq=False, repr=False)
 class SpeculativeSettings:
     """Speculative decoding: draft tokens per step and their conditional acceptance rates."""
 
@@ -49,7 +49,7 @@ class SpeculativeSettings:
     seed: int = 42
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class RankConfig:
     """The settings of one scheduler rank."""
 

@@ -22,7 +22,7 @@ from servesim.engine.interface import HandoffRank
 from servesim.engine.rank import RankPass
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class WorkerPass:
     """One pass of a worker: when it ends and what each rank did."""
 

@@ -27,7 +27,7 @@ Slot = tuple[int, int]
 """(worker id, DP rank)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False, repr=False)
 class RouteRequest:
     """What a router may know about a request when it arrives."""
 
