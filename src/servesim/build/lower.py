@@ -53,7 +53,7 @@ class PoolSpec:
         return replace(self, rank_config=replace(self.rank_config, record_metrics=True))
 
 
-@dataclass(eq=False, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class TransferSpec:
     """How prefill workers ship KV to decode workers (disaggregated serving)."""
 

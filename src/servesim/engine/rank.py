@@ -40,7 +40,7 @@ class SglangSettings:
     schedule_conservativeness: float = 1.0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class SpeculativeSettings:
     """Speculative decoding: draft tokens per step and their conditional acceptance rates."""
 

@@ -12,7 +12,7 @@ PrefillTime = Callable[[int, int, int], float]
 """A pool's prefill time model: (batch, mean prompt end, mean cached prefix) → ms."""
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class RouterSpec:
     """Where requests go: the policy and its knobs (Dynamo's `router:` section)."""
 

@@ -18,7 +18,7 @@ from servesim.report.stats import exact_stats, sketch_stats
 from servesim.report.tally import RequestTally, Timelines
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class PoolUsage:
     """Provisioned time and GPUs of one worker pool."""
 
@@ -26,7 +26,7 @@ class PoolUsage:
     gpus_per_worker: int = 0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Sla:
     ttft_ms: float | None = None
     itl_ms: float | None = None

@@ -9,7 +9,7 @@ from typing import Any
 from servesim.report.tally import WORKER_FIELDS, RequestTally
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class WorkerUsage:
     """What the report needs to know about one worker besides its requests."""
 

@@ -31,7 +31,7 @@ STARTING, ACTIVE, DRAINING, REMOVED = (WorkerState.STARTING, WorkerState.ACTIVE,
                                       WorkerState.REMOVED)
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Transition:
     """One worker changing state."""
 

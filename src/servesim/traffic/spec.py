@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from servesim.traffic.agentic import AgenticGraph
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class SyntheticSpec:
     """`count` sessions of `turns` turns (1: single requests) with constant lengths."""
 
@@ -29,7 +29,7 @@ class SyntheticSpec:
     inter_turn_delay_ms: float = 0.0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class TraceSpec:
     """Trace files (several only for `dynamo` shards) and how to read them."""
 
@@ -39,7 +39,7 @@ class TraceSpec:
     """Tokens per trace hash id (None only for `dynamo`: the trace's embedded one)."""
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class LoadSpec:
     """When requests arrive: "concurrency" (closed loop), "poisson", "constant_rate" or
     "trace_timestamps" (the sessions' own first-arrival times, divided by `speedup`)."""
@@ -52,7 +52,7 @@ class LoadSpec:
     speedup: float = 1.0
 
 
-@dataclass(slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class TrafficSpec:
     """The requests of a run and their arrivals."""
 
