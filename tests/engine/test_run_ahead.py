@@ -81,6 +81,7 @@ def test_running_sums_add_left_to_right_however_long(start: float, terms: list[f
         expected.append(expected[-1] + term)
     sums = running_sums(start, terms)
     assert [float(s) for s in sums] == expected
+    assert [float(s) for s in running_sums(start, array("d", terms))] == expected  # as `decode_series` gives them
     ends = array("d")
     run = DecodeRun(start, start)
     run.add_many(sums, len(terms), DecodePass(terms[-1], 1, []), ends)

@@ -21,11 +21,11 @@ def test_decode_series_is_decode_at_each_point(start: int, step: int, count: int
     timing = PolynomialTiming()
     active = range(start, start + count * step, step)
     expected = [one_pass(a, total) for a in active]
-    assert timing.decode_series(step, active, total) == expected
+    assert list(timing.decode_series(step, active, total)) == expected
     assert [timing.decode(step, a, a // step, total) for a in active] == expected
     # A second, overlapping series mixes memoised and fresh points.
     shifted = range(start + step // 2, start + step // 2 + 2 * count * step, step)
-    assert timing.decode_series(step, shifted, total) == [one_pass(a, total) for a in shifted]
+    assert list(timing.decode_series(step, shifted, total)) == [one_pass(a, total) for a in shifted]
     # One pass at a time, from the series' table where filled in, else computed (below `start`
     # the table's chunks are not filled in).
     points = [*shifted, *range(0, start, max(1, start // 50))]
@@ -36,4 +36,4 @@ def test_decode_series_on_a_dense_range() -> None:
     """Every active-token count of a pool, including the flat part beyond it."""
     total = 782_464
     active = range(0, total + 5000, 7)
-    assert PolynomialTiming().decode_series(1, active, total) == [one_pass(a, total) for a in active]
+    assert list(PolynomialTiming().decode_series(1, active, total)) == [one_pass(a, total) for a in active]

@@ -12,6 +12,7 @@ pass instead of the reference's prefill + decode.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 
@@ -45,7 +46,7 @@ def constant_phases(timing: TimingModel) -> tuple[float, float] | None:
     return getattr(timing, "constant_phases", None)
 
 
-def decode_durations(timing: TimingModel, batch: int, active: range, total_kv_tokens: int) -> list[float]:
+def decode_durations(timing: TimingModel, batch: int, active: range, total_kv_tokens: int) -> Sequence[float]:
     """`timing.decode` of `batch` sequences at each active-token count of `active` (the passes
     of a steady decode batch); a model may answer the whole series at once with
     ``decode_series(batch, active, total_kv_tokens)``."""

@@ -8,6 +8,7 @@ interface in `engine.interface`; `engine.factory.make_rank` builds one.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import TYPE_CHECKING, Protocol
@@ -148,9 +149,10 @@ LONG_SUMS = 128
 hundred floats in Python."""
 
 
-def running_sums(start: float, terms: list[float]) -> RunningSums:
+def running_sums(start: float, terms: Sequence[float]) -> RunningSums:
     """``[start, start + terms[0], (start + terms[0]) + terms[1], ...]``: the running sum, added
-    left to right (numpy's `accumulate` adds element by element too)."""
+    left to right (numpy's `accumulate` adds element by element too). Long `terms` are best an
+    array of type 'd' (numpy copies its buffer instead of converting each float)."""
     if len(terms) < LONG_SUMS:
         return list(accumulate(terms, initial=start))
     import numpy as np

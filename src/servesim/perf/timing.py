@@ -9,6 +9,8 @@ memoising for their own inputs.
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from math import floor
 
 _EXACT_NS = float(1 << 40)
@@ -43,8 +45,8 @@ def quantize_ms(ms: float) -> float:
 
 
 DENSE_SERIES = 1 << 20
-"""Active-token counts below this are kept in a table: ~32 bytes per count up to the largest
-count asked (at most 32 MB per pool size; `decode`'s memo takes ~100 bytes per value)."""
+"""Active-token counts below this are kept in a table: 8 bytes per count up to the largest
+count asked (at most 8 MB per pool size; `decode`'s memo takes ~100 bytes per value)."""
 SERIES_CHUNK = 4096
 """Table entries computed at once."""
 
@@ -84,7 +86,7 @@ class PolynomialTiming:
         self._prefill: dict[int, float] = {}
         self._decode: dict[int, dict[int, float]] = {}
         """Decode times by total KV tokens, then active KV tokens."""
-        self._dense: dict[int, tuple[list[float], bytearray]] = {}
+        self._dense: dict[int, tuple[array, bytearray]] = {}
         """Decode times by total KV tokens: a table by active KV tokens, and which of its
         `SERIES_CHUNK`-count chunks are filled in."""
 
@@ -113,11 +115,12 @@ class PolynomialTiming:
             ms = memo[active_kv_tokens] = self._decode_ms(active_kv_tokens, total_kv_tokens)
         return ms
 
-    def decode_series(self, batch: int, active: range, total_kv_tokens: int) -> list[float]:
+    def decode_series(self, batch: int, active: range, total_kv_tokens: int) -> Sequence[float]:
         """`decode` at each active-token count of `active`.
 
-        Counts below `DENSE_SERIES` are answered from a table indexed by the count (a slice per
-        series), filled `SERIES_CHUNK` counts at a time; the rest from `decode`'s memo.
+        Counts below `DENSE_SERIES` are answered from a table of doubles indexed by the count (a
+        slice per series, an array of type 'd'), filled `SERIES_CHUNK` counts at a time; the
+        rest from `decode`'s memo (a list).
         """
         if not active:
             return []
@@ -126,12 +129,12 @@ class PolynomialTiming:
             return self._sparse_series(active, total_kv_tokens)
         dense = self._dense.get(total_kv_tokens)
         if dense is None:
-            dense = self._dense[total_kv_tokens] = ([], bytearray())
+            dense = self._dense[total_kv_tokens] = (array("d"), bytearray())
         table, filled = dense
         last_chunk = top // SERIES_CHUNK
         if last_chunk >= len(filled):
             grow = last_chunk + 1 - len(filled)
-            table += [0.0] * (grow * SERIES_CHUNK)
+            table.frombytes(bytes(grow * SERIES_CHUNK * table.itemsize))
             filled += bytes(grow)
         for chunk in range(active.start // SERIES_CHUNK, last_chunk + 1):
             if not filled[chunk]:
@@ -159,22 +162,21 @@ class PolynomialTiming:
         return quantize_ms(max(1.0, (-25.74 * (u * u) + 54.01 * u) + 5.74))
 
 
-def decode_ms_range(lo: int, hi: int, total_kv_tokens: int) -> list[float]:
+def decode_ms_range(lo: int, hi: int, total_kv_tokens: int) -> array:
     """`PolynomialTiming._decode_ms` at each active-token count in [lo, hi) (total below 2⁵³),
     computed with numpy: the same IEEE operations in the same order, element by element."""
     import numpy as np
 
     if total_kv_tokens == 0:
-        return [PolynomialTiming._decode_ms(a, 0) for a in range(lo, hi)]
+        return array("d", [PolynomialTiming._decode_ms(a, 0) for a in range(lo, hi)])
     u = np.minimum(1.0, np.arange(lo, hi, dtype=np.int64) / total_kv_tokens)
     ms = np.maximum(1.0, (-25.74 * (u * u) + 54.01 * u) + 5.74)
     ns = (ms / 1000.0) * 1e9
     whole = np.floor(ns)
     frac = ns - whole
     q = (whole + (frac > 0.5)).astype(np.int64)
-    out = (((q // 1_000_000_000).astype(np.float64) + (q % 1_000_000_000).astype(np.float64) / 1e9)
-           * 1000.0).tolist()
+    out = ((q // 1_000_000_000).astype(np.float64) + (q % 1_000_000_000).astype(np.float64) / 1e9) * 1000.0
     near_half = (ns >= _EXACT_NS) | ((frac >= 0.499) & (frac <= 0.501))
     for i in np.flatnonzero(near_half).tolist():
         out[i] = quantize_ms(float(ms[i]))
-    return out
+    return array("d", out.tobytes())

@@ -221,15 +221,18 @@ class SharedClock:
                 count = int(np.searchsorted(new, bound))
                 parts.append(new[:count][new[:count] <= self._cap])
                 self._taken[i] += count
-        instants = _sorted_distinct(np.concatenate(parts))
+        instants = np.concatenate(parts)
+        del parts  # a whole run's pass ends can come in one window: hold few copies at once
+        instants = _sorted_distinct(instants)
         if not len(instants):
             return
         steps = np.diff(instants, prepend=0.0 if self.last is None else self.last)
         for pool in self._pools:
-            terms = (steps * len(pool.workers)) / 1000
-            if self.last is not None:
-                terms = np.concatenate(([pool.worker_seconds], terms))
-            pool.worker_seconds = float(np.add.accumulate(terms)[-1])
+            terms = steps * len(pool.workers)
+            terms /= 1000
+            if self.last is not None:  # the carried sum's first addition
+                terms[0] = pool.worker_seconds + terms[0]
+            pool.worker_seconds = float(np.add.accumulate(terms, out=terms)[-1])
         self.last = float(instants[-1])
 
 
