@@ -51,6 +51,8 @@ def test_sessions_delays_and_defaults(tmp_path):
     ({"hash_ids": [1], "output_length": 1, "delay": 5}, "first turn of a session"),
     ({"hash_ids": [1], "output_length": 2, "output_token_ids": [1]}, "output_token_ids"),
     ({"hash_ids": [1], "output_length": 1, "timestamp": "soon"}, "timestamp"),
+    ({"hash_ids": [1], "output_length": 1, "timestamp": 10**400}, "timestamp must be a finite number"),
+    ({"timestamp": -10**400, "input_length": 1, "output_length": 1, "hash_ids": [1]}, "timestamp must be a finite"),
     ("{not json", "invalid JSON"),
     ("[1, 2]", "JSON object"),
 ])
@@ -117,3 +119,13 @@ def test_closed_loop_holds_a_slot_across_turns():
     driver.on_terminal(nxt[0], 6.0, 2)
     assert [(a.session_index, a.turn_index) for a in driver.release(6.0)] == [(2, 0)]
     assert not driver.drained()
+
+
+@pytest.mark.parametrize("value, expected", [
+    (1, 1.0), (-2.5, -2.5), (0, 0.0), (2**53 + 1, float(2**53 + 1)),
+    (10**400, None), (-10**400, None), (float("inf"), None), (float("nan"), None),
+    (True, None), ("1", None), (None, None), ([1], None),
+])
+def test_finite_float_takes_json_numbers_only(value, expected):
+    from servesim.traffic.jsonl import finite_float
+    assert finite_float(value) == expected

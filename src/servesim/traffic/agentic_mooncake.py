@@ -14,7 +14,6 @@ Every request needs exactly ceil(input_length / block_size) hash ids.
 
 from __future__ import annotations
 
-import math
 import os
 from array import array
 from collections.abc import Iterator, Mapping
@@ -23,7 +22,7 @@ from typing import Any
 from servesim.errors import TraceError
 from servesim.traffic.agentic import AgenticGraph, AgenticNode, Dependency, build_graph, legacy_play_ids
 from servesim.traffic.hash_ids import u64_array
-from servesim.traffic.jsonl import read_jsonl
+from servesim.traffic.jsonl import finite_float, read_jsonl
 
 V2_SCHEMA = "dynamo.agentic_mooncake"
 LEGACY_PLAY_PREFIX = "legacy-play:"
@@ -206,6 +205,7 @@ def _count(value: Any, field: str, *, signed: bool = False) -> int:
 
 
 def _time(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    number = finite_float(value)
+    if number is None or number < 0:
         raise ValueError(f"has invalid {field} {value!r} (must be a finite number >= 0)")
-    return float(value)
+    return number

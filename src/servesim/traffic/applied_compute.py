@@ -11,12 +11,11 @@ turn's prompt extends the previous one exactly.
 
 from __future__ import annotations
 
-import math
 from array import array
 from typing import Any
 
 from servesim.errors import TraceError
-from servesim.traffic.jsonl import read_jsonl
+from servesim.traffic.jsonl import finite_float, read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
 
 SESSION_PREFIX = "applied_compute_agentic_session_"
@@ -75,6 +74,7 @@ def _count(value: Any, field: str) -> int:
 
 
 def _seconds(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    number = finite_float(value)
+    if number is None or number < 0:
         raise ValueError(f"tool_call_latency[] must be a finite number of seconds >= 0 (got {value!r})")
-    return float(value)
+    return number

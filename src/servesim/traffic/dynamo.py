@@ -23,7 +23,7 @@ from typing import Any
 
 from servesim.errors import TraceError
 from servesim.traffic.hash_ids import u64_array
-from servesim.traffic.jsonl import read_jsonl
+from servesim.traffic.jsonl import finite_float, read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
 
 SCHEMA = "dynamo.request.trace.v1"
@@ -169,12 +169,14 @@ def _span(event: Mapping[str, Any], request: Mapping[str, Any]) -> tuple[float, 
 
 def _millis(value: Any, field: str) -> float:
     """A Unix time in whole milliseconds (an unsigned integer, as the trace schema has it)."""
-    if type(value) is not int or value < 0:
+    number = finite_float(value) if type(value) is int and value >= 0 else None
+    if number is None:
         raise ValueError(f"{field} must be an unsigned integer number of milliseconds (got {value!r})")
-    return float(value)
+    return number
 
 
 def _number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    number = finite_float(value)
+    if number is None:
         raise ValueError(f"{field} must be a finite number (got {value!r})")
-    return float(value)
+    return number

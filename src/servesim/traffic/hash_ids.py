@@ -7,7 +7,7 @@ import re
 import warnings
 from array import array
 from collections.abc import Sequence
-from itertools import accumulate, repeat
+from itertools import accumulate, pairwise, repeat
 from typing import Any
 
 import numpy as np
@@ -72,7 +72,7 @@ def _plain_ids(texts: list[str]) -> list[array] | None:
         return None
     ids = array("Q")
     ids.frombytes(values.tobytes())
-    return [ids[a:b] for a, b in zip(ends, ends[1:])]
+    return [ids[a:b] for a, b in pairwise(ends)]
 
 
 def first_unique(id_lists: Sequence[Sequence[int]]) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from collections.abc import Iterator
 from typing import IO, Any
@@ -57,6 +58,18 @@ def read_jsonl(path: str, chunk_lines: int = 4096, *,
                 raise problem
             if len(chunk) < chunk_lines:
                 return
+
+
+def finite_float(value: Any) -> float | None:
+    """A JSON number as a finite float; None for anything else (a bool, a string, infinity or
+    NaN, an integer beyond every float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _read_lines(path: str, handle: IO[str], count: int, before: int) -> tuple[list[str], TraceError | None]:

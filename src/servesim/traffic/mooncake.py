@@ -17,7 +17,7 @@ from typing import Any
 from servesim.errors import TraceError
 from servesim.limits import MAX_MS, MAX_TOKENS
 from servesim.traffic.hash_ids import u64_array, unique_positions
-from servesim.traffic.jsonl import read_jsonl
+from servesim.traffic.jsonl import finite_float, read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
 
 
@@ -45,9 +45,10 @@ def _int(value: Any, field: str, minimum: int, maximum: int = MAX_TOKENS) -> int
 def _time(value: Any, field: str) -> float:
     if type(value) is float and math.isfinite(value):
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    number = finite_float(value)
+    if number is None:
         raise ValueError(f"{field} must be a finite number of milliseconds (got {value!r})")
-    return float(value)
+    return number
 
 
 def _hash_ids(value: Any) -> array:
@@ -132,6 +133,10 @@ def _parse_row(row: Mapping[str, Any], block_size: int) -> tuple[Turn, float | N
     return turn, timestamp, delay
 
 
+_FLOAT_INTS = 1 << 1023
+"""Integers of smaller magnitude convert to a float (larger ones go to `_parse_row`)."""
+
+
 def _plain_row(row: Mapping[str, Any], block_size: int) -> tuple[Turn, float, None] | None:
     """`_parse_row` of the common row shape, with less work: exactly the keys ``timestamp``,
     ``input_length``, ``output_length`` and ``hash_ids`` (read as an array), holding in-range
@@ -145,7 +150,7 @@ def _plain_row(row: Mapping[str, Any], block_size: int) -> tuple[Turn, float, No
         return None
     if not (0 <= output <= MAX_TOKENS and 1 <= given <= MAX_TOKENS and given <= len(hash_ids) * block_size):
         return None
-    if type(timestamp) is int:
+    if type(timestamp) is int and -_FLOAT_INTS < timestamp < _FLOAT_INTS:
         timestamp = float(timestamp)
     elif type(timestamp) is not float or not math.isfinite(timestamp):
         return None
