@@ -258,10 +258,9 @@ class VllmRank(VllmHandoff, VllmRunAhead):
 
     def _prefill_time(self, plan: PassPlan) -> float:
         """The prefill phase of the pass's prompt chunks (0 without prompt work to charge)."""
-        count = plan.chunks
-        if count == 0 or not self.handoff.charges_prefill:
+        if plan.chunks == 0 or not self.handoff.charges_prefill:
             return 0.0
-        mean_isl, mean_prefix = plan.chunk_ends // count, plan.chunk_starts // count
+        count, mean_isl, mean_prefix = plan.prefill_batch()
         if mean_isl == mean_prefix:
             return 0.0
         return self.timing.prefill(count, mean_isl, mean_prefix)
