@@ -117,6 +117,29 @@ def test_unservable_request_exits_1_when_asked_to_fail(tmp_path, capsys):
     assert code == 0 and json.loads(out)["num_requests"] == 1
 
 
+def test_compat_reference_stops_at_an_unservable_request_as_the_reference_does(tmp_path, capsys):
+    """`--compat reference` (or the config key) implies the reference's handling of a request that
+    can never fit; an explicit `--unservable reject` still wins."""
+    config = CASES / "engine/05-trtllm-no-evict/config-vllm-overlong.yaml"
+    for flags in (["--compat", "reference"], ["--set", "compat=reference"]):
+        code, _, err = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / flags[0]), *flags)
+        assert code == 1 and "in-flight requests remaining" in err
+    code, out, _ = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "r"),
+                        "--compat", "reference", "--unservable", "reject", "--format", "json")
+    assert code == 0 and json.loads(out)["num_requests"] == 1
+
+
+def test_compat_reference_writes_exactly_the_reference_fields(tmp_path, capsys):
+    config = CASES / "replay/10-max-virtual-time-cap/config.yaml"
+    expected = json.loads(config.with_name("report.json").read_text())
+    expected.pop("per_request", None)
+    code, out, _ = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "o"),
+                        "--compat", "reference", "--format", "json")
+    assert code == 0 and set(json.loads(out)) == set(expected)
+    code, out, _ = _run(capsys, "predict", "-c", str(config), "--output-dir", str(tmp_path / "p"), "--format", "json")
+    assert code == 0 and "incomplete_requests" in json.loads(out)
+
+
 FIFO_SPEC_LIVELOCK = """
 engine:
   model: m

@@ -150,7 +150,7 @@ class Report:
 
 
 def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_request: bool = False,
-             progress: bool = False, fast: bool = True, unservable: str = "reject",
+             progress: bool = False, fast: bool = True, unservable: str | None = None,
              scaling: ScalingPolicy | None = None, workload: Workload | None = None,
              timeseries: bool = False, spool: RecordSpool | None = None) -> Report:
     """Run one simulation and return its report.
@@ -160,8 +160,9 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     `fast=False` turns off the fast paths (implicitly advanced decode cohorts, running ahead,
     one worker at a time); results are identical either way, which the test suite checks.
     `unservable="fail"` makes a request that can never fit the KV pool stall the run into an
-    error, as the reference does; the default ("reject") reports it as rejected with a reason
-    and carries on. `scaling` plugs in a scaling policy of your own (see
+    error, as the reference does; "reject" reports it as rejected with a reason and carries on;
+    None (the default) is "fail" under `compat: reference` and "reject" otherwise. Under
+    `compat: reference` the report has exactly the reference's fields. `scaling` plugs in a scaling policy of your own (see
     `servesim.scaling.contract`); by default the config's `planner` section decides.
     `workload` replays these sessions instead of the ones `traffic.source` describes;
     `traffic.load` still decides when they arrive (with `trace_timestamps`, at the sessions'
@@ -172,7 +173,7 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     grow with finished records), unless the run needs whole records to the end (disaggregated
     serving, agentic traces); `Report.spool` says whether it was used.
     """
-    if unservable not in ("reject", "fail"):
+    if unservable not in (None, "reject", "fail"):
         raise ConfigError(f"unservable must be 'reject' or 'fail' (got {unservable!r})")
     if scaling is not None and not all(callable(getattr(scaling, m, None)) for m in ("initial_tick_ms", "on_tick")):
         raise ConfigError(f"scaling must have initial_tick_ms() and on_tick(snapshot) methods "
@@ -184,11 +185,13 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     elif not isinstance(config, SimConfig):
         raise ConfigError(f"config must be a SimConfig, a mapping in the YAML schema or a path to a YAML file "
                           f"(got {type(config).__name__})")
-    run = lower(config, unservable=unservable)
+    reference = config.compat == "reference"
+    run = lower(config, unservable=unservable or ("fail" if reference else "reject"))
     try:
         with collection_paused(stay_frozen=False):
-            return _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
-                           scaling=scaling, workload=workload, timeseries=timeseries, spool=spool)
+            report = _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
+                             scaling=scaling, workload=workload, timeseries=timeseries, spool=spool)
+        return report.reference_fields_only() if reference else report
     finally:
         save_timing_cache()  # the AIC answers this run added, for the next one
 

@@ -758,4 +758,4 @@ def test_every_field_is_documented(model: type[pydantic.BaseModel]) -> None:
 
 
 def test_sections_are_the_sim_config_fields() -> None:
-    assert schema.SECTIONS == ("engine", "traffic", "evaluation", "router", "planner")
+    assert schema.SECTIONS == ("engine", "traffic", "evaluation", "router", "planner", "compat")

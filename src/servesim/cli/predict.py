@@ -33,16 +33,29 @@ def register(sub: Any) -> None:
     predict.add_argument("--report", action="store_true",
                          help="also write report.html: a self-contained page of charts (needs plotly: "
                               "servesim[report])")
-    predict.add_argument("--unservable", choices=("reject", "fail"), default="reject",
+    predict.add_argument("--compat", choices=("reference",), default=None,
+                         help="'reference': reproduce AISimulate 0.1.0.dev2 exactly (its timing model, "
+                              "report fields, unservable requests and exit codes); the same as the "
+                              "config key compat: reference")
+    predict.add_argument("--unservable", choices=("reject", "fail"), default=None,
                          help="a request that can never fit the KV pool is rejected with a reason "
-                              "(default), or — as in the reference — stops the run where the reference "
-                              "stops or stalls; under 'fail' a run where no request completed is an "
-                              "error too")
+                              "(the default), or — as in the reference, and under --compat reference — "
+                              "stops the run where the reference stops or stalls; under 'fail' a run "
+                              "where no request completed is an error too")
     predict.add_argument("--reference-fields", action="store_true",
                          help="write prediction.json and the per-request records with exactly the reference's "
                               "fields (without servesim's additions: rejected_requests, incomplete_requests, "
                               "timed_out_requests, rejection_reason)")
     predict.set_defaults(run_command=_predict)
+
+
+def _resolve_compat(args: argparse.Namespace, reference: bool) -> None:
+    """Settle the switches `compat: reference` implies: the reference's fields and its handling of
+    unservable requests (an explicit `--unservable` still wins)."""
+    args.compat = "reference" if reference else None
+    args.reference_fields = args.reference_fields or reference
+    if args.unservable is None:
+        args.unservable = "fail" if reference else "reject"
 
 
 def _check_extras(args: argparse.Namespace) -> None:
@@ -69,6 +82,9 @@ def _predict(args: argparse.Namespace) -> int:
         try:
             config = load_config(args.config, args.overrides, stack=args.stack,
                                  allow_duplicate_keys=args.allow_duplicate_keys)
+            if args.compat is not None:
+                config = config.model_copy(update={"compat": args.compat})
+            _resolve_compat(args, config.compat == "reference")
             _check_extras(args)
             prepare_folder(out_dir, args.overwrite)
         except ConfigError as exc:

@@ -22,6 +22,8 @@ The schema does no I/O and imports nothing else from servesim but
 """
 
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from servesim.config.dynamo import PlannerConfig, PrefillLoadModelConfig, RouterConfig
@@ -141,6 +143,10 @@ class SimConfig(SchemaModel):
     """Placement of requests on workers; omitted = round robin."""
     planner: PlannerConfig = PlannerConfig.defaults()
     """Autoscaling (Dynamo's planner); omitted = a fixed fleet."""
+    compat: Literal["reference"] | None = None
+    """servesim extension: 'reference' reproduces AISimulate 0.1.0.dev2 exactly — its timing model,
+    its report fields and its handling of requests that can never fit the KV pool (the run stops
+    where the reference stops); omitted = servesim's best estimate (the same as `--compat`)."""
 
     @model_validator(mode="after")
     def _format_needs_aggregated(self) -> "SimConfig":
