@@ -81,7 +81,17 @@ def parse_config(data: Mapping[str, Any], base_dir: Path | None = None, *, stack
     problems += _adapter_section_problems(data, sections, stack or "engine")
     if problems or config is None:
         raise ConfigError(_format_problems(problems))
-    return _resolve_relative_paths(config, base_dir) if base_dir is not None else config
+    config = _resolve_relative_paths(config, base_dir) if base_dir is not None else config
+    return _with_calibration_settings(config)
+
+
+def _with_calibration_settings(config: SimConfig) -> SimConfig:
+    """A calibration file's fit settings filled into its role (`servesim.fidelity.settings`)."""
+    if not any(getattr(w.timing, "calibration", None) for w in config.engine.roles.values()):
+        return config
+    from servesim.fidelity.settings import apply_calibration_settings
+
+    return apply_calibration_settings(config)
 
 
 # --------------------------------------------------------------------------------------------

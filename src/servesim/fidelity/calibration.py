@@ -8,12 +8,20 @@ A calibration file is YAML::
     frontend_ms: 14.0        # per-request front-end latency; null = not measured
     kv_tokens: 41408         # KV capacity per scheduler rank; null = not measured
     mixed_pass: fused        # the mode it was fitted in
-    fitted_on: {...}         # provenance (free-form): measurements, deployment, errors
+    fitted_with:             # every other setting of the fit (servesim.fidelity.settings)
+      timing: {type: default, dp_sync_ms: 0.0}
+      scheduler: {async_scheduling: true}
+      engine: {model: ..., hardware: ..., backend: vllm, backend_version: 0.19.0}
+    fitted_on: {...}         # provenance (free-form): measurements, errors, hold-out
 
 A calibrated model times a prefill phase ``a·P``, a decode phase ``b·D`` and a fused mixed pass
 ``a·P + b·(M − P)`` — its prefill part scaled like prefill, the rest like decode — each rounded
 to whole nanoseconds. `kv_tokens` replaces a default KV capacity (``kv_tokens // block_size``
 blocks); a fixed capacity in the config wins.
+
+A config that names the file gets the settings it was fitted with (`mixed_pass` and
+`fitted_with`, see `servesim.fidelity.settings`): as if written in the config, and a key written
+there that contradicts one is a configuration error.
 """
 
 from __future__ import annotations
@@ -31,7 +39,10 @@ from servesim.errors import TraceError
 
 VERSION = 1
 KEYS = ("servesim_calibration", "prefill_scale", "decode_scale", "frontend_ms", "kv_tokens", "mixed_pass",
-        "fitted_on")
+        "fitted_with", "fitted_on")
+SECTIONS = {"timing": ("type", "dp_sync_ms", "gpu"), "scheduler": ("async_scheduling",),
+            "engine": ("model", "hardware", "backend", "backend_version")}
+"""What `fitted_with` may hold: section → keys."""
 
 
 @dataclass(frozen=True)
@@ -43,13 +54,18 @@ class Calibration:
     frontend_ms: float | None = None
     kv_tokens: int | None = None
     mixed_pass: str = "fused"
+    fitted_with: dict[str, dict[str, Any]] | None = None
+    """The fit's other settings, section → key → value (`SECTIONS`)."""
     fitted_on: dict[str, Any] | None = None
 
     def to_yaml(self) -> str:
         doc = {"servesim_calibration": VERSION, "prefill_scale": round(self.prefill_scale, 6),
                "decode_scale": round(self.decode_scale, 6),
                "frontend_ms": None if self.frontend_ms is None else round(self.frontend_ms, 3),
-               "kv_tokens": self.kv_tokens, "mixed_pass": self.mixed_pass, "fitted_on": self.fitted_on or {}}
+               "kv_tokens": self.kv_tokens, "mixed_pass": self.mixed_pass}
+        if self.fitted_with:
+            doc["fitted_with"] = self.fitted_with
+        doc["fitted_on"] = self.fitted_on or {}
         return "# servesim calibration file (servesim calibrate); use as timing.calibration\n" + \
             yaml.safe_dump(doc, sort_keys=False)
 
@@ -85,6 +101,7 @@ def _parse(path: str, doc: Any) -> Calibration:
         frontend_ms=_number(path, doc, "frontend_ms", None),
         kv_tokens=_count(path, doc, "kv_tokens"),
         mixed_pass=_mode(path, doc),
+        fitted_with=_settings(path, doc.get("fitted_with")),
         fitted_on=doc.get("fitted_on") if isinstance(doc.get("fitted_on"), dict) else None,
     )
 
@@ -103,6 +120,22 @@ def _count(path: str, doc: dict, key: str) -> int | None:
     value = doc.get(key)
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
         raise TraceError(path, None, f"{key}: must be a positive integer or null (got {value!r})")
+    return value
+
+
+def _settings(path: str, value: Any) -> dict[str, dict[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TraceError(path, None, "fitted_with: must be a mapping of sections (timing, scheduler, engine)")
+    for section, keys in value.items():
+        if section not in SECTIONS or not isinstance(keys, dict):
+            raise TraceError(path, None, f"fitted_with.{section}: unknown section or not a mapping "
+                                         f"(allowed: {', '.join(SECTIONS)})")
+        unknown = sorted(set(keys) - set(SECTIONS[section]))
+        if unknown:
+            raise TraceError(path, None, f"fitted_with.{section}: unknown key {unknown[0]!r} "
+                                         f"(allowed: {', '.join(SECTIONS[section])})")
     return value
 
 

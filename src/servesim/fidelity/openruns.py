@@ -3,8 +3,9 @@
 Each run (``<data>/examples/<hw>/<model>/``) is a real vLLM 0.19.0 serving run of a 300-request
 ShareGPT trace (~10 req/s) with its engine settings (``vllm/meta.json``) and measured
 per-request timestamps (``vllm/requests.jsonl``); ``<data>/traces`` holds the same requests as
-Mooncake traces. The data is read from ``../shared/data/llmservingsim-vllm-validation`` (or a
-folder given explicitly) and is never copied into the repository.
+Mooncake traces. By default the data is the open pack shipped with servesim
+(``servesim/data/llmservingsim-vllm-validation``: those files, MIT, without the workloads'
+token ids; its SOURCE.md says what was kept); a full copy of the data set can be given instead.
 
 Two anchors for the measured latencies:
 
@@ -26,7 +27,9 @@ import numpy as np
 
 from servesim.measured import Measured, load_measured
 
-DEFAULT_DATA = Path("../shared/data/llmservingsim-vllm-validation")
+PACK = Path(__file__).resolve().parents[1] / "data" / "llmservingsim-vllm-validation"
+"""The open measurement pack shipped as package data."""
+DEFAULT_DATA = PACK
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def has_aic_data(run: OpenRun, systems: str | None = None) -> bool:
 
 
 def data_folder(explicit: str | Path | None = None) -> Path:
-    """The data folder: `explicit`, else ../shared/data/llmservingsim-vllm-validation."""
+    """The data folder: `explicit`, else the shipped pack (`PACK`)."""
     return Path(explicit) if explicit is not None else DEFAULT_DATA
 
 
