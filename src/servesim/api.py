@@ -327,6 +327,13 @@ class LiveReplay:
         driver.start(0.0)
         self.loop.start()
 
+    def warm_up(self) -> None:
+        """Load what each pool's timing model defers (AIConfigurator's engine, which a timing
+        memo may spare until a question it cannot answer), so that no request waits for it
+        mid-run; answers are unchanged."""
+        for spec in self.run.pools:
+            getattr(spec.timing, "engine", None)
+
     @property
     def now(self) -> float:
         """The simulated clock (ms)."""
