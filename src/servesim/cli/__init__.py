@@ -1,5 +1,5 @@
 """The `servesim` command: `predict`, `recommend`, `validate`, `calibrate`, `compare`,
-`data fetch`. Each subcommand registers itself (`register(sub)`) and names the function that
+`data fetch`, `serve`. Each subcommand registers itself (`register(sub)`) and names the function that
 runs it (`run_command`).
 
 Exit codes follow the reference: 0 success, 2 configuration or usage errors, 1 when the
@@ -22,7 +22,7 @@ from servesim.perf import save_timing_cache
 #: Each subcommand and the module that registers it, in the order `servesim --help` lists them.
 _COMMANDS = {"predict": "servesim.cli.predict", "recommend": "servesim.search.cli",
              "validate": "servesim.fidelity.commands", "calibrate": "servesim.fidelity.commands",
-             "data": "servesim.cli.tools", "compare": "servesim.cli.tools"}
+             "data": "servesim.cli.tools", "compare": "servesim.cli.tools", "serve": "servesim.serve.cli"}
 
 
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
