@@ -1,0 +1,80 @@
+"""Which fidelity model a run uses, decided once per config.
+
+A role's `timing.mixed_pass` omitted means "resolve": under `compat: reference` the reference's
+model (``sum``: a mixed pass is a prefill pass plus a decode pass, no front-end latency, no DP
+step synchronisation, no async scheduling), otherwise servesim's best estimate for the role's
+backend (`BEST_MIXED_PASS`; docs/timing.md, *Which model runs where*). Everything that derives
+from the mode — front-end latency, DP sync, async scheduling (`servesim.fidelity.apply`) — then
+follows the resolved value. Only the data-backed kinds (default, roofline) have the key: fixed
+and polynomial timing are the user's or the reference's formulas and always run as the
+reference runs them.
+
+`resolve_fidelity` is called where a config becomes a run (`servesim.build.lower`), by the
+analytic estimate of `recommend` and by `calibrate`, so the three agree.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from servesim.config.schema import SimConfig, WorkerConfig
+
+BEST_MIXED_PASS: dict[str, str] = {"vllm": "fused", "trtllm": "fused", "sglang": "fused"}
+"""The mode servesim's defaults run per backend (docs/timing.md has the evidence per backend and GPU)."""
+
+REFERENCE_MODE = "reference"
+FUSED_MODE = "fused"
+
+
+def resolved_mixed_pass(backend: str, compat: str | None) -> str:
+    """`timing.mixed_pass` when the key is omitted."""
+    if compat == "reference":
+        return "sum"
+    return BEST_MIXED_PASS.get(backend, "sum")
+
+
+def _resolved_worker(worker: WorkerConfig, backend: str, compat: str | None) -> WorkerConfig:
+    timing = worker.timing
+    if not hasattr(timing, "mixed_pass") or timing.mixed_pass is not None:
+        return worker
+    mode = resolved_mixed_pass(backend, compat)
+    return worker.model_copy(update={"timing": timing.model_copy(update={"mixed_pass": mode})})
+
+
+def resolve_fidelity(config: SimConfig) -> SimConfig:
+    """`config` with every role's omitted `timing.mixed_pass` resolved (idempotent). A config
+    whose `compat: reference` contradicts an explicit fidelity key (one set after validation,
+    e.g. by `model_copy`) is a ConfigError naming both."""
+    from servesim.config.schema import compat_conflicts
+
+    conflicts = compat_conflicts(config)
+    if conflicts:
+        raise ConfigError("; ".join(f"{key}: {message}" for key, message in conflicts))
+    engine = config.engine
+    workers = engine.workers
+    update = {}
+    for role, worker in engine.roles.items():
+        resolved = _resolved_worker(worker, engine.backend, config.compat)
+        if resolved is not worker:
+            update[role] = resolved
+    if not update:
+        return config
+    engine = engine.model_copy(update={"workers": workers.model_copy(update=update)})
+    return config.model_copy(update={"engine": engine})
+
+
+def fidelity_mode(config: SimConfig) -> str:
+    """The fidelity mode of a resolved config, for the provenance: 'reference' (the reference's
+    timing model), 'fused' (servesim's best estimate) or 'mixed' (roles differ), with what was
+    set explicitly."""
+    modes = set()
+    for worker in config.engine.roles.values():
+        modes.add(getattr(worker.timing, "mixed_pass", None) or "sum")
+    if modes == {"fused"}:
+        return FUSED_MODE
+    if modes == {"sum"}:
+        return REFERENCE_MODE if config.compat == "reference" else "sum"
+    return "mixed"
