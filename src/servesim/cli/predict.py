@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servesim.cli.common import add_common_arguments, config_error, start_up
+from servesim.cli.common import add_common_arguments, compat_overrides, config_error, start_up
 from servesim.errors import ConfigError, RunError
 from servesim.outputs import OutputSet, os_reason, prepare_folder
 
@@ -33,10 +33,6 @@ def register(sub: Any) -> None:
     predict.add_argument("--report", action="store_true",
                          help="also write report.html: a self-contained page of charts (needs plotly: "
                               "servesim[report])")
-    predict.add_argument("--compat", choices=("reference",), default=None,
-                         help="'reference': reproduce AISimulate 0.1.0.dev2 exactly (its timing model, "
-                              "report fields, unservable requests and exit codes); the same as the "
-                              "config key compat: reference")
     predict.add_argument("--unservable", choices=("reject", "fail"), default=None,
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(the default), or — as in the reference, and under --compat reference — "
@@ -80,10 +76,8 @@ def _predict(args: argparse.Namespace) -> int:
             return 2
         out_dir = Path(args.output_dir)
         try:
-            config = load_config(args.config, args.overrides, stack=args.stack,
+            config = load_config(args.config, compat_overrides(args), stack=args.stack,
                                  allow_duplicate_keys=args.allow_duplicate_keys)
-            if args.compat is not None:
-                config = config.model_copy(update={"compat": args.compat})
             _resolve_compat(args, config.compat == "reference")
             _check_extras(args)
             prepare_folder(out_dir, args.overwrite)
