@@ -20,7 +20,7 @@ from servesim.engine.pass_time import TimingModel
 from servesim.engine.rank import RankConfig, SglangSettings, SpeculativeSettings
 from servesim.errors import RunError
 from servesim.fidelity.apply import async_scheduling, frontend_ms
-from servesim.fidelity.resolve import resolve_fidelity
+from servesim.fidelity.resolve import resolve_backend_version, resolve_fidelity
 from servesim.placement.factory import RouterSpec
 from servesim.report.summary import Sla
 from servesim.traffic.spec import TrafficSpec
@@ -102,7 +102,7 @@ def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
     problems = runtime_rejections(config)
     if problems:
         raise RunError("; ".join(problems))
-    config = resolve_fidelity(config)
+    config = resolve_backend_version(resolve_fidelity(config))
     engine = config.engine
     stop = config.traffic.stop
     cap = stop.max_virtual_time_seconds if stop is not None else None

@@ -78,3 +78,35 @@ def fidelity_mode(config: SimConfig) -> str:
     if modes == {"sum"}:
         return REFERENCE_MODE if config.compat == "reference" else "sum"
     return "mixed"
+
+
+def default_backend_version(hardware: str, backend: str, systems_path: str | None) -> str | None:
+    """`servesim.perf.aic.default_version` for a GPU and backend in the configured database
+    (None: the database has no data for them, or cannot be read)."""
+    from servesim.errors import RunError
+    from servesim.perf import aic
+    from servesim.perf.hardware import ready_systems_dir, systems_dir
+
+    try:
+        systems, how = systems_dir(systems_path)
+        ready_systems_dir(systems, how, hardware, backend, None)
+        return aic.default_version(systems, hardware, backend)
+    except (RunError, ConfigError, OSError):
+        return None
+
+
+def resolve_backend_version(config: SimConfig) -> SimConfig:
+    """`config` with an omitted `engine.backend_version` settled the way `recommend` settles it
+    (`default_backend_version`), when a role is timed from the database; under `compat:
+    reference`, or with the version given, unchanged."""
+    from servesim.config.timing import DefaultTiming
+
+    engine = config.engine
+    if config.compat == "reference" or engine.backend_version is not None:
+        return config
+    if not any(isinstance(w.timing, DefaultTiming) for w in engine.roles.values()):
+        return config
+    version = default_backend_version(engine.hardware, engine.backend, engine.aic_systems_path)
+    if version is None:
+        return config
+    return config.model_copy(update={"engine": engine.model_copy(update={"backend_version": version})})
