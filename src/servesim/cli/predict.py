@@ -136,10 +136,13 @@ def _write_outputs(outputs: OutputSet, report: Report, args: argparse.Namespace)
 
     extensions = report.extensions or {}
     spool = report.spool
+    document = report.to_dict()
+    if report.provenance and not args.reference_fields:  # under compat: reference, the reference's fields only
+        document["provenance"] = report.provenance
     if spool is not None:
-        outputs.stage_file("prediction.json", lambda path: spool.write_report_json(report.to_dict(), path))
+        outputs.stage_file("prediction.json", lambda path: spool.write_report_json(document, path))
     else:
-        outputs.stage_file("prediction.json", lambda path: write_report_json(report.to_dict(), path))
+        outputs.stage_file("prediction.json", lambda path: write_report_json(document, path))
     if args.capture_per_request:
         if args.per_request_format == "parquet":
             from servesim.report.tables import write_parquet
@@ -179,6 +182,10 @@ def _print_report(report: Report, args: argparse.Namespace, prediction: Path) ->
 
     data = report.to_dict() if args.stdout_per_request else report.summary
     text = report_line(data) if args.format == "json" else render_table(data, str(prediction))
+    if args.format == "table" and report.provenance and not args.reference_fields:
+        from servesim.fidelity.resolve import header_line
+
+        text = header_line(report.provenance) + text
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

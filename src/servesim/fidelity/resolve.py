@@ -110,3 +110,28 @@ def resolve_backend_version(config: SimConfig) -> SimConfig:
     if version is None:
         return config
     return config.model_copy(update={"engine": engine.model_copy(update={"backend_version": version})})
+
+
+def provenance(config: SimConfig, timing_labels: dict[str, str]) -> dict[str, str]:
+    """What a run resolved, as flat text (`Report.provenance`, prediction.json's `provenance`,
+    the ledger, the table's header): backend and version, timing model per role, fidelity mode,
+    calibration, servesim version, compat. `config` is resolved (`resolve_fidelity`,
+    `resolve_backend_version`); `timing_labels` are the roles' built timing models' labels."""
+    from servesim import __version__
+    from servesim.perf.aicdata import DEFAULT_BACKEND_VERSIONS
+
+    engine = config.engine
+    version = engine.backend_version or DEFAULT_BACKEND_VERSIONS.get(engine.backend, "current")
+    calibrations = sorted({c for w in engine.roles.values() if (c := getattr(w.timing, "calibration", None))})
+    timing = timing_labels.get("aggregated") if len(timing_labels) == 1 else "; ".join(
+        f"{role}: {label}" for role, label in timing_labels.items())
+    return {"servesim_version": __version__, "compat": config.compat or "none", "backend": engine.backend,
+            "backend_version": version, "hardware": engine.hardware, "timing_model": timing or "",
+            "fidelity": fidelity_mode(config), "calibration": ", ".join(calibrations) or "none"}
+
+
+def header_line(prov: dict[str, str]) -> str:
+    """The one-line header above the text table."""
+    return (f"servesim {prov['servesim_version']} · {prov['backend']} {prov['backend_version']} on "
+            f"{prov['hardware']} · fidelity: {prov['fidelity']} · timing: {prov['timing_model']} · "
+            f"calibration: {prov['calibration']}\n")
