@@ -15,7 +15,7 @@ analytic estimate of `recommend` and by `calibrate`, so the three agree.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servesim.errors import ConfigError
 
@@ -55,7 +55,7 @@ def resolve_fidelity(config: SimConfig) -> SimConfig:
         raise ConfigError("; ".join(f"{key}: {message}" for key, message in conflicts))
     engine = config.engine
     workers = engine.workers
-    update = {}
+    update: dict[str, Any] = {}
     for role, worker in engine.roles.items():
         resolved = _resolved_worker(worker, engine.backend, config.compat)
         if resolved is not worker:
