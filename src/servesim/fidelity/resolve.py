@@ -118,10 +118,14 @@ def provenance(config: SimConfig, timing_labels: dict[str, str]) -> dict[str, st
     calibration, servesim version, compat. `config` is resolved (`resolve_fidelity`,
     `resolve_backend_version`); `timing_labels` are the roles' built timing models' labels."""
     from servesim import __version__
-    from servesim.perf.aicdata import DEFAULT_BACKEND_VERSIONS
+    from servesim.config.timing import DefaultTiming
 
     engine = config.engine
-    version = engine.backend_version or DEFAULT_BACKEND_VERSIONS.get(engine.backend, "current")
+    version = engine.backend_version or "none (no database timing)"
+    if engine.backend_version is None and any(isinstance(w.timing, DefaultTiming) for w in engine.roles.values()):
+        from servesim.perf.aicdata import DEFAULT_BACKEND_VERSIONS
+
+        version = DEFAULT_BACKEND_VERSIONS.get(engine.backend, "current")
     calibrations = sorted({c for w in engine.roles.values() if (c := getattr(w.timing, "calibration", None))})
     timing = timing_labels.get("aggregated") if len(timing_labels) == 1 else "; ".join(
         f"{role}: {label}" for role, label in timing_labels.items())
