@@ -31,7 +31,9 @@ def write_recommendations(out_dir: Path, result: SearchResult) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for entry in result.ranked():
         path = folder / f"{entry['rank']:04d}.yaml"
-        path.write_text(yaml.safe_dump(result.configs[entry["trial"]], sort_keys=False, allow_unicode=True))
+        # the reference's recommended configs exactly under compat: reference (the key is the run's, not the file's)
+        config = {k: v for k, v in result.configs[entry["trial"]].items() if k != "compat"}
+        path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
         entry["config_path"] = str(path.relative_to(out_dir))
 
 
