@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,6 +104,10 @@ class Report:
     spool: RecordSpool | None = None
     """The spool that took the per-request records as requests ended, when `simulate(...,
     spool=...)` used it; `per_request` is then None."""
+    provenance: dict[str, str] = field(default_factory=dict)
+    """What the run resolved, as flat text: servesim_version, compat, backend, backend_version,
+    hardware, timing_model, fidelity, calibration (written to prediction.json's `provenance`
+    and above the table, except under `compat: reference`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""
@@ -217,6 +221,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     report = _report(run, stages.cluster, stages.collector, stages.tally, now, wall_ms,
                      capture_per_request and stages.spool is None, stages.sampling)
     report.spool = stages.spool
+    report.provenance = dict(run.provenance)
     return report
 
 
