@@ -59,7 +59,7 @@ class Calibration:
     fitted_on: dict[str, Any] | None = None
 
     def to_yaml(self) -> str:
-        doc = {"servesim_calibration": VERSION, "prefill_scale": round(self.prefill_scale, 6),
+        doc: dict[str, Any] = {"servesim_calibration": VERSION, "prefill_scale": round(self.prefill_scale, 6),
                "decode_scale": round(self.decode_scale, 6),
                "frontend_ms": None if self.frontend_ms is None else round(self.frontend_ms, 3),
                "kv_tokens": self.kv_tokens, "mixed_pass": self.mixed_pass}
