@@ -230,6 +230,17 @@ def calibrate(config: SimConfig, measured: Measured | Sequence[Measured], *, kee
         return CalibrationResult(fitted, before, after, replay.count, sep, sep.notes())
 
 
+def predict_errors(config: SimConfig, measured: Sequence[Measured], calibrations: Sequence[Calibration],
+                   *, keep_traffic: bool = False,
+                   fit: Sequence[np.ndarray | None] | None = None) -> list[dict[str, float]]:
+    """Signed mean errors (%) of `config`'s deployment with each of `calibrations` against
+    `measured` (the `fit` requests of each run, all by default)."""
+    runs, fits = _as_runs(list(measured), fit)
+    with tempfile.TemporaryDirectory(prefix="servesim-predict-") as tmp:
+        replay = _Replay(config, runs, keep_traffic, Path(tmp), fits)
+        return [replay.errors(replay.run(replace(c, mixed_pass=replay.mode))) for c in calibrations]
+
+
 def _kv_tokens(replay: _Replay) -> int | None:
     """The KV capacity per rank the runs show (the median of those that show one)."""
     found = []

@@ -37,14 +37,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     calibrate = sub.add_parser("calibrate", help="fit a calibration file to measurements of a real deployment")
     calibrate.add_argument("-c", "--config", required=True, help="YAML config of the measured deployment")
-    calibrate.add_argument("-m", "--measurements", required=True,
-                           help="per-request measurements: LLMServingSim JSONL, AIPerf profile_export.jsonl "
-                                "or a vllm bench serve --save-detailed JSON")
+    calibrate.add_argument("-m", "--measurements", required=True, action="append",
+                           help="per-request measurements of one run: LLMServingSim JSONL, AIPerf "
+                                "profile_export.jsonl or a vllm bench serve --save-detailed JSON; repeat for "
+                                "runs at other loads or prompt lengths (they let the fit separate prefill "
+                                "time from front-end latency)")
     calibrate.add_argument("--format", choices=("auto", "llmservingsim", "aiperf", "vllm"), default="auto")
     calibrate.add_argument("-o", "--output", required=True, help="calibration file to write (YAML)")
     add_compat_argument(calibrate)
     calibrate.add_argument("--keep-traffic", action="store_true",
                            help="replay the config's own traffic section instead of the measured requests")
+    calibrate.add_argument("--no-holdout", action="store_true",
+                           help="skip the hold-out check (a fit on part of the data predicting the rest)")
     calibrate.set_defaults(run_command=_calibrate)
 
 
@@ -119,12 +123,21 @@ def _calibrate(args: argparse.Namespace) -> int:
         message = str(exc)
         return _fail(2, message if message.startswith(f"{args.config}:") else f"{args.config}: {message}")
     try:
-        measured = load_measured(args.measurements, args.format)
-        result = calibrate(config, measured, keep_traffic=args.keep_traffic, progress=sys.stderr.isatty())
+        measured = [load_measured(path, args.format) for path in args.measurements]
+        progress = sys.stderr.isatty()
+        if not args.no_holdout:
+            from servesim.fidelity import holdout
+
+            sys.stdout.write(holdout.render_check(holdout.check(config, measured, args.keep_traffic, progress)))
+        result = calibrate(config, measured, keep_traffic=args.keep_traffic, progress=progress)
     except ConfigError as exc:
         return _fail(2, str(exc))
     except RunError as exc:
         return _fail(1, str(exc))
-    Path(args.output).write_text(result.calibration.to_yaml())
     sys.stdout.write(result.describe())
+    for note in result.notes:
+        if note.startswith("warning:"):
+            print(f"servesim: {note}", file=sys.stderr)
+    Path(args.output).write_text(result.calibration.to_yaml())
+    print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -8,6 +8,10 @@ fused mode:
   queueing TTFT, full batches); the whole run is replayed in both cases;
 * **model** — a calibration fitted to one run predicts another run on the same GPU type (a
   different model and parallelism); the KV capacity is not carried over.
+
+And the one `servesim calibrate` prints before it writes its file (`check`): with several
+measured runs each is predicted by a calibration fitted to the others; with one, its first
+third of requests is fitted and its other two thirds predicted.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from servesim.config import parse_config
+from servesim.config import SimConfig, parse_config
 from servesim.fidelity import openruns
-from servesim.fidelity.calibrate import calibrate
+from servesim.fidelity.calibrate import calibrate, predict_errors
+from servesim.fidelity.calibration import Calibration
+from servesim.measured import Measured
 from servesim.fidelity.validate import METRICS, simulated_latencies
 
 TIMINGS = {"AIConfigurator": {"type": "default", "mixed_pass": "fused"},
@@ -111,4 +117,44 @@ def render(rows: Sequence[HoldoutRow], title: str) -> str:
         cells = [f"{r.uncalibrated[m]:+.1f} → {r.calibrated[m]:+.1f} %" for m in METRICS]
         lines.append(f"| {r.timing} | {r.calibrated_on} | {r.predicted} | " + " | ".join(cells)
                      + f" | {r.mean_abs(r.uncalibrated):.1f} → {r.mean_abs(r.calibrated):.1f} % |")
+    return "\n".join(lines) + "\n"
+
+
+def check(config: SimConfig, runs: Sequence[Measured], keep_traffic: bool = False,
+          progress: bool = False) -> list[HoldoutRow]:
+    """`calibrate`'s hold-out: each run predicted by a calibration fitted to the others, or
+    (one run) its last two thirds by one fitted to its first third."""
+    runs = list(runs)
+    label = "calibrate"
+    if len(runs) == 1:
+        measured = runs[0]
+        first = np.arange(len(measured)) < max(1, len(measured) // 3)
+        if progress:
+            print("[calibrate] hold-out: fitting the first third of the requests ...", file=sys.stderr)
+        fitted = calibrate(config, measured, keep_traffic=keep_traffic, fit=first).calibration
+        plain, tuned = predict_errors(config, runs, [Calibration(), fitted], keep_traffic=keep_traffic, fit=[~first])
+        return [HoldoutRow(label, "first third of the requests", "the other two thirds", plain, tuned)]
+    rows = []
+    for index, held in enumerate(runs):
+        if progress:
+            print(f"[calibrate] hold-out: fitting without run {index + 1} ...", file=sys.stderr)
+        others = [m for i, m in enumerate(runs) if i != index]
+        fitted = calibrate(config, others).calibration
+        plain, tuned = predict_errors(config, [held], [Calibration(), fitted])
+        rows.append(HoldoutRow(label, "the other runs", f"run {index + 1} ({held.path})", plain, tuned))
+    return rows
+
+
+def render_check(rows: Sequence[HoldoutRow]) -> str:
+    """`calibrate`'s hold-out as text: signed mean errors without and with the calibration."""
+    lines = ["hold-out (fitted without the predicted requests) TTFT      TPOT      E2E   mean abs."]
+    for r in rows:
+        lines.append(f"  {r.predicted}, fitted on {r.calibrated_on}:")
+        for name, errors in (("uncalibrated", r.uncalibrated), ("calibrated", r.calibrated)):
+            lines.append(f"    {name:<44}" + "".join(f"{errors[m]:+8.1f} %" for m in METRICS)
+                         + f"{r.mean_abs(errors):8.1f} %")
+    worse = [r for r in rows if r.mean_abs(r.calibrated) > r.mean_abs(r.uncalibrated)]
+    if worse:
+        lines.append(f"warning: on {len(worse)} of {len(rows)} hold-outs the calibration predicts worse than "
+                     "none: it may not extrapolate beyond the measured loads")
     return "\n".join(lines) + "\n"
