@@ -18,9 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add `validate` and `calibrate` to the `servesim` command."""
     from servesim.cli.common import add_compat_argument
 
-    validate = sub.add_parser("validate", help="compare sum and fused timing with the open real vLLM runs")
-    validate.add_argument("--data", default=None, help="the LLMServingSim validation data folder "
-                          "(default: ../shared/data/llmservingsim-vllm-validation)")
+    validate = sub.add_parser("validate", help="compare --compat reference and the defaults with real vLLM runs")
+    validate.add_argument("--data", default=None, help="the LLMServingSim validation data folder (default: the "
+                          "open measurement pack shipped with servesim; a full copy adds --components' profiles)")
     validate.add_argument("--aic-systems-path", default=None,
                           help="AIConfigurator systems directory with vLLM 0.19.0 data (default: "
                                "$SERVESIM_AIC_SYSTEMS_PATH, else servesim's default, the reference's database)")
@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     validate.add_argument("-o", "--output", default=None,
                           help="write the Markdown tables here (between '<!-- servesim validate: begin/end -->' "
                                "markers if the file has them)")
+    validate.add_argument("--summary", action="store_true",
+                          help="only the mean-error table (and the hold-out with --holdout): docs/accuracy.md's form")
     validate.add_argument("--components", action="store_true",
                           help="also check the timing model's pieces against the splitwise and Vidur measurements, "
                                "and its decode steps against the runs' drain")
@@ -85,7 +87,7 @@ def _validate(args: argparse.Namespace) -> int:
         return _fail(2, f"--data {data}: not the LLMServingSim validation data (missing {missing[0]})")
     try:
         results = validate.validate(data, args.aic_systems_path, runs, progress=sys.stderr.isatty())
-        text = validate.render(results)
+        text = validate.render(results, detail=not args.summary)
         if args.components:
             from servesim.fidelity import components, decode, profiles, steps
 
@@ -101,8 +103,9 @@ def _validate(args: argparse.Namespace) -> int:
             progress = sys.stderr.isatty()
             text += "\n" + holdout.render(holdout.by_load(data, args.aic_systems_path, runs, progress),
                                           "Calibrated on a run's first third of requests, predicting the rest")
-            text += "\n" + holdout.render(holdout.by_model(data, args.aic_systems_path, progress=progress),
-                                          "Calibrated on one run, predicting another on the same GPU type")
+            if not args.summary:
+                text += "\n" + holdout.render(holdout.by_model(data, args.aic_systems_path, progress=progress),
+                                              "Calibrated on one run, predicting another on the same GPU type")
     except RunError as exc:
         return _fail(1, str(exc))
     sys.stdout.write(text)

@@ -96,15 +96,23 @@ def _num(value: float) -> str:
     return f"{value:,.1f}" if abs(value) >= 10 else f"{value:,.2f}"
 
 
-def render(results: Sequence[RunResult]) -> str:
-    """The Markdown tables: mean errors of every run, then every statistic per run."""
-    lines = ["Signed error of the mean, servesim vs measured (+ = servesim slower):", "",
+def render(results: Sequence[RunResult], detail: bool = True) -> str:
+    """The Markdown tables: mean errors of every run, then (`detail`) every statistic per run."""
+    lines = ["Signed error of the mean, servesim vs measured (+ = servesim slower; *reference* = "
+             "`--compat reference`, *default* = servesim's defaults):", "",
              "| run | TTFT reference | TTFT default | TPOT reference | TPOT default | E2E reference | E2E default |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for res in results:
         cells = [f"{res.error(mode, m):+.1f} %" for m in METRICS for mode in MODES]
         lines.append(f"| {res.name} | " + " | ".join(cells) + " |")
-    for res in results:
+    mean_abs = {mode: [abs(res.error(mode, m)) for res in results for m in METRICS] for mode in MODES}
+    if results:
+        lines.append("| mean absolute error | " + " | ".join(
+            f"{sum(abs(r.error(mode, m)) for r in results) / len(results):.1f} %" for m in METRICS for mode in MODES)
+            + " |")
+        lines += ["", "Over all runs and metrics: " + ", ".join(
+            f"{mode} {sum(v) / len(v):.1f} %" for mode, v in mean_abs.items()) + " mean absolute error."]
+    for res in results if detail else ():
         lines += ["", f"#### {res.name} ({res.requests} requests)", "",
                   "| metric | measured | reference | default | reference error | default error |",
                   "|---|---:|---:|---:|---:|---:|"]
