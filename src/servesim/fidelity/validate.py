@@ -135,6 +135,7 @@ def write_section(path: Path, name: str, body: str) -> None:
         _, tail = rest.split(end, 1)
         path.write_text(f"{head}{begin}\n{body.rstrip()}\n{end}{tail}")
     else:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body)
 
 
