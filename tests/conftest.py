@@ -98,8 +98,10 @@ def _recorded(config: Path, kind: str, ext: str) -> Path:
 
 
 def assert_same_summary_fields(report: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
-    """The reference's summary fields, plus servesim's own accounting fields."""
-    assert set(report) - {"per_request"} - set(SERVESIM_FIELDS) == set(expected)
+    """The reference's summary fields, plus servesim's own accounting fields (and, with an SLA,
+    its verdicts)."""
+    assert set(report) - {"per_request", "sla"} - set(SERVESIM_FIELDS) == set(expected)
+    assert ("sla" in report) == ("goodput_completed_requests" in expected)
     assert set(SERVESIM_FIELDS) <= set(report)
 
 
