@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
     predict.add_argument("--reference-fields", action="store_true",
                          help="write prediction.json and the per-request records with exactly the reference's "
                               "fields (without servesim's additions: rejected_requests, incomplete_requests, "
-                              "timed_out_requests, rejection_reason)")
+                              "timed_out_requests, sla, rejection_reason)")
     predict.set_defaults(run_command=_predict)
 
 
@@ -179,12 +179,24 @@ def _warn_unreleased(report: Report, out_dir: Path) -> None:
         print(f"servesim: warning: {warning}; see {out_dir / 'unreleased.json'}", file=sys.stderr)
 
 
+def _headline(report: Report, args: argparse.Namespace) -> list[str]:
+    """The table's headline: what was simulated (none under `--compat reference`)."""
+    if args.compat == "reference":
+        return []
+    from servesim.report.headline import headline_lines
+
+    return headline_lines(report.deployment, report.summary, getattr(report, "provenance", None))
+
+
 def _print_report(report: Report, args: argparse.Namespace, prediction: Path) -> int:
     """The table or the JSON line on stdout; 1 when stdout cannot take it."""
     from servesim.report.render import render_table, report_line
 
     data = report.to_dict() if args.stdout_per_request else report.summary
-    text = report_line(data) if args.format == "json" else render_table(data, str(prediction))
+    if args.format == "json":
+        text = report_line(data)
+    else:
+        text = render_table(data, str(prediction), _headline(report, args))
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
