@@ -50,7 +50,7 @@ def verdicts(sla: Sla, summary: Mapping[str, Any], within: Mapping[str, int], wo
         "completed_requests": int(summary["completed_requests"]),
         "targets": targets,
     }
-    if sla.per_request():
+    if "goodput_completed_requests" in summary:
         block["requests_within_all"] = int(summary["goodput_completed_requests"])
     return block
 
@@ -58,7 +58,7 @@ def verdicts(sla: Sla, summary: Mapping[str, Any], within: Mapping[str, int], wo
 def _target(metric: str, statistic: str, bound: float, achieved: float | None, met: bool) -> dict[str, Any]:
     margin = None if achieved is None else bound - achieved
     return {"metric": metric, "statistic": statistic, "target": float(bound), "achieved": achieved, "met": met,
-            "margin_ms": margin, "margin_pct": None if margin is None else 100.0 * margin / bound}
+            "margin_ms": margin, "margin_pct": None if margin is None or not bound else 100.0 * margin / bound}
 
 
 def status(met: bool) -> str:

@@ -80,9 +80,9 @@ class Totals:
         self.reused_max += int(tl.reused_max.sum())
         self.reused_first += int(tl.reused_first.sum())
         self.with_tokens += int((tl.count >= 1).sum())
-        if sla is not None and sla.per_request():
+        if sla is not None and _goodput(sla):
             checks = _checks(tl, sla)
-            ok = np.logical_and.reduce([within for _, within in checks.values()])
+            ok = _good(tl, checks)
             self.good += int(ok.sum())
             self.good_tokens += int(tl.output_length[ok].sum())
             for metric, (values, within) in checks.items():
@@ -152,7 +152,7 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
     _put(summary, "itl_ms", sketch_stats(gaps, gap_counts))
     positive = gaps > 0
     _put(summary, "output_token_throughput_per_user", sketch_stats(1000.0 / gaps[positive], gap_counts[positive]))
-    if sla is not None and sla.per_request():
+    if sla is not None and _goodput(sla):
         summary["goodput_completed_requests"] = totals.good
         summary["goodput_request_throughput_rps"] = totals.good / ds
         summary["goodput_output_throughput_tok_s"] = totals.good_tokens / ds
@@ -197,18 +197,35 @@ def _reader(store: ColumnStore) -> Chunks:
     return lambda: (columns["value"] for columns in store.chunks())
 
 
+def _goodput(sla: Sla) -> bool:
+    """Whether the report has goodput fields: with any per-request threshold, or no run-level
+    target (run-level targets alone leave goodput out)."""
+    return bool(sla.per_request()) or not sla.run_targets
+
+
+def _good(tl: Timelines, checks: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Which requests are good: within every per-request bound (runtime.md §8.5); one without
+    tokens only under an end-to-end bound without a TTFT bound, on its terminal time."""
+    ok = np.ones(len(tl.count), dtype=bool)
+    for _, within in checks.values():
+        ok &= within
+    no_tokens = tl.count == 0
+    if no_tokens.any() and "e2e_ms" not in checks:
+        ok[no_tokens] = False
+    return ok
+
+
 def _checks(tl: Timelines, sla: Sla) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Each per-request SLA metric's values and which requests are within its bound; a request is
-    good when within every one (runtime.md §8.5). The values are NaN where a request has none
-    (a TPOT needs two tokens; a request without tokens has no TTFT). A request with one token
-    is within an ITL bound; one without tokens is within only an end-to-end bound, judged on its
-    terminal time, and only when that bound is the only one. Element-wise, the same float
-    operations as one request at a time."""
+    """Each per-request SLA metric's values and which requests are within its bound. The values
+    are NaN where a request has none (a TPOT needs two tokens, a TTFT one). A request with one
+    token is within an ITL bound; one without tokens is within nothing, except under an
+    end-to-end bound without a TTFT bound (judged on its terminal time). Element-wise, the same
+    float operations as one request at a time."""
     n = tl.count
     ttft = np.maximum(tl.first - tl.arrival, 0.0)
     e2e = tl.last - tl.arrival
     no_tokens = n == 0
-    alone = sla.e2e_ms is not None and sla.ttft_ms is None and sla.itl_ms is None
+    alone = sla.e2e_ms is not None and sla.ttft_ms is None
     checks: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if sla.ttft_ms is not None:
         checks["ttft_ms"] = (np.where(no_tokens, np.nan, ttft), ttft <= sla.ttft_ms)
@@ -219,9 +236,10 @@ def _checks(tl: Timelines, sla: Sla) -> dict[str, tuple[np.ndarray, np.ndarray]]
     if sla.e2e_ms is not None:
         ended = np.where(no_tokens, tl.terminal - tl.arrival, e2e)
         checks["e2e_ms"] = (ended, ended <= sla.e2e_ms)
-    if no_tokens.any() and not alone:
-        for _, within in checks.values():
-            within[no_tokens] = False
+    if no_tokens.any():
+        for metric, (_, within) in checks.items():
+            if not alone or metric != "e2e_ms":
+                within[no_tokens] = alone
     return checks
 
 
