@@ -120,13 +120,13 @@ class Report:
     def reference_fields_only(self) -> Report:
         """This report with exactly the reference's fields: servesim's additions to the summary
         (`rejected_requests`, `incomplete_requests`, `timed_out_requests`, `sla`) and to the per-request
-        records (`rejection_reason`) left out."""
+        records (`rejection_reason`) left out, and no headline (`deployment`)."""
         added = {*SERVESIM_FIELDS, *SERVESIM_OPTIONAL_FIELDS}
         summary = {key: value for key, value in self.summary.items() if key not in added}
         records = None if self.per_request is None else [
             {key: value for key, value in record.items() if key not in SERVESIM_RECORD_FIELDS}
             for record in self.per_request]
-        return replace(self, summary=summary, per_request=records)
+        return replace(self, summary=summary, per_request=records, deployment=None)
 
     def write_html(self, path: str | Path, title: str = "servesim prediction") -> None:
         """Write the self-contained HTML report (needs `simulate(..., timeseries=True)` and the
