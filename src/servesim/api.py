@@ -209,12 +209,14 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     now = _steady_replay(run, stages, progress) if fast else None
     if now is None:
         if stages.spent:
+            stages.cluster.release()
             stages = _Stages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
         now = _general_replay(run, stages, progress, fast)
     wall_ms = (time.perf_counter() - started) * 1000
     report = _report(run, stages.cluster, stages.collector, stages.tally, now, wall_ms,
                      capture_per_request and stages.spool is None, stages.sampling)
     report.spool = stages.spool
+    stages.cluster.release()  # the run's memory returns with its last reference (no full collection)
     return report
 
 

@@ -122,6 +122,18 @@ class Cluster:
         self.observers: list[PassObserver] = []
         """Who hears every finished pass (none unless a report wants time series)."""
 
+    def release(self) -> None:
+        """At the end of a run (its report built): break the run's reference cycles — each
+        fleet's worker factory, each rank's cache tree — so its memory returns as soon as the
+        caller drops it, without a full garbage collection."""
+        for fleet in self.fleets.values():
+            for worker in [*fleet.by_id.values(), *fleet.provisioned]:
+                for rank in worker.ranks:
+                    release = getattr(rank, "release", None)
+                    if release is not None:
+                        release()
+            fleet.release()
+
     # -- construction ---------------------------------------------------------------------------
 
     def _add_pool(self, name: str, label: str, spec: PoolSpec, *, flat: bool = False,
