@@ -11,8 +11,9 @@ two sections of its own::
     engine.workers.<role>.kv_cache         block_size: int domain; capacity.memory_fraction: float domain
     traffic.load                           concurrency / requests_per_second / sessions_per_second /
                                            speedup / fraction (type kv_capacity_fraction): domains
-    optimization                           target, hardware, constraints.{min,max}_candidate_gpus
-                                           (+ servesim: min_goodput_rps, gpu_hour_price)
+    optimization                           target, hardware, strict_sla, constraints.{min,max}_candidate_gpus,
+                                           constraints.min_goodput_rps (+ servesim: sla_attainment,
+                                           gpu_hour_price)
     optimizer                              algorithm, max_trials, parallelism,
                                            candidate_timeout_seconds, seed
 
@@ -268,6 +269,8 @@ class TrafficDomains(_Model):
 class Constraints(_Model):
     min_candidate_gpus: PositiveInt | None = None
     max_candidate_gpus: PositiveInt = 32
+    min_goodput_rps: PositiveNumber | None = None
+    """Target min_gpus: the SLA-meeting request rate a candidate must sustain (upstream's key)."""
 
     @model_validator(mode="after")
     def _order(self) -> Constraints:
@@ -283,9 +286,29 @@ class Optimization(_Model):
     """The GPU when engine.hardware is 'auto'."""
     constraints: Constraints = Constraints()
     min_goodput_rps: PositiveNumber | None = None
-    """servesim extension (target min_gpus): the SLA-meeting request rate a candidate must sustain."""
+    """servesim extension, the same as constraints.min_goodput_rps (give one of them)."""
+    strict_sla: Annotated[bool, Strict()] = False
+    """Upstream's key: a candidate must also keep the SLA's bounds on the *means* (TTFT, TPOT,
+    E2E) to be recommended; needs an evaluation.sla bound."""
+    sla_attainment: OpenFraction | None = 0.9
+    """servesim extension: with evaluation.sla, a candidate is recommended only if at least this
+    share of its requests meets the SLA (the per-request test goodput counts; an unfinished request
+    misses); null = no attainment gate (the reference's behaviour)."""
     gpu_hour_price: NonNegativeNumber | None = None
     """servesim extension: price of one GPU-hour; adds cost per million output tokens to every candidate."""
+
+    @property
+    def goodput_floor(self) -> float | None:
+        """min_goodput_rps, wherever it was given."""
+        return self.constraints.min_goodput_rps if self.constraints.min_goodput_rps is not None \
+            else self.min_goodput_rps
+
+    @model_validator(mode="after")
+    def _one_floor(self) -> Optimization:
+        if self.min_goodput_rps is not None and self.constraints.min_goodput_rps is not None:
+            raise ValueError("give min_goodput_rps once: constraints.min_goodput_rps (upstream) or "
+                             "optimization.min_goodput_rps, not both")
+        return self
 
     @field_validator("hardware")
     @classmethod
@@ -328,10 +351,19 @@ class RecommendConfig(_Model):
         if opt.target in ("goodput", "goodput_per_gpu", "min_gpus") and not complete:
             raise ValueError(f"optimization.target '{opt.target}' requires a complete evaluation.sla "
                              "(ttft_ms + itl_ms, or e2e_ms)")
-        if opt.target == "min_gpus" and opt.min_goodput_rps is None:
-            raise ValueError("optimization.target 'min_gpus' requires optimization.min_goodput_rps")
-        if opt.target != "min_gpus" and opt.min_goodput_rps is not None:
-            raise ValueError("optimization.min_goodput_rps is only used with target 'min_gpus'")
+        if opt.strict_sla and not complete:
+            raise ValueError("optimization.strict_sla requires an evaluation.sla bound")
+        floor = opt.goodput_floor
+        if opt.target != "min_gpus" and floor is not None:
+            raise ValueError("optimization.constraints.min_goodput_rps is only used with target 'min_gpus'")
+        load = self.traffic.load if self.traffic is not None else None
+        if opt.target == "min_gpus" and floor is None and (load is None or load.type != "concurrency"):
+            raise ValueError("optimization.target 'min_gpus' with request-rate traffic requires "
+                             "optimization.constraints.min_goodput_rps")
+        offered = load.requests_per_second if load is not None and load.type in ("poisson", "constant_rate") else None
+        if floor is not None and isinstance(offered, int | float) and floor > offered:
+            raise ValueError(f"optimization.constraints.min_goodput_rps ({floor:g}) cannot exceed the offered "
+                             f"request rate ({offered:g} req/s)")
         if self.traffic is not None and self.traffic.load.type == "kv_capacity_fraction" \
                 and self.traffic.source.get("type") == "trace":
             raise ValueError("load type 'kv_capacity_fraction' needs a synthetic source")
