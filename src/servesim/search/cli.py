@@ -75,10 +75,15 @@ def main(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"servesim: error: {exc}", file=sys.stderr)
         return 2
+    from servesim.search.executors import ClusterUnavailable
+
     try:
         result = search.run()
     except ConfigError as exc:
         return config_error(args.config, exc)
+    except ClusterUnavailable as exc:
+        print(f"servesim: error: {exc}", file=sys.stderr)
+        return 2
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     for note in result.notes:

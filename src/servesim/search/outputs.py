@@ -65,6 +65,7 @@ def ledger(result: SearchResult) -> dict[str, Any]:
         "statuses": dict(sorted(statuses.items())),
         "notes": result.notes,
         "coverage": result.coverage,
+        "workers": result.workers,
         "closest": None if result.feasible or result.closest() is None else result.closest()["trial"],  # type: ignore[index]
         "sizing": result.sizing,
         "candidates": result.entries,

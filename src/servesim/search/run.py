@@ -50,6 +50,8 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
     sizing: list[dict[str, Any]] = field(default_factory=list)
     """Per shape: the fewest GPUs that meet the target and the capacity curve (`sizing.py`)."""
+    workers: dict[str, Any] = field(default_factory=dict)
+    """The local workers' memory: the peak resident MB after a candidate, how many were retired."""
     coverage: dict[str, Any] = field(default_factory=dict)
     """How much of the space was evaluated: {"evaluated": n, "space": m or None (infinite)}."""
 
@@ -234,6 +236,8 @@ class Search:
             self.result.interrupted = True
         finally:
             executor.close()
+            self.result.workers = {"retired_for_memory": getattr(executor, "retired", 0),
+                                   "peak_rss_mb": round(getattr(executor, "peak_rss_mb", 0.0), 1)}
             self.result.wall_seconds = time.perf_counter() - started
             self._mark_front()
             self._note_coverage()
@@ -281,7 +285,8 @@ class Search:
         opt = self.cfg.optimizer
         if self.executor_kind == "ray":
             return RayExecutor(opt.parallelism, opt.candidate_timeout_seconds, self.ray_address)
-        return LocalExecutor(min(opt.parallelism, os.cpu_count() or 1), opt.candidate_timeout_seconds)
+        return LocalExecutor(min(opt.parallelism, os.cpu_count() or 1), opt.candidate_timeout_seconds,
+                             opt.worker_memory_mb)
 
     def _round(self, run: _BranchRun, executor: Any, left: int) -> None:
         """One round of a branch: ask, reject or replay, tell. `left`: replays left overall."""

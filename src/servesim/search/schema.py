@@ -325,6 +325,9 @@ class Optimizer(_Model):
     parallelism: PositiveInt = 16
     candidate_timeout_seconds: PositiveNumber = 600.0
     seed: NonNegativeInt = 42
+    worker_memory_mb: PositiveNumber | None = 4096.0
+    """servesim extension: a local worker whose resident memory exceeds this after a candidate is
+    replaced by a fresh one (null: never); bounds a search's memory whatever its length."""
     screen: bool = True
     """servesim: rank the candidates by an analytic estimate before any replay and start the
     model-guided search from the best (no trial spent); false = a spread-out random start."""

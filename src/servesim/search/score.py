@@ -135,7 +135,7 @@ class Objective:
     def score(self, m: dict[str, Any], values: dict[str, float]) -> float:
         """Higher is better. Pareto: its first objective (a headline; ranking uses the front)."""
         name = self.names[0]
-        return -values[name] if name in MINIMISED else values[name]
+        return -values[name] if name in MINIMISED or name == "min_gpus" else values[name]
 
     def misses(self, m: dict[str, Any]) -> list[tuple[str, float]]:
         """What the candidate misses: (description, relative miss) per violated bound, empty
