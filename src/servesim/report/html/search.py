@@ -186,7 +186,7 @@ def _max_gpus(sizing: Sequence[Mapping[str, Any]]) -> int:
     return max((p["gpus"] for row in sizing for p in row.get("curve") or []), default=0)
 
 
-def _sizing_rows(sizing: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+def _sizing_rows(sizing: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:
     rows = []
     for row in sizing[:TOP_N]:
         curve = "  ".join(f"{p['gpus']}: {_fmt(p.get('goodput_request_throughput_rps'))}"
