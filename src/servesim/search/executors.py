@@ -42,6 +42,8 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
     worker_rss_mb: float | None = None
     """Resident memory of the process that replayed it, just after the replay."""
+    node: str | None = None
+    """The Ray node that replayed it (None for the local executor)."""
 
 
 class _Captured(logging.Handler):
@@ -219,9 +221,18 @@ class ClusterUnavailable(RuntimeError):
 
 def _evaluate_on_node(config: dict[str, Any]) -> Outcome:
     """A Ray task: replay one candidate; the outcome names the node that replayed it."""
+    import ray
+
     outcome = evaluate(config)
     outcome.worker_rss_mb = resident_mb()
+    outcome.node = ray.get_runtime_context().get_node_id()
     return outcome
+
+
+def _servesim_environment() -> dict[str, str]:
+    """The driver's SERVESIM_* settings (timing data path, cache folder, ...), given to every Ray
+    task so that a node replays a candidate as the driver would."""
+    return {name: value for name, value in os.environ.items() if name.startswith("SERVESIM_")}
 
 
 class RayExecutor:
@@ -240,9 +251,15 @@ class RayExecutor:
                     "start one with `ray start --head`, pass its address (host:port), or omit --ray-address "
                     "to start a local Ray instance") from None
         self._ray = ray
-        self._task = ray.remote(num_cpus=1, max_retries=0, max_calls=RAY_TASKS_PER_WORKER)(_evaluate_on_node)
+        options: dict[str, Any] = {"num_cpus": 1, "max_retries": 0, "max_calls": RAY_TASKS_PER_WORKER}
+        if env := _servesim_environment():
+            options["runtime_env"] = {"env_vars": env}
+        self._task = ray.remote(**options)(_evaluate_on_node)
         self.size = max(1, parallelism)
         self.timeout_s = timeout_s
+        self.nodes: dict[str, int] = {}
+        """Candidates replayed per Ray node id."""
+        self.peak_rss_mb = 0.0
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[int, Outcome]]:
         ray = self._ray
@@ -258,9 +275,14 @@ class RayExecutor:
             for ref in done:
                 key, _ = running.pop(ref)
                 try:
-                    yield key, ray.get(ref)
+                    outcome = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - a lost task is a failed candidate
                     yield key, Outcome("failed", reason=f"Ray task failed: {type(exc).__name__}: {exc}")
+                else:
+                    if outcome.node is not None:
+                        self.nodes[outcome.node] = self.nodes.get(outcome.node, 0) + 1
+                    self.peak_rss_mb = max(self.peak_rss_mb, outcome.worker_rss_mb or 0.0)
+                    yield key, outcome
             now = time.monotonic()
             for ref, (key, started) in list(running.items()):
                 if started + self.timeout_s <= now:

@@ -51,7 +51,8 @@ class SearchResult:
     sizing: list[dict[str, Any]] = field(default_factory=list)
     """Per shape: the fewest GPUs that meet the target and the capacity curve (`sizing.py`)."""
     workers: dict[str, Any] = field(default_factory=dict)
-    """The local workers' memory: the peak resident MB after a candidate, how many were retired."""
+    """The workers' memory: the peak resident MB after a candidate, how many were retired; under
+    Ray also `ray_nodes`, the candidates each node replayed."""
     coverage: dict[str, Any] = field(default_factory=dict)
     """How much of the space was evaluated: {"evaluated": n, "space": m or None (infinite)}."""
 
@@ -238,6 +239,8 @@ class Search:
             executor.close()
             self.result.workers = {"retired_for_memory": getattr(executor, "retired", 0),
                                    "peak_rss_mb": round(getattr(executor, "peak_rss_mb", 0.0), 1)}
+            if getattr(executor, "nodes", None):
+                self.result.workers["ray_nodes"] = dict(sorted(executor.nodes.items()))
             self.result.wall_seconds = time.perf_counter() - started
             self._mark_front()
             self._note_coverage()
