@@ -16,12 +16,15 @@ two sections of its own::
                                            gpu_hour_price)
     optimizer                              algorithm, max_trials, parallelism,
                                            candidate_timeout_seconds, seed
+    router                                 policy: value or {choices}; for kv_router overlap_score_credit,
+                                           prefill_load_scale, temperature, prefill_load_model.type
+                                           (omitted: upstream AISimulate 0.13's default domains)
 
 A domain is a value, ``{choices: [v, ...]}`` or ``{range: {min, max, step, scale}}`` (integer
 ranges need a step unless ``scale: log``; log ranges take no step and need min > 0).
 
 Everything that is not searchable (timing, startup_seconds, speculative, the SGLang knobs,
-evaluation, router, planner, ...) is passed to every candidate as written and validated by the
+evaluation, the router's other keys, planner, ...) is passed to every candidate as written and validated by the
 `predict` schema itself (see `servesim.search.space.SearchSpace.probe`).
 """
 
@@ -40,6 +43,7 @@ from servesim.search.domains import (
     RangeSpec,
     domain_validator,
     check_fraction,
+    check_non_negative_number,
     check_positive_number,
     check_positive_int,
     domain_parser,
@@ -333,6 +337,67 @@ class Optimizer(_Model):
     model-guided search from the best (no trial spent); false = a spread-out random start."""
 
 
+ROUTER_POLICIES = ("round_robin", "kv_router", "random", "least_loaded")
+ROUTER_KV_KNOBS = ("overlap_score_credit", "prefill_load_scale", "temperature")
+ROUTER_KV_DEFAULTS = {"overlap_score_credit": (0.0, 0.5, 1.0),
+                      "prefill_load_scale": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
+                      "temperature": (0.0, 0.2, 0.5, 1.0)}
+"""The values upstream AISimulate 0.13 searches for a KV-router knob a recommend config leaves out."""
+
+
+class PrefillLoadModelDomain(_Model):
+    type: Any = None
+    """'none' | 'ais' or {choices: [...]}; omitted: both (only 'none' when the policy is round_robin only)."""
+
+    _type = field_validator("type")(classmethod(
+        lambda cls, v: None if v is None else _mode_or_backend(("none", "ais"))(v)))
+
+
+class RouterDomains(_Model):
+    """The `router:` section of a recommend config, as upstream AISimulate 0.13 reads it: the policy
+    and the KV router's knobs are domains. An omitted policy searches round_robin and kv_router; an
+    omitted KV-router knob searches upstream's default values (`ROUTER_KV_DEFAULTS`) and its
+    prefill load model both types, whenever kv_router is among the policies. A candidate whose
+    policy is not kv_router carries none of those knobs. Other keys (servesim extensions) are
+    passed to every candidate as written."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    policy: Any = Field(default_factory=lambda: Choices(choices=["round_robin", "kv_router"]))
+    prefill_load_model: PrefillLoadModelDomain = PrefillLoadModelDomain()
+    overlap_score_credit: FloatDomain = None
+    prefill_load_scale: FloatDomain = None
+    temperature: FloatDomain = None
+
+    _policy = field_validator("policy")(classmethod(lambda cls, v: _mode_or_backend(ROUTER_POLICIES)(v)))
+    _kv_knobs = domain_validator(*ROUTER_KV_KNOBS, kind=float, check=check_non_negative_number)
+
+    @property
+    def policies(self) -> list[str]:
+        return list(self.policy.choices) if isinstance(self.policy, Choices) else [self.policy]
+
+    @property
+    def load_models(self) -> list[str]:
+        kind = self.prefill_load_model.type
+        if kind is None:
+            return ["none", "ais"] if "kv_router" in self.policies else ["none"]
+        return list(kind.choices) if isinstance(kind, Choices) else [kind]
+
+    @model_validator(mode="after")
+    def _upstream_rules(self) -> RouterDomains:
+        kv_knobs = [k for k in ROUTER_KV_KNOBS if getattr(self, k) is not None]
+        if "kv_router" not in self.policies:
+            if self.load_models != ["none"]:
+                raise ValueError(f"router.policy {'/'.join(self.policies)} rejects prefill_load_model.type "
+                                 f"{self.load_models}; only 'none' is allowed (it is a kv_router knob)")
+            if kv_knobs:
+                raise ValueError(f"router.policy {'/'.join(self.policies)} rejects the KV-router knobs {kv_knobs}")
+        elif len(self.policies) > 1 and "none" not in self.load_models:
+            raise ValueError("a router.policy domain with policies other than kv_router requires "
+                             "prefill_load_model.type to include 'none'")
+        return self
+
+
 class RecommendConfig(_Model):
     """A whole `recommend` document."""
 
@@ -341,7 +406,7 @@ class RecommendConfig(_Model):
     evaluation: dict[str, Any] = Field(default_factory=dict)
     optimization: Optimization = Optimization()
     optimizer: Optimizer = Optimizer()
-    router: dict[str, Any] | None = None
+    router: RouterDomains | None = None
     planner: dict[str, Any] | None = None
 
     @model_validator(mode="after")
