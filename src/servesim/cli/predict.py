@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servesim.cli.common import add_common_arguments, config_error, start_up
+from servesim.cli.common import add_common_arguments, compat_overrides, config_error, start_up
 from servesim.errors import ConfigError, RunError
 from servesim.outputs import OutputSet, os_reason, prepare_folder
 
@@ -33,10 +33,6 @@ def register(sub: Any) -> None:
     predict.add_argument("--report", action="store_true",
                          help="also write report.html: a self-contained page of charts (needs plotly: "
                               "servesim[report])")
-    predict.add_argument("--compat", choices=("reference",), default=None,
-                         help="'reference': reproduce AISimulate 0.1.0.dev2 exactly (its timing model, "
-                              "report fields, unservable requests and exit codes); the same as the "
-                              "config key compat: reference")
     predict.add_argument("--unservable", choices=("reject", "fail"), default=None,
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(the default), or — as in the reference, and under --compat reference — "
@@ -45,7 +41,7 @@ def register(sub: Any) -> None:
     predict.add_argument("--reference-fields", action="store_true",
                          help="write prediction.json and the per-request records with exactly the reference's "
                               "fields (without servesim's additions: rejected_requests, incomplete_requests, "
-                              "timed_out_requests, rejection_reason)")
+                              "timed_out_requests, sla, rejection_reason)")
     predict.set_defaults(run_command=_predict)
 
 
@@ -80,10 +76,8 @@ def _predict(args: argparse.Namespace) -> int:
             return 2
         out_dir = Path(args.output_dir)
         try:
-            config = load_config(args.config, args.overrides, stack=args.stack,
+            config = load_config(args.config, compat_overrides(args), stack=args.stack,
                                  allow_duplicate_keys=args.allow_duplicate_keys)
-            if args.compat is not None:
-                config = config.model_copy(update={"compat": args.compat})
             _resolve_compat(args, config.compat == "reference")
             _check_extras(args)
             prepare_folder(out_dir, args.overwrite)
@@ -134,6 +128,13 @@ def _spool(outputs: OutputSet, args: argparse.Namespace) -> AbstractContextManag
     return RecordSpool(outputs.scratch(), drop=SERVESIM_RECORD_FIELDS if args.reference_fields else ())
 
 
+def _document(report: Report, args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with the run's provenance block (none under compat: reference, whose fields only)."""
+    if report.provenance and not args.reference_fields:
+        data["provenance"] = report.provenance
+    return data
+
+
 def _write_outputs(outputs: OutputSet, report: Report, args: argparse.Namespace) -> None:
     """prediction.json, with capture the per-request records and workers.json, unreleased.json and
     report.html when there are any — replacing the previous set only once all of them are
@@ -142,10 +143,11 @@ def _write_outputs(outputs: OutputSet, report: Report, args: argparse.Namespace)
 
     extensions = report.extensions or {}
     spool = report.spool
+    document = _document(report, args, report.to_dict())
     if spool is not None:
-        outputs.stage_file("prediction.json", lambda path: spool.write_report_json(report.to_dict(), path))
+        outputs.stage_file("prediction.json", lambda path: spool.write_report_json(document, path))
     else:
-        outputs.stage_file("prediction.json", lambda path: write_report_json(report.to_dict(), path))
+        outputs.stage_file("prediction.json", lambda path: write_report_json(document, path))
     if args.capture_per_request:
         if args.per_request_format == "parquet":
             from servesim.report.tables import write_parquet
@@ -179,12 +181,26 @@ def _warn_unreleased(report: Report, out_dir: Path) -> None:
         print(f"servesim: warning: {warning}; see {out_dir / 'unreleased.json'}", file=sys.stderr)
 
 
+def _headline(report: Report, args: argparse.Namespace) -> list[str]:
+    """The table's headline: what was simulated (none under `--compat reference`)."""
+    if args.reference_fields:
+        return []
+    from servesim.fidelity.resolve import header_line
+    from servesim.report.headline import headline_lines
+
+    lines = headline_lines(report.deployment, report.summary)
+    return [header_line(report.provenance).rstrip(), *lines] if report.provenance else lines
+
+
 def _print_report(report: Report, args: argparse.Namespace, prediction: Path) -> int:
     """The table or the JSON line on stdout; 1 when stdout cannot take it."""
     from servesim.report.render import render_table, report_line
 
-    data = report.to_dict() if args.stdout_per_request else report.summary
-    text = report_line(data) if args.format == "json" else render_table(data, str(prediction))
+    data = _document(report, args, report.to_dict() if args.stdout_per_request else dict(report.summary))
+    if args.format == "json":
+        text = report_line(data)
+    else:
+        text = render_table(data, str(prediction), _headline(report, args))
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

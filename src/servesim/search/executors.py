@@ -251,7 +251,9 @@ class RayExecutor:
                     "start one with `ray start --head`, pass its address (host:port), or omit --ray-address "
                     "to start a local Ray instance") from None
         self._ray = ray
-        options: dict[str, Any] = {"num_cpus": 1, "max_retries": 0, "max_calls": RAY_TASKS_PER_WORKER}
+        # SPREAD: candidates go to every node of the cluster, not first to fill the driver's node
+        options: dict[str, Any] = {"num_cpus": 1, "max_retries": 0, "max_calls": RAY_TASKS_PER_WORKER,
+                                   "scheduling_strategy": "SPREAD"}
         if env := _servesim_environment():
             options["runtime_env"] = {"env_vars": env}
         self._task = ray.remote(**options)(_evaluate_on_node)

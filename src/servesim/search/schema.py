@@ -408,6 +408,10 @@ class RecommendConfig(_Model):
     optimizer: Optimizer = Optimizer()
     router: RouterDomains | None = None
     planner: dict[str, Any] | None = None
+    compat: Literal["reference"] | None = None
+    """servesim extension: 'reference' = as the reference — every candidate replayed with the
+    reference's timing model and the database's newest backend version; omitted = servesim's
+    best estimate and the backend version predict resolves (the same as `--compat`)."""
 
     @model_validator(mode="after")
     def _cross_rules(self) -> RecommendConfig:
@@ -415,7 +419,8 @@ class RecommendConfig(_Model):
         if self.engine.hardware == "auto" and opt.hardware is None:
             raise ValueError("engine.hardware 'auto' requires optimization.hardware")
         sla = self.evaluation.get("sla") or {}
-        complete = sla.get("e2e_ms") is not None or (sla.get("ttft_ms") is not None and sla.get("itl_ms") is not None)
+        given = {key for key, value in sla.items() if isinstance(value, (int, float))}  # per-request ones
+        complete = "e2e_ms" in given or {"ttft_ms", "itl_ms"} <= given
         if opt.target in ("goodput", "goodput_per_gpu", "min_gpus") and not complete:
             raise ValueError(f"optimization.target '{opt.target}' requires a complete evaluation.sla "
                              "(ttft_ms + itl_ms, or e2e_ms)")

@@ -134,12 +134,19 @@ def _rejects(page: Page, missed: list, never_ran: list) -> None:
                     for c in never_ran[:MAX_LISTED]])
 
 
+def _sla_text(metric: str, bound: Any) -> str:
+    """'ttft_ms ≤ 500', or for percentile targets 'itl_ms p99 ≤ 50'."""
+    if isinstance(bound, Mapping):
+        return ", ".join(f"{metric} {stat} ≤ {value:g}" for stat, value in bound.items())
+    return f"{metric} ≤ {bound:g}"
+
+
 def _search_rows(ledger: Mapping[str, Any], candidates: list, feasible: list) -> list[tuple[str, str]]:
     sla = ledger.get("sla") or {}
     budget = ledger.get("constraints") or ledger.get("gpu_budget") or {}
     rows = [("Target", str(ledger.get("target", "?"))),
             ("Candidates", f"{len(candidates)} ({len(feasible)} meet the target)"),
-            ("SLA", ", ".join(f"{k} ≤ {v:g}" for k, v in sla.items() if v is not None) or "none"),
+            ("SLA", ", ".join(_sla_text(k, v) for k, v in sla.items() if v is not None) or "none"),
             ("GPU budget", ", ".join(f"{k} = {v}" for k, v in budget.items() if v is not None) or "none")]
     gates = [f"at least {100 * ledger['sla_attainment']:g} % of requests within the SLA"
              if ledger.get("sla_attainment") is not None and sla else "",
@@ -226,7 +233,7 @@ def pareto_chart(candidates: Sequence[Mapping[str, Any]], sla: Mapping[str, Any]
         front = pareto_front([(x, y) for _, x, y in good])
         fig.add_trace(go.Scatter(x=[good[i][1] for i in front], y=[good[i][2] for i in front], mode="lines",
                                  name="Pareto front", line={"color": COLORS[1], "shape": "linear"}))
-    if sla.get("itl_ms"):
+    if isinstance(sla.get("itl_ms"), (int, float)) and sla["itl_ms"]:  # a per-request ITL bound
         fig.add_vline(x=1000.0 / sla["itl_ms"], line={"color": "#b03a2e", "dash": "dash", "width": 1.5})
     fig.update_layout(title={"text": "Throughput per GPU vs per user", "x": 0.02}, height=460)
     fig.update_xaxes(title_text="output tokens/s per user")
