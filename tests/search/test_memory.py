@@ -62,3 +62,20 @@ def test_caller_gc_settings_untouched() -> None:
     before = (gc.isenabled(), gc.get_threshold(), gc.get_debug())
     simulate(parse_config(copy.deepcopy(BASE)))
     assert (gc.isenabled(), gc.get_threshold(), gc.get_debug()) == before
+
+
+@pytest.mark.slow
+def test_five_in_process_sglang_runs_end_within_100_mb_of_the_first() -> None:
+    """Issue 29's bound, as a caller's loop would see it (no explicit gc.collect)."""
+    from servesim.search.executors import resident_mb
+
+    config = copy.deepcopy(BASE)
+    config["traffic"]["stop"]["requests"] = 3000
+    config["traffic"]["load"]["requests_per_second"] = 16
+    after = []
+    for _ in range(5):
+        report = simulate(parse_config(copy.deepcopy(config)))
+        assert report.summary["completed_requests"] == 3000
+        del report
+        after.append(resident_mb())
+    assert after[-1] - after[0] < 100, f"resident MB after each run: {after}"
