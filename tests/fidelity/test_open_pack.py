@@ -71,3 +71,41 @@ def test_docs_accuracy_names_its_command_and_holds_the_pack_table():
     for run in openruns.RUNS:
         assert f"| {run.name} |" in table
     assert "first third" in table
+
+
+def test_the_installed_cli_validates_from_a_built_wheel_away_from_the_checkout(tmp_path):
+    """README's `servesim validate --summary` on a fresh install: the wheel as pip builds it
+    (only what the package-data patterns ship), the installed console script, a working
+    directory with no checkout and no ../shared beside it."""
+    import os
+    import subprocess
+    import sys
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("servesim-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        archive.extractall(site)
+    for run in openruns.RUNS:
+        for path in run.files(openruns.PACK):
+            assert "servesim/data/llmservingsim-vllm-validation/" + path.relative_to(openruns.PACK).as_posix() in names
+    assert "servesim/data/llmservingsim-vllm-validation/LICENSE" in names
+
+    home = tmp_path / "elsewhere"
+    home.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "HOME": str(home)}
+    env.pop("SERVESIM_AIC_SYSTEMS_PATH", None)
+    script = Path(sys.executable).parent / "servesim"
+    where = subprocess.run([sys.executable, "-c", "import servesim; print(servesim.__file__)"],
+                           cwd=home, env=env, capture_output=True, text=True, timeout=60)
+    assert Path(where.stdout.strip()).is_relative_to(site), where  # the wheel's copy, not the checkout
+    done = subprocess.run([str(script), "validate", "--summary", "--runs", "1", "-o", "accuracy.md"],
+                          cwd=home, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "| RTX 4090 · Llama-3.1-8B · TP1 |" in done.stdout and "mean absolute error" in done.stdout
+    assert (home / "accuracy.md").read_text() == done.stdout
