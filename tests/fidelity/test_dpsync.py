@@ -143,7 +143,7 @@ def test_calibrate_knows_the_sync_of_the_mode_it_replays(tmp_path):
 
     measured = measured_from(_config({"type": "roofline", "mixed_pass": "fused"}, requests=6))
     # no mixed_pass given: calibrate replays in fused mode, so the fused default applies
-    assert _Replay(parse_config(_config({"type": "roofline"}, requests=6)), measured, False, tmp_path,
-                   None).sync_ms == DEFAULT_MS
-    assert _Replay(parse_config(_config({"type": "roofline", "mixed_pass": "sum"}, requests=6)), measured, False,
-                   tmp_path, None).sync_ms == 0.0
+    assert _Replay(parse_config(_config({"type": "roofline"}, requests=6)), [measured], False, tmp_path,
+                   [None]).sync_ms == DEFAULT_MS
+    assert _Replay(parse_config(_config({"type": "roofline", "mixed_pass": "sum"}, requests=6)), [measured], False,
+                   tmp_path, [None]).sync_ms == 0.0
