@@ -432,6 +432,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
 
         graph = driver.graph
         summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block()))
+        summary.update(graph.summary_fields)
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()

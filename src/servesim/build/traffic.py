@@ -35,7 +35,8 @@ def _source(traffic: TrafficConfig) -> SyntheticSpec | TraceSpec:
                              turns=s.turns, shared_prefix_ratio=s.shared_prefix_ratio,
                              prefix_groups=s.prefix_groups, inter_turn_delay_ms=s.inter_turn_delay_ms)
     assert isinstance(source, TraceSource)
-    return TraceSpec(tuple(source.paths), source.format, source.trace_block_size)
+    return TraceSpec(tuple(source.paths), source.format, source.trace_block_size,
+                     source.nested_timestamp_basis or "auto")
 
 
 def _count(traffic: TrafficConfig) -> int:

@@ -26,7 +26,8 @@ from servesim.config.fields import (
 )
 from servesim.limits import MAX_REQUESTS, MAX_TURNS
 
-TraceFormat = Literal["mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo"]
+TraceFormat = Literal["mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo", "weka"]
+NestedTimestampBasis = Literal["auto", "absolute", "relative"]
 
 class SyntheticSource(SchemaModel):
     """Single-turn requests of constant length."""
@@ -83,9 +84,11 @@ class TraceSource(SchemaModel):
     paths: list[str]
     """Trace files (a relative path is read from the current directory, else from the config's folder); exactly one unless format is dynamo."""
     format: TraceFormat = "mooncake"
-    """Trace format: mooncake, mooncake-delta, agentic_mooncake, applied_compute_agentic or dynamo."""
+    """Trace format: mooncake, mooncake-delta, agentic_mooncake, applied_compute_agentic, dynamo or weka (weka: an upstream AISimulate 0.13 format, docs/traffic.md)."""
     block_size: PositiveInt | None = None
-    """Tokens per trace hash id; omitted = 512 (dynamo: the block size embedded in the trace)."""
+    """Tokens per trace hash id; omitted = 512 (dynamo and weka: the block size embedded in the trace; a configured one must equal it for weka)."""
+    nested_timestamp_basis: NestedTimestampBasis | None = None
+    """Upstream AISimulate 0.13 key (weka only): how timestamps nested under a subagent marker read — 'absolute' (on the play's clock), 'relative' (seconds after the marker) or 'auto' (relative when any nested request starts before its marker, else absolute); omitted = auto."""
 
     @field_validator("paths")
     @classmethod
@@ -100,6 +103,8 @@ class TraceSource(SchemaModel):
         """Only the dynamo format reads several files."""
         if self.format != "dynamo" and len(self.paths) != 1:
             raise RuleViolation([("paths", f"format '{self.format}' requires exactly one path (got {len(self.paths)})")])
+        if self.nested_timestamp_basis is not None and self.format != "weka":
+            raise RuleViolation([("nested_timestamp_basis", f"only valid for format 'weka' (format is '{self.format}')")])
         return self
 
     @property
@@ -107,7 +112,7 @@ class TraceSource(SchemaModel):
         """Tokens per trace hash id: the configured value, else 512; None = taken from a dynamo trace."""
         if self.block_size is not None:
             return self.block_size
-        return None if self.format == "dynamo" else DEFAULT_TRACE_BLOCK_SIZE
+        return None if self.format in ("dynamo", "weka") else DEFAULT_TRACE_BLOCK_SIZE
 
 
 SourceConfig = Annotated[
@@ -280,11 +285,11 @@ def _trace_rules(source: TraceSource, load: Any, stop: StopConfig | None) -> lis
         problems.append(("load.type", f"trace sources need 'trace_timestamps' or 'concurrency' load (got '{load.type}')"))
     if stop is not None:
         problems += [(f"stop.{k}", "not allowed for trace sources (only max_virtual_time_seconds)") for k in stop.given(REQUEST_STOPS + SESSION_STOPS)]
-    if source.format == "agentic_mooncake":
+    if source.format in ("agentic_mooncake", "weka"):
         if not isinstance(load, TraceTimestampsLoad):
-            problems.append(("load.type", f"format 'agentic_mooncake' requires 'trace_timestamps' load (got '{load.type}')"))
+            problems.append(("load.type", f"format '{source.format}' requires 'trace_timestamps' load (got '{load.type}')"))
         if stop is not None and stop.max_virtual_time_seconds is not None:
-            problems.append(("stop.max_virtual_time_seconds", "not supported with format 'agentic_mooncake'"))
+            problems.append(("stop.max_virtual_time_seconds", f"not supported with format '{source.format}'"))
     if source.format == "applied_compute_agentic" and not isinstance(load, ConcurrencyLoad):
         problems.append(("load.type", f"format 'applied_compute_agentic' requires 'concurrency' load (got '{load.type}')"))
     return problems

@@ -36,7 +36,9 @@ class TraceSpec:
     paths: tuple[str, ...]
     format: str
     block_size: int | None
-    """Tokens per trace hash id (None only for `dynamo`: the trace's embedded one)."""
+    """Tokens per trace hash id (None only for `dynamo` and `weka`: the trace's embedded one)."""
+    nested_timestamp_basis: str = "auto"
+    """`weka` only: how nested subagent timestamps read (auto, absolute or relative)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -77,7 +79,7 @@ class TrafficSpec:
                                       inter_turn_delay_ms=source.inter_turn_delay_ms)
         speedup = self.load.speedup if self.load.kind == "trace_timestamps" else 1.0
         return read_trace(source.format, list(source.paths), source.block_size, speedup,
-                          timestamped=self.load.kind == "trace_timestamps")
+                          timestamped=self.load.kind == "trace_timestamps", basis=source.nested_timestamp_basis)
 
     def driver(self, workload: Workload | AgenticGraph, prompt_limit: int | None = None) -> RequestDriver:
         """The driver releasing `workload`'s requests under this load (see `Driver` for
@@ -113,17 +115,23 @@ def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
 
 
 def read_trace(fmt: str, paths: list[str], block_size: int | None, speedup: float, *,
-               timestamped: bool = False) -> Workload | AgenticGraph:
+               timestamped: bool = False, basis: str = "auto") -> Workload | AgenticGraph:
     """Read the trace files of a `trace` source (docs/traffic.md): sessions, or a dependency graph
     for `agentic_mooncake` and agent-aware `dynamo` traces.
 
     `block_size` is the trace block size (None only for `dynamo`: the embedded one); `speedup`
     divides the times of agentic graphs (session workloads are sped up by the driver).
     `timestamped` (a `trace_timestamps` load): mooncake first timestamps are checked (see
-    `read_mooncake`).
+    `read_mooncake`); `basis` is a `weka` trace's nested timestamp basis.
     """
     if fmt == "dynamo":
         return _read_dynamo(paths, block_size, speedup)
+    if fmt == "weka":
+        from servesim.traffic.weka import read_weka
+
+        graph, resolved = read_weka(paths[0], basis, block_size, speedup=speedup)
+        graph.summary_fields = {"agentic_input_format": "weka", "weka_nested_timestamp_basis": resolved}
+        return graph
     if block_size is None:
         raise RunError(f"trace format {fmt!r} needs a block size")
     if fmt in ("mooncake", "mooncake-delta"):
