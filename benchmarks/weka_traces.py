@@ -127,6 +127,10 @@ def main(argv: list[str]) -> int:
     write_case(root, "chain-json-2x", "alpha.json", alpha, replicas=2, load="    speedup: 2\n")
     write_case(root, "relative-jsonl", "plays.jsonl", rel)
     write_case(root, "relative-jsonl-explicit", "plays.jsonl", rel, basis="relative", replicas=2)
+    three = "".join(json.dumps(t) + "\n" for t in [*relative_traces(), chain_trace()])
+    write_case(root, "lanes1-jsonl", "plays.jsonl", rel, load="    speedup: 1\n    agentic_lanes: 1\n")
+    write_case(root, "lanes2-three-plays", "three.jsonl", three, replicas=2,
+               load="    speedup: 1.5\n    agentic_lanes: 2\n")
     return 0
 
 

@@ -23,7 +23,7 @@ from conftest import CASES as ALL_CASES, reference_config
 from servesim import simulate
 
 CASES = sorted((ALL_CASES / "weka").glob("*/config.yaml"))
-READER_FIELDS = ("agentic_graph", "agentic_input_format", "weka_nested_timestamp_basis", "num_requests",
+READER_FIELDS = ("agentic_graph", "agentic_lanes", "agentic_input_format", "weka_nested_timestamp_basis", "num_requests",
                  "completed_requests", "total_input_tokens", "total_output_tokens", "total_trajectories",
                  "completed_trajectories", "incomplete_trajectories", "prefill_gpus_per_worker",
                  "decode_gpus_per_worker")
@@ -50,6 +50,35 @@ def test_weka_reader_matches_upstream(config: Path) -> None:
     for record in theirs:
         for key in RECORD_FIELDS:
             assert mine[record["request_id"]][key] == record[key], (record["request_id"], key)
+
+
+LANE_CASES = [c for c in CASES if "agentic_lanes" in c.read_text()]
+
+
+def _play_starts(records: list[dict]) -> list[tuple[str, float]]:
+    """(play, first dispatch) in start order."""
+    first: dict[str, float] = {}
+    for r in records:
+        first[r["play_id"]] = min(first.get(r["play_id"], r["dispatched_at_ms"]), r["dispatched_at_ms"])
+    return sorted(first.items(), key=lambda p: (p[1], p[0]))
+
+
+@pytest.mark.parametrize("config", LANE_CASES, ids=[c.parent.name for c in LANE_CASES])
+def test_lanes_start_plays_as_upstream(config: Path) -> None:
+    """Plays start in 0.13's order; the first `lanes` at 0, every other one when a running play
+    ends (its last request's terminal time), as in 0.13's records."""
+    lanes = json.loads((config.parent / "report.json").read_text())["agentic_lanes"]
+    theirs = [json.loads(line) for line in (config.parent / "requests.jsonl").read_text().splitlines()]
+    mine = simulate(reference_config(config), capture_per_request=True).to_dict()["per_request"]
+    assert [p for p, _ in _play_starts(mine)] == [p for p, _ in _play_starts(theirs)]
+    for records in (theirs, mine):
+        starts = _play_starts(records)
+        ends = {}
+        for r in records:
+            ends[r["play_id"]] = max(ends.get(r["play_id"], 0.0), r["terminal_time_ms"])
+        assert [t for _, t in starts[:lanes]] == [0.0] * lanes
+        for play, start in starts[lanes:]:
+            assert any(ends[p] == start for p, _ in starts if p != play), play
 
 
 def test_the_digest_sees_every_byte(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def _load(traffic: TrafficConfig) -> LoadSpec:
         assert load.rate is not None
         return LoadSpec("constant_rate", rate=load.rate)
     assert isinstance(load, TraceTimestampsLoad)
-    return LoadSpec("trace_timestamps", speedup=load.speedup)
+    return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes)
 
 
 def _graph_refusal(traffic: TrafficConfig, aggregated: bool) -> str | None:

@@ -128,7 +128,7 @@ SourceConfig = Annotated[
 # traffic.load
 # --------------------------------------------------------------------------------------------
 
-_LOAD_KEYS = ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup")
+_LOAD_KEYS = ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup", "agentic_lanes")
 _RATE_KEYS = ("requests_per_second", "sessions_per_second")
 
 
@@ -210,12 +210,14 @@ class TraceTimestampsLoad(SchemaModel):
     """Load kind: 'trace_timestamps'."""
     speedup: PositiveNumber = 1.0
     """Divides every arrival time and inter-turn delay."""
+    agentic_lanes: PositiveInt | None = None
+    """Upstream AISimulate 0.13 key (agentic traces: weka, agentic_mooncake, agent-aware dynamo): replay the plays closed loop on this many lanes — plays in corpus order, play k on lane k mod lanes, each lane running its plays one after another, a play starting when the lane's previous play has ended (its times counted from then); at most the number of plays. Omitted = every play on its own timestamps."""
 
     @model_validator(mode="before")
     @classmethod
     def _fields(cls, data: Any) -> Any:
-        """Only `speedup` is accepted."""
-        return _load_fields(data, "trace_timestamps", ("speedup",), ("speedup",))
+        """Only `speedup` and `agentic_lanes` are accepted."""
+        return _load_fields(data, "trace_timestamps", ("speedup", "agentic_lanes"), ("speedup", "agentic_lanes"))
 
 
 LoadConfig = Annotated[
@@ -290,6 +292,8 @@ def _trace_rules(source: TraceSource, load: Any, stop: StopConfig | None) -> lis
             problems.append(("load.type", f"format '{source.format}' requires 'trace_timestamps' load (got '{load.type}')"))
         if stop is not None and stop.max_virtual_time_seconds is not None:
             problems.append(("stop.max_virtual_time_seconds", f"not supported with format '{source.format}'"))
+    if getattr(load, "agentic_lanes", None) is not None and source.format not in ("weka", "agentic_mooncake", "dynamo"):
+        problems.append(("load.agentic_lanes", f"requires format weka, agentic_mooncake or an agent-aware dynamo trace (format is '{source.format}')"))
     if source.format == "applied_compute_agentic" and not isinstance(load, ConcurrencyLoad):
         problems.append(("load.type", f"format 'applied_compute_agentic' requires 'concurrency' load (got '{load.type}')"))
     return problems

@@ -52,6 +52,8 @@ class LoadSpec:
     """Requests (or sessions) per second of the open-loop loads."""
     seed: int = 0
     speedup: float = 1.0
+    lanes: int | None = None
+    """`agentic_lanes`: replay an agentic graph's plays closed loop on this many lanes."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -90,8 +92,14 @@ class TrafficSpec:
                 raise RunError(self.graph_refusal)
             from servesim.traffic.agentic_driver import AgenticDriver
 
-            return AgenticDriver(workload, frontend_ms=lag)
+            if self.load.lanes is not None:
+                workload.summary_fields = workload.summary_fields | {"agentic_lanes": self.load.lanes}
+            elif workload.summary_fields:
+                workload.summary_fields = workload.summary_fields | {"agentic_lanes": None}
+            return AgenticDriver(workload, frontend_ms=lag, lanes=self.load.lanes)
         load = self.load
+        if load.lanes is not None:
+            raise RunError("agentic_lanes requires weka, agentic_mooncake, or agentic dynamo input")
         n = len(workload.sessions)
         if load.kind == "concurrency":
             return Driver(workload, concurrency=load.concurrency, frontend_ms=lag, prompt_limit=prompt_limit)
