@@ -6,6 +6,7 @@ per-request fields agree.
     python benchmarks/weka_side_by_side.py --record   # also store 0.13's outputs in each case
                                                       # (report.json without per_request,
                                                       # requests.jsonl) for tests/test_parity_weka.py
+    python benchmarks/weka_side_by_side.py [--record] CASE...   # only these cases (folder names)
 
 Needs the 0.13 venv ($SERVESIM_REFERENCE_HOME/dynamo, default ~/.cache/servesim-reference);
 servesim runs with `--compat reference`. The traces come from benchmarks/weka_traces.py.
@@ -58,6 +59,9 @@ def compare(case: Path, upstream: dict, ours: dict) -> None:
     for k in differ:
         print(f"    differs  {k}: 0.13={upstream[k]!r} servesim={ours[k]!r}")
     print(f"    only in 0.13: {', '.join(sorted(set(upstream) - set(ours)))}")
+    if "agentic_snapshots" in upstream:
+        same_snap = upstream["agentic_snapshots"] == ours.get("agentic_snapshots")
+        print(f"    agentic_snapshots: {'equal' if same_snap else 'DIFFER'}")
     by_id = {r["request_id"]: r for r in mine}
     for field in PER_REQUEST:
         equal = sum(1 for r in theirs if field in r and by_id.get(r["request_id"], {}).get(field) == r[field])
@@ -66,11 +70,13 @@ def compare(case: Path, upstream: dict, ours: dict) -> None:
 
 def main(argv: list[str]) -> int:
     record = "--record" in argv
+    names = [a for a in argv[1:] if not a.startswith("--")]
     if not AISIMULATE.exists():
         print(f"AISimulate 0.13 not found at {AISIMULATE}; run ../shared/reference/install-dynamo.sh", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        for case in sorted(p for p in CASES.iterdir() if (p / "config.yaml").exists()):
+        for case in sorted(p for p in CASES.iterdir() if (p / "config.yaml").exists()
+                           and (not names or p.name in names)):
             upstream = run_upstream(case, Path(tmp) / case.name / "upstream")
             if record:
                 (case / "requests.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n"

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import CASES as ALL_CASES, reference_config
 
 from servesim import simulate
@@ -52,7 +53,7 @@ def test_weka_reader_matches_upstream(config: Path) -> None:
             assert mine[record["request_id"]][key] == record[key], (record["request_id"], key)
 
 
-LANE_CASES = [c for c in CASES if "agentic_lanes" in c.read_text()]
+LANE_CASES = [c for c in CASES if "agentic_lanes" in c.read_text() and "agentic_snapshot" not in c.read_text()]
 
 
 def _play_starts(records: list[dict]) -> list[tuple[str, float]]:
@@ -94,3 +95,45 @@ def test_the_digest_sees_every_byte(tmp_path: Path) -> None:
     assert block["source"]["digest"] != expected["source"]["digest"]
     assert block["graph_digest"] != expected["graph_digest"]
     assert block["node_count"] == expected["node_count"]
+
+
+SNAPSHOT_CASES = [c for c in CASES if "agentic_snapshot" in c.read_text()]
+
+
+def test_there_are_snapshot_cases() -> None:
+    assert len(SNAPSHOT_CASES) >= 4
+
+
+@pytest.mark.parametrize("config", SNAPSHOT_CASES, ids=[c.parent.name for c in SNAPSHOT_CASES])
+def test_snapshots_match_upstream(config: Path) -> None:
+    """The `agentic_snapshots` block is 0.13's, entry for entry: every request of each lane's
+    source play, history or replayed, its identity, recorded start and end, pending replayed
+    parents, remaining delay, and the primers."""
+    report = simulate(reference_config(config), capture_per_request=True).to_dict()
+    expected = json.loads((config.parent / "report.json").read_text())
+    assert report["agentic_snapshots"] == expected["agentic_snapshots"]
+    assert report["total_trajectories"] == expected["agentic_lanes"]
+
+
+@pytest.mark.parametrize("config", SNAPSHOT_CASES, ids=[c.parent.name for c in SNAPSHOT_CASES])
+def test_snapshot_release_and_trajectory_rules(config: Path) -> None:
+    """In 0.13's records and in servesim's: a replayed request with no replayed parent is
+    dispatched its remaining delay (divided by the speedup) after the start, and a snapshot
+    play's trajectory latency counts from the cut (time 0) to its last terminal time."""
+    expected = json.loads((config.parent / "report.json").read_text())
+    speedup = yaml.safe_load(config.read_text())["traffic"]["load"]["speedup"]
+    free = {r["identity"]["request_id"].split(":request:", 1)[1]: r["remaining_delay_ms"] / speedup
+            for s in expected["agentic_snapshots"] for r in s["requests"]
+            if not r["historical"] and not r["pending_dependencies"]}
+    assert free
+    theirs = [json.loads(line) for line in (config.parent / "requests.jsonl").read_text().splitlines()]
+    report = simulate(reference_config(config), capture_per_request=True).to_dict()
+    for summary, records in ((expected, theirs), (report, report["per_request"])):
+        for r in records:
+            if r["request_id"] in free:
+                assert r["dispatched_at_ms"] == pytest.approx(free[r["request_id"]], rel=1e-12, abs=1e-9)
+        ends: dict[str, float] = {}
+        for r in records:
+            ends[r["play_id"]] = max(ends.get(r["play_id"], 0.0), r["terminal_time_ms"])
+        assert summary["max_trajectory_e2e_latency_ms"] == pytest.approx(max(ends.values()), rel=1e-12)
+        assert summary["min_trajectory_e2e_latency_ms"] == pytest.approx(min(ends.values()), rel=1e-12)

@@ -431,7 +431,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         from servesim.report.trajectories import trajectory_fields, unreleased_requests
 
         graph = driver.graph
-        summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block()))
+        summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block(),
+                                         graph.play_starts))
         summary.update(graph.summary_fields)
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:

@@ -56,7 +56,11 @@ def _load(traffic: TrafficConfig) -> LoadSpec:
         assert load.rate is not None
         return LoadSpec("constant_rate", rate=load.rate)
     assert isinstance(load, TraceTimestampsLoad)
-    return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes)
+    snap = load.agentic_snapshot
+    snapshot = None
+    if snap is not None and snap.initial_selections is not None:
+        snapshot = (snap.seed, tuple((s.source_play_id, s.t_star_ms) for s in snap.initial_selections))
+    return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes, snapshot=snapshot)
 
 
 def _graph_refusal(traffic: TrafficConfig, aggregated: bool) -> str | None:

@@ -1,7 +1,8 @@
 """Trajectory (play) fields of an agentic run's summary.
 
 A play is complete when every one of its requests completed; its end-to-end latency is its last
-terminal time minus its first dispatch. Statistics are over complete plays, with the exact
+terminal time minus its first dispatch, or minus its start when the graph gives one (a snapshot
+play starts at the cut, the run's start, as in AISimulate 0.13). Statistics are over complete plays, with the exact
 percentile rule of every other latency (`servesim.report.stats`).
 """
 
@@ -15,9 +16,11 @@ from servesim.report.stats import exact_stats
 
 
 def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str, int],
-                      graph_block: Mapping[str, Any]) -> dict[str, Any]:
+                      graph_block: Mapping[str, Any], play_starts: Mapping[str, float] | None = None
+                      ) -> dict[str, Any]:
     """`{total,completed,incomplete}_trajectories`, the trajectory E2E statistics and the
-    `agentic_graph` block; `play_sizes` is the number of requests of every play."""
+    `agentic_graph` block; `play_sizes` is the number of requests of every play, `play_starts`
+    the start of the plays that do not start at their first dispatch."""
     completed: dict[str, int] = {}
     first: dict[str, float] = {}
     last: dict[str, float] = {}
@@ -31,6 +34,8 @@ def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str,
         if r.terminal_ms is not None:
             last[play] = max(last.get(play, r.terminal_ms), r.terminal_ms)
     done = [play for play, size in play_sizes.items() if completed.get(play, 0) == size]
+    if play_starts:
+        first.update({p: t for p, t in play_starts.items() if p in first})
     out: dict[str, Any] = {
         "total_trajectories": len(play_sizes),
         "completed_trajectories": len(done),

@@ -82,6 +82,12 @@ class AgenticGraph:
     """Summary fields of the source format (`weka`: the nested timestamp basis, as AISimulate
     0.13 reports it); also marks the graph as read from a 0.13-only format, whose
     `agentic_graph` block lists `source_models`."""
+    block: dict[str, object] | None = None
+    """The `agentic_graph` block when it describes another graph than this one (a snapshot
+    replays part of the trace but reports the whole trace's block)."""
+    play_starts: dict[str, float] | None = None
+    """Plays whose trajectory starts before their first dispatch, and when (snapshot plays: at
+    the cut, time 0)."""
 
     @property
     def num_requests(self) -> int:
@@ -96,6 +102,8 @@ class AgenticGraph:
 
     def report_block(self) -> dict[str, object]:
         """The reference's `agentic_graph` summary block."""
+        if self.block is not None:
+            return self.block
         return {
             "block_size": self.block_size,
             "graph_digest": self.digest,

@@ -175,8 +175,8 @@ class _Lanes:
             self.members[play].append(i)
         nodes = graph.nodes
         ordinals = [nodes[m[0]].source_play_ordinal for m in self.members]
-        order = (sorted(range(count), key=lambda p: ordinals[p]) if all(o is not None for o in ordinals)
-                 else list(range(count)))
+        known = [o for o in ordinals if o is not None]
+        order = (sorted(range(count), key=lambda p: known[p]) if len(known) == count else list(range(count)))
         self._first = order[:lanes]
         self._queue = order[lanes:][::-1]
         """Plays not started yet, the next one last."""

@@ -54,6 +54,8 @@ class LoadSpec:
     speedup: float = 1.0
     lanes: int | None = None
     """`agentic_lanes`: replay an agentic graph's plays closed loop on this many lanes."""
+    snapshot: tuple[int, tuple[tuple[str, float], ...]] | None = None
+    """`agentic_snapshot`: (seed, the (source play, cut) of every lane)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -79,7 +81,7 @@ class TrafficSpec:
                                       turns=source.turns, shared_prefix_ratio=source.shared_prefix_ratio,
                                       prefix_groups=source.prefix_groups,
                                       inter_turn_delay_ms=source.inter_turn_delay_ms)
-        speedup = self.load.speedup if self.load.kind == "trace_timestamps" else 1.0
+        speedup = self.load.speedup if self.load.kind == "trace_timestamps" and self.load.snapshot is None else 1.0
         return read_trace(source.format, list(source.paths), source.block_size, speedup,
                           timestamped=self.load.kind == "trace_timestamps", basis=source.nested_timestamp_basis)
 
@@ -92,12 +94,21 @@ class TrafficSpec:
                 raise RunError(self.graph_refusal)
             from servesim.traffic.agentic_driver import AgenticDriver
 
+            lanes = self.load.lanes
+            if self.load.snapshot is not None:
+                from servesim.traffic.snapshot import snapshot_graph
+
+                seed, selections = self.load.snapshot
+                workload = snapshot_graph(workload, list(selections), seed, self.load.speedup)
+                lanes = None
             if self.load.lanes is not None:
                 workload.summary_fields = workload.summary_fields | {"agentic_lanes": self.load.lanes}
             elif workload.summary_fields:
                 workload.summary_fields = workload.summary_fields | {"agentic_lanes": None}
-            return AgenticDriver(workload, frontend_ms=lag, lanes=self.load.lanes)
+            return AgenticDriver(workload, frontend_ms=lag, lanes=lanes)
         load = self.load
+        if load.snapshot is not None:
+            raise RunError("agentic_snapshot requires weka input")
         if load.lanes is not None:
             raise RunError("agentic_lanes requires weka, agentic_mooncake, or agentic dynamo input")
         n = len(workload.sessions)

@@ -154,9 +154,10 @@ def _uniform_lines(data: Any, line: int) -> tuple[list[int | None], dict[int, li
     entries = data.get("requests") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         return [], {}
-    inner = {i: [line] * len(e["requests"]) for i, e in enumerate(entries)
+    one: list[int | None] = [line]
+    inner = {i: one * len(e["requests"]) for i, e in enumerate(entries)
              if isinstance(e, dict) and isinstance(e.get("requests"), list)}
-    return [line] * len(entries), inner
+    return one * len(entries), inner
 
 
 def _members(text: str, pos: int) -> dict[str, int]:
