@@ -49,6 +49,49 @@ def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str,
     return out
 
 
+def trajectory_breakdown(records: Sequence[RequestRecord], play_sizes: Mapping[str, int],
+                         play_starts: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """servesim's per-trajectory account (summary field `trajectories`): per play its status,
+    request count, E2E latency (as in the trajectory statistics), model time (how long at least
+    one of its requests was in flight: the union of their dispatch-to-end intervals) and wait
+    (E2E minus model time: tool calls, think time and dependency delays); plus the means over
+    completed plays. Plays in order of first appearance."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    completed: dict[str, int] = {}
+    for r in records:
+        if r.play_id is None or r.terminal_ms is None:
+            continue
+        spans.setdefault(r.play_id, []).append((r.arrival_ms, r.terminal_ms))
+        if r.status == Status.COMPLETED:
+            completed[r.play_id] = completed.get(r.play_id, 0) + 1
+    plays = []
+    for play, size in play_sizes.items():
+        intervals = sorted(spans.get(play, []))
+        done = completed.get(play, 0) == size
+        entry: dict[str, Any] = {"play_id": play, "status": "completed" if done else "incomplete",
+                                 "requests": size, "e2e_ms": None, "model_ms": None, "wait_ms": None}
+        if done and intervals:
+            start = (play_starts or {}).get(play, intervals[0][0])
+            end = max(e for _, e in intervals)
+            model, lo, hi = 0.0, intervals[0][0], intervals[0][1]
+            for a, b in intervals[1:]:
+                if a > hi:
+                    model += hi - lo
+                    lo, hi = a, b
+                else:
+                    hi = max(hi, b)
+            model += hi - lo
+            entry.update(e2e_ms=end - start, model_ms=model, wait_ms=end - start - model)
+        plays.append(entry)
+    done_plays = [p for p in plays if p["e2e_ms"] is not None]
+
+    def mean(key: str) -> float | None:
+        return sum(p[key] for p in done_plays) / len(done_plays) if done_plays else None
+
+    return {"mean_e2e_ms": mean("e2e_ms"), "mean_model_ms": mean("model_ms"), "mean_wait_ms": mean("wait_ms"),
+            "plays": plays}
+
+
 def unreleased_requests(unreleased: Sequence[tuple[str, str, str, str | None]],
                         records: Sequence[RequestRecord]) -> dict[str, Any]:
     """servesim's account of the requests an agentic run never released (the reference drops
