@@ -219,6 +219,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     now = _steady_replay(run, stages, progress) if fast else None
     if now is None:
         if stages.spent:
+            stages.cluster.release()
             stages = _Stages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
         now = _general_replay(run, stages, progress, fast)
     wall_ms = (time.perf_counter() - started) * 1000
@@ -226,6 +227,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
                      capture_per_request and stages.spool is None, stages.sampling)
     report.spool = stages.spool
     report.provenance = dict(run.provenance)
+    stages.cluster.release()  # the run's memory returns with its last reference (no full collection)
     return report
 
 

@@ -189,7 +189,7 @@ def _headline(report: Report, args: argparse.Namespace) -> list[str]:
     from servesim.report.headline import headline_lines
 
     lines = headline_lines(report.deployment, report.summary)
-    return lines + [header_line(report.provenance).rstrip()] if report.provenance else lines
+    return [*lines, header_line(report.provenance).rstrip()] if report.provenance else lines
 
 
 def _print_report(report: Report, args: argparse.Namespace, prediction: Path) -> int:
