@@ -430,10 +430,13 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
     extensions: dict[str, Any] = {"workers": worker_breakdown(tally, workers, end_ms)}
     driver = _agentic(cluster.driver)
     if driver is not None:
-        from servesim.report.trajectories import trajectory_fields, unreleased_requests
+        from servesim.report.trajectories import trajectory_breakdown, trajectory_fields, unreleased_requests
 
         graph = driver.graph
-        summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block()))
+        summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block(),
+                                         graph.play_starts))
+        summary.update(graph.summary_fields)
+        summary["trajectories"] = trajectory_breakdown(collector.records, graph.play_sizes(), graph.play_starts)
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()

@@ -351,7 +351,7 @@ def test_messages_use_readable_rules() -> None:
     assert "traffic.load.requests_per_second: must be > 0 (got -1)" in rejected(
         edit(synthetic(), ("traffic.load", {"type": "poisson", "requests_per_second": -1}))
     )
-    assert f"{W}.kv_cache.capacity: 'blocks' is required when type is 'fixed'" in rejected(
+    assert f"{W}.kv_cache.capacity: 'blocks' (or 'bytes') is required when type is 'fixed'" in rejected(
         edit(synthetic(), (f"{W}.kv_cache.capacity", {"type": "fixed"}))
     )
     assert "traffic.source.foo: unknown key" in rejected(edit(synthetic(), ("traffic.source.foo", 1)))

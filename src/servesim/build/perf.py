@@ -171,14 +171,15 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
         max_batched_tokens=worker.scheduler.max_batched_tokens,
         max_sequences=worker.scheduler.max_sequences_for(role),  # type: ignore[arg-type]
         fraction=cap.memory_fraction_for(engine.backend),
-        aic_model=aic_model, version=version, systems_path=str(systems))
+        aic_model=aic_model, version=version, systems_path=str(systems),
+        reserved_bytes=cap.cuda_graph_reserved_bytes)
 
 
 def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
     """KV blocks per scheduler rank of one role's workers."""
     cap = worker.kv_cache.capacity
     if isinstance(cap, FixedCapacity):
-        return cap.blocks
+        return cap.blocks_for(worker.kv_cache.block_size_for(engine.backend), worker.kv_cache.bytes_per_token)
     measured = calibrated_kv_blocks(worker, worker.kv_cache.block_size_for(engine.backend))
     if measured is not None:
         return measured

@@ -35,7 +35,8 @@ def _source(traffic: TrafficConfig) -> SyntheticSpec | TraceSpec:
                              turns=s.turns, shared_prefix_ratio=s.shared_prefix_ratio,
                              prefix_groups=s.prefix_groups, inter_turn_delay_ms=s.inter_turn_delay_ms)
     assert isinstance(source, TraceSource)
-    return TraceSpec(tuple(source.paths), source.format, source.trace_block_size)
+    return TraceSpec(tuple(source.paths), source.format, source.trace_block_size,
+                     source.nested_timestamp_basis or "auto")
 
 
 def _count(traffic: TrafficConfig) -> int:
@@ -55,7 +56,11 @@ def _load(traffic: TrafficConfig) -> LoadSpec:
         assert load.rate is not None
         return LoadSpec("constant_rate", rate=load.rate)
     assert isinstance(load, TraceTimestampsLoad)
-    return LoadSpec("trace_timestamps", speedup=load.speedup)
+    snap = load.agentic_snapshot
+    snapshot = None
+    if snap is not None and snap.initial_selections is not None:
+        snapshot = (snap.seed, tuple((s.source_play_id, s.t_star_ms) for s in snap.initial_selections))
+    return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes, snapshot=snapshot)
 
 
 def _graph_refusal(traffic: TrafficConfig, aggregated: bool) -> str | None:

@@ -142,7 +142,8 @@ class Cluster:
         fleet's worker factory, each rank's cache tree — so its memory returns as soon as the
         caller drops it, without a full garbage collection."""
         for fleet in self.fleets.values():
-            for worker in [*fleet.by_id.values(), *fleet.provisioned]:
+            workers = {id(worker): worker for worker in [*fleet.by_id.values(), *fleet.provisioned]}
+            for worker in workers.values():
                 for rank in worker.ranks:
                     release = getattr(rank, "release", None)
                     if release is not None:

@@ -6,7 +6,7 @@ KV cache, timing — its own module, `config.timing` —, speculative decoding).
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from annotated_types import Ge, Le
+from annotated_types import Ge, Gt, Le
 from pydantic import Discriminator, Strict, Tag, field_validator, model_validator
 
 from servesim.config.fields import (
@@ -24,6 +24,7 @@ from servesim.config.fields import (
     RuleViolation,
     SchemaModel,
     TokenCount,
+    U64_MAX,
     WorkerCount,
     raise_if,
     type_tag,
@@ -117,6 +118,14 @@ DEFAULT_BLOCK_SIZE: dict[str, int] = {"vllm": 64, "sglang": 1, "trtllm": 32}
 DEFAULT_MEMORY_FRACTION: dict[str, float] = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
 
 
+MAX_EXACT_BYTES = 1 << 53
+"""Largest byte count a float holds exactly (the upstream bound of cuda_graph_reserved_bytes)."""
+ByteCount = Annotated[int, Strict(), Gt(0), Le(U64_MAX)]
+"""Strict positive integer that fits an unsigned 64-bit integer."""
+ReservedBytes = Annotated[int, Strict(), Ge(0), Le(MAX_EXACT_BYTES)]
+"""Strict integer in [0, 2**53]."""
+
+
 class DefaultCapacity(SchemaModel):
     """KV capacity estimated by AIC from the GPU memory left after weights."""
 
@@ -124,14 +133,17 @@ class DefaultCapacity(SchemaModel):
     """Capacity kind: 'default' = AIC memory estimate."""
     memory_fraction: OpenFraction | None = None
     """Fraction of GPU memory usable for KV in (0, 1]; omitted = 0.9 (vLLM, TRT-LLM) or 0.88 (SGLang)."""
+    cuda_graph_reserved_bytes: ReservedBytes = 0
+    """Upstream 0.13 key: bytes per rank held by CUDA graphs, added to the non-KV memory before the KV budget is taken (0..2**53)."""
 
     @model_validator(mode="before")
     @classmethod
     def _reject_blocks(cls, data: Any) -> Any:
-        """'blocks' belongs to the fixed capacity kind."""
-        data = without_nulls(data, ("blocks",))
-        if isinstance(data, Mapping) and "blocks" in data:
-            raise RuleViolation([("blocks", "not allowed when type is 'default' (set type: fixed)")])
+        """'blocks' and 'bytes' belong to the fixed capacity kind."""
+        data = without_nulls(data, ("blocks", "bytes"))
+        if isinstance(data, Mapping):
+            raise_if([(key, "not allowed when type is 'default' (set type: fixed)")
+                      for key in ("blocks", "bytes") if key in data])
         return data
 
     def memory_fraction_for(self, backend: Backend) -> float:
@@ -142,27 +154,44 @@ class DefaultCapacity(SchemaModel):
 
 
 class FixedCapacity(SchemaModel):
-    """A fixed number of KV blocks per scheduler rank."""
+    """A fixed KV pool per scheduler rank, in blocks or (upstream 0.13) in bytes."""
 
     type: Literal["fixed"] = "fixed"
-    """Capacity kind: 'fixed' = explicit block count."""
-    blocks: PositiveInt
-    """Number of KV blocks per scheduler (attention-DP) rank."""
+    """Capacity kind: 'fixed' = explicit block count or byte size."""
+    blocks: PositiveInt | None = None
+    """Number of KV blocks per scheduler (attention-DP) rank; exactly one of blocks and bytes."""
+    bytes: ByteCount | None = None
+    """Upstream 0.13 key: KV pool bytes per rank; blocks = bytes // (block_size x kv_cache.bytes_per_token), both of which must then be given explicitly."""
+    cuda_graph_reserved_bytes: Literal[0] = 0
+    """Upstream 0.13 key: only 0 here (a fixed pool reserves nothing; 0.13 accepts 0 and refuses any other value)."""
 
     @model_validator(mode="before")
     @classmethod
     def _fixed_fields(cls, data: Any) -> Any:
-        """'blocks' is required; 'memory_fraction' belongs to the default kind."""
-        data = without_nulls(data, ("blocks", "memory_fraction"))
+        """One of 'blocks' and 'bytes'; 'memory_fraction' and a non-zero 'cuda_graph_reserved_bytes' belong to the default kind."""
+        data = without_nulls(data, ("blocks", "bytes", "memory_fraction"))
         if not isinstance(data, Mapping):
             return data
         problems = []
-        if "blocks" not in data:
-            problems.append(("", "'blocks' is required when type is 'fixed'"))
+        given = [key for key in ("blocks", "bytes") if key in data]
+        if not given:
+            problems.append(("", "'blocks' (or 'bytes') is required when type is 'fixed'"))
+        elif len(given) == 2:
+            problems.append(("bytes", "not allowed together with 'blocks' (give one of them)"))
         if "memory_fraction" in data:
             problems.append(("memory_fraction", "not allowed when type is 'fixed'"))
+        reserved = data.get("cuda_graph_reserved_bytes", 0)
+        if not (type(reserved) is int and reserved == 0):
+            problems.append(("cuda_graph_reserved_bytes", "must be 0 (or omitted) when type is 'fixed'"))
         raise_if(problems)
         return data
+
+    def blocks_for(self, block_size: int, bytes_per_token: int | str) -> int:
+        """Blocks per rank: `blocks`, or `bytes` // (block_size x bytes_per_token)."""
+        if self.blocks is not None:
+            return self.blocks
+        assert self.bytes is not None and isinstance(bytes_per_token, int)
+        return self.bytes // (block_size * bytes_per_token)
 
 
 KvCapacityConfig = Annotated[
@@ -179,7 +208,29 @@ class KvCacheConfig(SchemaModel):
     prefix_caching: bool = True
     """Reuse cached prompt-prefix blocks across requests."""
     capacity: KvCapacityConfig = DefaultCapacity.defaults()
-    """How many KV blocks each rank has: {type: default, memory_fraction} or {type: fixed, blocks}."""
+    """How many KV blocks each rank has: {type: default, memory_fraction, cuda_graph_reserved_bytes} or {type: fixed, blocks or bytes}."""
+    bytes_per_token: BytesPerToken = "auto"
+    """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes; 'auto' = not given. Like 0.13, it sizes nothing else (the transfer uses kv_transfer.bytes_per_token)."""
+
+    @model_validator(mode="after")
+    def _byte_geometry(self) -> "KvCacheConfig":
+        """capacity.bytes needs explicit block_size and bytes_per_token and must hold a block."""
+        cap = self.capacity
+        if not isinstance(cap, FixedCapacity) or cap.bytes is None:
+            return self
+        problems = [(key, "must be given explicitly (a positive integer) when capacity.bytes is set")
+                    for key, value in (("block_size", self.block_size), ("bytes_per_token", self.bytes_per_token))
+                    if not isinstance(value, int)]
+        raise_if(problems)
+        assert isinstance(self.block_size, int) and isinstance(self.bytes_per_token, int)
+        block_bytes = self.block_size * self.bytes_per_token
+        if block_bytes > U64_MAX:
+            problems.append(("", "block_size x bytes_per_token overflows an unsigned 64-bit integer"))
+        elif cap.bytes < block_bytes:
+            problems.append(("capacity.bytes", f"must hold at least one block of block_size x bytes_per_token = "
+                                               f"{block_bytes} bytes (got {cap.bytes})"))
+        raise_if(problems)
+        return self
 
     def block_size_for(self, backend: Backend) -> int:
         """The effective block size for `backend`."""

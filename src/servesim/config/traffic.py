@@ -5,7 +5,7 @@
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from annotated_types import Ge, Le
+from annotated_types import Ge, Le, MinLen
 from pydantic import Discriminator, Strict, Tag, field_validator, model_validator
 
 from servesim.config.fields import (
@@ -26,7 +26,8 @@ from servesim.config.fields import (
 )
 from servesim.limits import MAX_REQUESTS, MAX_TURNS
 
-TraceFormat = Literal["mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo"]
+TraceFormat = Literal["mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo", "weka"]
+NestedTimestampBasis = Literal["auto", "absolute", "relative"]
 
 class SyntheticSource(SchemaModel):
     """Single-turn requests of constant length."""
@@ -83,9 +84,11 @@ class TraceSource(SchemaModel):
     paths: list[str]
     """Trace files (a relative path is read from the current directory, else from the config's folder); exactly one unless format is dynamo."""
     format: TraceFormat = "mooncake"
-    """Trace format: mooncake, mooncake-delta, agentic_mooncake, applied_compute_agentic or dynamo."""
+    """Trace format: mooncake, mooncake-delta, agentic_mooncake, applied_compute_agentic, dynamo or weka (weka: an upstream AISimulate 0.13 format, docs/traffic.md)."""
     block_size: PositiveInt | None = None
-    """Tokens per trace hash id; omitted = 512 (dynamo: the block size embedded in the trace)."""
+    """Tokens per trace hash id; omitted = 512 (dynamo and weka: the block size embedded in the trace; a configured one must equal it for weka)."""
+    nested_timestamp_basis: NestedTimestampBasis | None = None
+    """Upstream AISimulate 0.13 key (weka only): how timestamps nested under a subagent marker read — 'absolute' (on the play's clock), 'relative' (seconds after the marker) or 'auto' (relative when any nested request starts before its marker, else absolute); omitted = auto."""
 
     @field_validator("paths")
     @classmethod
@@ -100,6 +103,8 @@ class TraceSource(SchemaModel):
         """Only the dynamo format reads several files."""
         if self.format != "dynamo" and len(self.paths) != 1:
             raise RuleViolation([("paths", f"format '{self.format}' requires exactly one path (got {len(self.paths)})")])
+        if self.nested_timestamp_basis is not None and self.format != "weka":
+            raise RuleViolation([("nested_timestamp_basis", f"only valid for format 'weka' (format is '{self.format}')")])
         return self
 
     @property
@@ -107,7 +112,7 @@ class TraceSource(SchemaModel):
         """Tokens per trace hash id: the configured value, else 512; None = taken from a dynamo trace."""
         if self.block_size is not None:
             return self.block_size
-        return None if self.format == "dynamo" else DEFAULT_TRACE_BLOCK_SIZE
+        return None if self.format in ("dynamo", "weka") else DEFAULT_TRACE_BLOCK_SIZE
 
 
 SourceConfig = Annotated[
@@ -123,7 +128,8 @@ SourceConfig = Annotated[
 # traffic.load
 # --------------------------------------------------------------------------------------------
 
-_LOAD_KEYS = ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup")
+_AGENTIC_KEYS = ("agentic_lanes", "agentic_snapshot", "agentic_warmup", "agentic_warmup_policy", "agentic_profile")
+_LOAD_KEYS = ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup") + _AGENTIC_KEYS
 _RATE_KEYS = ("requests_per_second", "sessions_per_second")
 
 
@@ -198,6 +204,41 @@ class ConstantRateLoad(SchemaModel):
         return self.requests_per_second if self.requests_per_second is not None else self.sessions_per_second
 
 
+class AgenticSnapshotSelection(SchemaModel):
+    """One lane's initial cut: the source play it starts from and where that play is cut."""
+
+    source_play_id: Annotated[str, Strict(), MinLen(1)]
+    """Upstream AISimulate 0.13 key: the source play (its `agentic_play_outcomes` / per-request `play_id` in a run without snapshot, e.g. `weka:<hash>:play:<id>`)."""
+    t_star_ms: Annotated[float, Ge(0)]
+    """Upstream AISimulate 0.13 key: the cut, in ms of the play's recorded time (0 = its first request's start); requests that started before it are history, the others are replayed, each released `recorded start − t_star_ms` (divided by the speedup) after the run starts, or after its replayed parents as recorded. Must lie within the play's first and last request starts."""
+
+
+class AgenticSnapshotOptions(SchemaModel):
+    """AgentX request-boundary snapshots: every lane starts inside a play, cut at `t_star_ms`."""
+
+    seed: Annotated[int, Strict(), Ge(0), Le(2**64 - 1)]
+    """Upstream AISimulate 0.13 key: names the snapshot plays (`agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>`) and, in 0.13, seeds the draw of each lane's play and cut; servesim does not reproduce that draw, so it requires `initial_selections`."""
+    initial_selections: Annotated[list[AgenticSnapshotSelection], MinLen(1)] | None = None
+    """Upstream AISimulate 0.13 key: the cut of every lane, in lane order (exactly one per lane; with `corpus_cursor`). servesim requires it (see `seed`)."""
+    corpus_cursor: Annotated[int, Strict(), Ge(0), Le(2**64 - 1)] | None = None
+    """Upstream AISimulate 0.13 key: the corpus position of the next play to draw after the initial ones (with `initial_selections`; at least the number of lanes). Only continuous profiles draw further plays."""
+
+
+class AgenticProfileOptions(SchemaModel):
+    """A continuous agentic profile (AISimulate 0.13): accepted by the schema, refused at run time."""
+
+    duration_seconds: PositiveNumber = 3600.0
+    """Upstream AISimulate 0.13 key: how long the profile runs from the preparation barrier. Not built in servesim (config error)."""
+    response_grace_seconds: Annotated[float, Ge(0)] = 30.0
+    """Upstream AISimulate 0.13 key: grace for in-flight responses after the duration. Not built in servesim."""
+    cancel_drain_seconds: Annotated[float, Ge(0)] = 10.0
+    """Upstream AISimulate 0.13 key: drain after cancelling. Not built in servesim."""
+    tree_idle_cap_seconds: PositiveNumber = 300.0
+    """Upstream AISimulate 0.13 key: idle cap of one play tree. Not built in servesim."""
+    global_idle_cap_seconds: PositiveNumber = 10.0
+    """Upstream AISimulate 0.13 key: idle cap of the whole replay. Not built in servesim."""
+
+
 class TraceTimestampsLoad(SchemaModel):
     """Open loop on the trace's own timestamps (trace sources only)."""
 
@@ -205,12 +246,55 @@ class TraceTimestampsLoad(SchemaModel):
     """Load kind: 'trace_timestamps'."""
     speedup: PositiveNumber = 1.0
     """Divides every arrival time and inter-turn delay."""
+    agentic_lanes: PositiveInt | None = None
+    """Upstream AISimulate 0.13 key (agentic traces: weka, agentic_mooncake, agent-aware dynamo): replay the plays closed loop on this many lanes — plays in corpus order, play k on lane k mod lanes, each lane running its plays one after another, a play starting when the lane's previous play has ended (its times counted from then); at most the number of plays. Omitted = every play on its own timestamps."""
+    agentic_snapshot: AgenticSnapshotOptions | None = None
+    """Upstream AISimulate 0.13 key (weka traces in servesim): start every lane inside a play, at a request boundary — lane k replays the requests of `initial_selections[k]`'s play that started at or after its cut, and only that play; the graph digest is that of the trace at speedup 1, the speedup still divides the replayed times. Requires `agentic_lanes`; reported as `agentic_snapshots`."""
+    agentic_warmup: bool = False
+    """Upstream AISimulate 0.13 key: warm the snapshot's caches before measuring (requires `agentic_snapshot`). Not built in servesim: `true` is a config error."""
+    agentic_warmup_policy: Literal["repeated_prefixes", "live_trajectory_v1"] | None = None
+    """Upstream AISimulate 0.13 key: how `agentic_warmup` warms ('repeated_prefixes' or 'live_trajectory_v1'); without `agentic_warmup` it changes nothing."""
+    agentic_profile: AgenticProfileOptions | None = None
+    """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`). Not built in servesim: a config error."""
 
     @model_validator(mode="before")
     @classmethod
     def _fields(cls, data: Any) -> Any:
-        """Only `speedup` is accepted."""
-        return _load_fields(data, "trace_timestamps", ("speedup",), ("speedup",))
+        """Only `speedup` and the agentic keys are accepted."""
+        return _load_fields(data, "trace_timestamps", ("speedup",) + _AGENTIC_KEYS, ("speedup",) + _AGENTIC_KEYS)
+
+    @model_validator(mode="after")
+    def _agentic_rules(self) -> "TraceTimestampsLoad":
+        """AISimulate 0.13's rules between the agentic keys, then what servesim has not built."""
+        snap = self.agentic_snapshot
+        problems = []
+        if self.agentic_warmup and snap is None:
+            problems.append(("agentic_warmup", "requires agentic_snapshot (0.13's rule)"))
+        if self.agentic_profile is not None and snap is None:
+            problems.append(("agentic_profile", "requires agentic_snapshot (0.13's rule)"))
+        if snap is not None:
+            if self.agentic_lanes is None:
+                problems.append(("agentic_snapshot", "requires positive agentic_lanes (0.13's rule)"))
+            if (snap.initial_selections is None) != (snap.corpus_cursor is None):
+                problems.append(("agentic_snapshot", "initial_selections and corpus_cursor must be specified together (0.13's rule)"))
+            elif snap.initial_selections is None:
+                problems.append(("agentic_snapshot.initial_selections", "required by servesim: 0.13's seeded draw of each lane's play and cut is not reproduced; give the cuts (and corpus_cursor) explicitly"))
+            elif self.agentic_lanes is not None:
+                sel = snap.initial_selections
+                if len(sel) != self.agentic_lanes:
+                    problems.append(("agentic_snapshot.initial_selections", f"must contain exactly one selection per lane ({len(sel)} for {self.agentic_lanes} lanes; 0.13's rule)"))
+                if snap.corpus_cursor is not None and snap.corpus_cursor < len(sel):
+                    problems.append(("agentic_snapshot.corpus_cursor", f"cannot precede the initial lane draws ({snap.corpus_cursor} < {len(sel)}; 0.13's rule)"))
+                plays = [s.source_play_id for s in sel]
+                again = sorted({p for p in plays if plays.count(p) > 1})
+                if again:
+                    problems.append(("agentic_snapshot.initial_selections", f"servesim replays a source play on one lane only ({', '.join(again)} is selected twice)"))
+        if self.agentic_warmup:
+            problems.append(("agentic_warmup", "not built in servesim (AISimulate 0.13's snapshot warm-up); omit it or set false"))
+        if self.agentic_profile is not None:
+            problems.append(("agentic_profile", "not built in servesim (AISimulate 0.13's continuous profiles); omit it"))
+        raise_if(problems)
+        return self
 
 
 LoadConfig = Annotated[
@@ -280,11 +364,15 @@ def _trace_rules(source: TraceSource, load: Any, stop: StopConfig | None) -> lis
         problems.append(("load.type", f"trace sources need 'trace_timestamps' or 'concurrency' load (got '{load.type}')"))
     if stop is not None:
         problems += [(f"stop.{k}", "not allowed for trace sources (only max_virtual_time_seconds)") for k in stop.given(REQUEST_STOPS + SESSION_STOPS)]
-    if source.format == "agentic_mooncake":
+    if source.format in ("agentic_mooncake", "weka"):
         if not isinstance(load, TraceTimestampsLoad):
-            problems.append(("load.type", f"format 'agentic_mooncake' requires 'trace_timestamps' load (got '{load.type}')"))
+            problems.append(("load.type", f"format '{source.format}' requires 'trace_timestamps' load (got '{load.type}')"))
         if stop is not None and stop.max_virtual_time_seconds is not None:
-            problems.append(("stop.max_virtual_time_seconds", "not supported with format 'agentic_mooncake'"))
+            problems.append(("stop.max_virtual_time_seconds", f"not supported with format '{source.format}'"))
+    if getattr(load, "agentic_lanes", None) is not None and source.format not in ("weka", "agentic_mooncake", "dynamo"):
+        problems.append(("load.agentic_lanes", f"requires format weka, agentic_mooncake or an agent-aware dynamo trace (format is '{source.format}')"))
+    if getattr(load, "agentic_snapshot", None) is not None and source.format != "weka":
+        problems.append(("load.agentic_snapshot", f"servesim builds snapshots of weka traces only (format is '{source.format}')"))
     if source.format == "applied_compute_agentic" and not isinstance(load, ConcurrencyLoad):
         problems.append(("load.type", f"format 'applied_compute_agentic' requires 'concurrency' load (got '{load.type}')"))
     return problems

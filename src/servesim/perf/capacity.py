@@ -7,8 +7,9 @@ quantity itself, per rank, in bytes::
     activations  = max(2 x max_batched_tokens x (heads x head_dim) x c[min(tp, 8)], floor)
     others       = the GPU's runtime reserve            (system file misc.other_mem)
     nccl         = the GPU's NCCL reserve for min(tp,8) (system file misc.nccl_mem)
-    budget       = capacity x f - (weights + activations + others + nccl)     vLLM, SGLang
-                 = (capacity - (weights + activations + others + nccl)) x f   TRT-LLM
+    graphs       = capacity.cuda_graph_reserved_bytes   (upstream 0.13 key; 0 by default)
+    budget       = capacity x f - (weights + activations + others + nccl + graphs)     vLLM, SGLang
+                 = (capacity - (weights + activations + others + nccl + graphs)) x f   TRT-LLM
     blocks       = floor(budget / kv_bytes_per_token) // block_size
 
 Parameters per rank: each layer's q/k/v/o projections (heads split over tp, KV heads replicated
@@ -142,7 +143,7 @@ def blocks_from_budget(gpu_memory: int, non_kv: float, fraction: float, of_free:
 
 
 def estimate(model: ModelSpec, gpu: GpuSpec, backend: str, par: Parallel, *, block_size: int,
-             max_batched_tokens: int, fraction: float) -> Capacity:
+             max_batched_tokens: int, fraction: float, reserved_bytes: int = 0) -> Capacity:
     """servesim's own capacity formula (exact for `model.family` in dense/moe; generic otherwise)."""
     check_parallelism(model, par)
     family = model.family
@@ -152,7 +153,7 @@ def estimate(model: ModelSpec, gpu: GpuSpec, backend: str, par: Parallel, *, blo
     if backend in _OTHERS_OVERHEAD:
         others *= 1.0 + _OTHERS_OVERHEAD[backend]
     nccl = float(gpu.nccl_mem_for(par.tp))
-    non_kv = weights + activations + others + nccl
+    non_kv = weights + activations + others + nccl + float(reserved_bytes)
     per_token = model.kv_bytes_per_token(par.tp)
     budget, tokens, blocks = blocks_from_budget(gpu.mem_capacity, non_kv, fraction, backend == "trtllm",
                                                 per_token, block_size)
@@ -178,14 +179,16 @@ def aic_estimate_blocks(model: str, system: str, backend: str, version: str, par
 
 def kv_blocks(model: ModelSpec, gpu: GpuSpec, backend: str, par: Parallel, *, block_size: int,
               max_batched_tokens: int, max_sequences: int, fraction: float,
-              aic_model: str | None, version: str | None, systems_path: str | None) -> Capacity:
+              aic_model: str | None, version: str | None, systems_path: str | None,
+              reserved_bytes: int = 0) -> Capacity:
     """Blocks per rank: servesim's formula, else AIConfigurator's estimator, else the generic count.
 
-    `aic_model` is the name AIConfigurator resolves the model by (None when it cannot).
+    `aic_model` is the name AIConfigurator resolves the model by (None when it cannot);
+    `reserved_bytes` (CUDA graphs) count as non-KV memory.
     """
     if model.family is not None:
         return estimate(model, gpu, backend, par, block_size=block_size,
-                        max_batched_tokens=max_batched_tokens, fraction=fraction)
+                        max_batched_tokens=max_batched_tokens, fraction=fraction, reserved_bytes=reserved_bytes)
     if aic_model is not None and gpu.has_aic_data and version is not None:
         try:
             blocks = aic_estimate_blocks(aic_model, gpu.name, backend, version, par, block_size=block_size,
@@ -195,11 +198,26 @@ def kv_blocks(model: ModelSpec, gpu: GpuSpec, backend: str, par: Parallel, *, bl
             log.warning("servesim: warning: AIConfigurator cannot size the KV cache of %s (%s); "
                         "using servesim's generic parameter count", model.name, str(exc).splitlines()[0][:200])
         else:
+            per_token = model.kv_bytes_per_token(par.tp)
+            blocks = _less_reserved(blocks, reserved_bytes, fraction if backend == "trtllm" else 1.0,
+                                    per_token * block_size)
             return Capacity(math.nan, math.nan, math.nan, math.nan, gpu.mem_capacity, math.nan,
-                            model.kv_bytes_per_token(par.tp), blocks * block_size, blocks, "aiconfigurator")
+                            per_token, blocks * block_size, blocks, "aiconfigurator")
     else:
         log.warning("servesim: warning: KV capacity of %s (%s) uses a generic parameter count "
                     "(approximate); set kv_cache.capacity to {type: fixed, blocks: N} for an exact pool",
                     model.name, model.architecture)
     return estimate(model, gpu, backend, par, block_size=block_size,
-                    max_batched_tokens=max_batched_tokens, fraction=fraction)
+                    max_batched_tokens=max_batched_tokens, fraction=fraction, reserved_bytes=reserved_bytes)
+
+
+def _less_reserved(blocks: int, reserved_bytes: int, scale: float, block_bytes: float) -> int:
+    """AIConfigurator's block count less the blocks `reserved_bytes` (x `scale`, the TRT-LLM
+    fraction of free memory) would have taken (its estimator has no reservation argument; this is
+    exact up to the floor of the budget's last partial block)."""
+    if not reserved_bytes:
+        return blocks
+    left = blocks - math.ceil(reserved_bytes * scale / block_bytes)
+    if left <= 0:
+        raise RunError(f"no KV budget: cuda_graph_reserved_bytes ({reserved_bytes}) takes all {blocks} KV blocks")
+    return left

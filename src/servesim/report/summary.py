@@ -246,9 +246,10 @@ def _checks(tl: Timelines, sla: Sla) -> dict[str, tuple[np.ndarray, np.ndarray]]
 SERVESIM_FIELDS = ("rejected_requests", "incomplete_requests")
 """Summary fields servesim adds to the reference's: with `completed_requests` they account for
 every request of the input."""
-SERVESIM_OPTIONAL_FIELDS = ("timed_out_requests", "sla")
+SERVESIM_OPTIONAL_FIELDS = ("timed_out_requests", "sla", "trajectories")
 """Summary fields servesim adds only when an extension that produces them is on (`sla`: the
-SLA verdicts, `report/sla.py`, with an SLA)."""
+SLA verdicts, `report/sla.py`, with an SLA; `trajectories`: per-trajectory latency, model time
+and wait, `report/trajectories.py`, on agentic runs)."""
 SERVESIM_RECORD_FIELDS = ("rejection_reason",)
 """Per-request fields servesim adds to the reference's (on rejected and failed records)."""
 

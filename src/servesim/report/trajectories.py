@@ -1,7 +1,8 @@
 """Trajectory (play) fields of an agentic run's summary.
 
 A play is complete when every one of its requests completed; its end-to-end latency is its last
-terminal time minus its first dispatch. Statistics are over complete plays, with the exact
+terminal time minus its first dispatch, or minus its start when the graph gives one (a snapshot
+play starts at the cut, the run's start, as in AISimulate 0.13). Statistics are over complete plays, with the exact
 percentile rule of every other latency (`servesim.report.stats`).
 """
 
@@ -15,9 +16,11 @@ from servesim.report.stats import exact_stats
 
 
 def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str, int],
-                      graph_block: Mapping[str, Any]) -> dict[str, Any]:
+                      graph_block: Mapping[str, Any], play_starts: Mapping[str, float] | None = None
+                      ) -> dict[str, Any]:
     """`{total,completed,incomplete}_trajectories`, the trajectory E2E statistics and the
-    `agentic_graph` block; `play_sizes` is the number of requests of every play."""
+    `agentic_graph` block; `play_sizes` is the number of requests of every play, `play_starts`
+    the start of the plays that do not start at their first dispatch."""
     completed: dict[str, int] = {}
     first: dict[str, float] = {}
     last: dict[str, float] = {}
@@ -31,6 +34,8 @@ def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str,
         if r.terminal_ms is not None:
             last[play] = max(last.get(play, r.terminal_ms), r.terminal_ms)
     done = [play for play, size in play_sizes.items() if completed.get(play, 0) == size]
+    if play_starts:
+        first.update({p: t for p, t in play_starts.items() if p in first})
     out: dict[str, Any] = {
         "total_trajectories": len(play_sizes),
         "completed_trajectories": len(done),
@@ -42,6 +47,49 @@ def trajectory_fields(records: Sequence[RequestRecord], play_sizes: Mapping[str,
         out[f"{name}_trajectory_e2e_latency_ms"] = float(value)
     out["p50_trajectory_e2e_latency_ms"] = out["median_trajectory_e2e_latency_ms"]
     return out
+
+
+def trajectory_breakdown(records: Sequence[RequestRecord], play_sizes: Mapping[str, int],
+                         play_starts: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """servesim's per-trajectory account (summary field `trajectories`): per play its status,
+    request count, E2E latency (as in the trajectory statistics), model time (how long at least
+    one of its requests was in flight: the union of their dispatch-to-end intervals) and wait
+    (E2E minus model time: tool calls, think time and dependency delays); plus the means over
+    completed plays. Plays in order of first appearance."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    completed: dict[str, int] = {}
+    for r in records:
+        if r.play_id is None or r.terminal_ms is None:
+            continue
+        spans.setdefault(r.play_id, []).append((r.arrival_ms, r.terminal_ms))
+        if r.status == Status.COMPLETED:
+            completed[r.play_id] = completed.get(r.play_id, 0) + 1
+    plays = []
+    for play, size in play_sizes.items():
+        intervals = sorted(spans.get(play, []))
+        done = completed.get(play, 0) == size
+        entry: dict[str, Any] = {"play_id": play, "status": "completed" if done else "incomplete",
+                                 "requests": size, "e2e_ms": None, "model_ms": None, "wait_ms": None}
+        if done and intervals:
+            start = (play_starts or {}).get(play, intervals[0][0])
+            end = max(e for _, e in intervals)
+            model, lo, hi = 0.0, intervals[0][0], intervals[0][1]
+            for a, b in intervals[1:]:
+                if a > hi:
+                    model += hi - lo
+                    lo, hi = a, b
+                else:
+                    hi = max(hi, b)
+            model += hi - lo
+            entry.update(e2e_ms=end - start, model_ms=model, wait_ms=end - start - model)
+        plays.append(entry)
+    done_plays = [p for p in plays if p["e2e_ms"] is not None]
+
+    def mean(key: str) -> float | None:
+        return sum(p[key] for p in done_plays) / len(done_plays) if done_plays else None
+
+    return {"mean_e2e_ms": mean("e2e_ms"), "mean_model_ms": mean("model_ms"), "mean_wait_ms": mean("wait_ms"),
+            "plays": plays}
 
 
 def unreleased_requests(unreleased: Sequence[tuple[str, str, str, str | None]],

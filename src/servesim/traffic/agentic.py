@@ -57,6 +57,10 @@ class AgenticNode:
     """Where the node was read (for error messages); 0 when it has no single line."""
     path: str = ""
     """The file it was read from, when the graph has several (else the graph's file)."""
+    source_play_ordinal: int | None = None
+    """The play's position in its source corpus (`weka` traces; None elsewhere)."""
+    recorded_api_time_ms: float | None = None
+    """The service time the source recorded (`weka` traces; provenance, not used for timing)."""
 
 
 @dataclass(slots=True)
@@ -74,6 +78,16 @@ class AgenticGraph:
     children: list[list[tuple[int, Dependency]]] = field(default_factory=list)
     """Per node: (child index, dependency) for every edge leaving it."""
     digest: str = ""
+    summary_fields: dict[str, object] = field(default_factory=dict)
+    """Summary fields of the source format (`weka`: the nested timestamp basis, as AISimulate
+    0.13 reports it); also marks the graph as read from a 0.13-only format, whose
+    `agentic_graph` block lists `source_models`."""
+    block: dict[str, object] | None = None
+    """The `agentic_graph` block when it describes another graph than this one (a snapshot
+    replays part of the trace but reports the whole trace's block)."""
+    play_starts: dict[str, float] | None = None
+    """Plays whose trajectory starts before their first dispatch, and when (snapshot plays: at
+    the cut, time 0)."""
 
     @property
     def num_requests(self) -> int:
@@ -88,13 +102,15 @@ class AgenticGraph:
 
     def report_block(self) -> dict[str, object]:
         """The reference's `agentic_graph` summary block."""
+        if self.block is not None:
+            return self.block
         return {
             "block_size": self.block_size,
             "graph_digest": self.digest,
             "node_count": len(self.nodes),
             "play_count": len(self.play_ids),
             "source": {"digest": self.source_digest, "format": self.source_format},
-        }
+        } | ({"source_models": sorted({n.model for n in self.nodes})} if self.summary_fields else {})
 
 
 def build_graph(nodes: list[AgenticNode], block_size: int, source_format: str, source_digest: str,
@@ -224,13 +240,25 @@ def _node_json(node: AgenticNode) -> str:
         f'"relation":"{d.relation}"}}' for d in node.dependencies)
     return (
         f'{{"request_id":{_str(node.request_id)},"play_id":{_str(node.play_id)},'
+        f'{_ordinal(node.source_play_ordinal)}'
         f'"session_id":{_str(node.session_id)},"model":{_str(node.model)},'
         f'"input_length":{node.input_length},"max_output_tokens":{node.output_length},'
         f'"output_token_ids":null,"replay_key":null,"hash_ids":[{",".join(map(str, node.hash_ids))}],'
-        f'"not_before_ms":{_float(node.not_before_ms)},"priority":{node.priority},'
+        f'"not_before_ms":{_float(node.not_before_ms)},{_api_time(node.recorded_api_time_ms)}'
+        f'"priority":{node.priority},'
         f'"strict_priority":{node.strict_priority},"policy_class":{_str_or_null(node.policy_class)},'
         f'"dependencies":[{deps}]}}'
     )
+
+
+def _ordinal(value: int | None) -> str:
+    """The optional `source_play_ordinal` member (absent when None)."""
+    return "" if value is None else f'"source_play_ordinal":{value},'
+
+
+def _api_time(value: float | None) -> str:
+    """The optional `recorded_api_time_ms` member (absent when None)."""
+    return "" if value is None else f'"recorded_api_time_ms":{_float(value)},'
 
 
 def _str(value: str) -> str:

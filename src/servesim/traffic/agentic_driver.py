@@ -7,6 +7,12 @@ aborts its play: no request of the play not yet released is released any more (i
 but also later roots and spawned requests of the play), and the play stays incomplete. Nodes
 ready at the same instant are released in node (request id) order.
 
+With `lanes` (AISimulate 0.13's `agentic_lanes`) the plays run closed loop instead, at most
+`lanes` at a time: the first `lanes` plays in corpus order (`source_play_ordinal`, else order of
+first appearance) start at 0, and whenever a play ends (every request it released ended and it
+can release no more) its lane starts the next play not started yet. A play's not-before times
+count from its start (minus the play's earliest not-before time).
+
 It answers the runtime the same questions as `servesim.traffic.driver.Driver`.
 """
 
@@ -16,6 +22,7 @@ import heapq
 import math
 from typing import NamedTuple
 
+from servesim.errors import RunError
 from servesim.traffic.agentic import AgenticGraph
 from servesim.traffic.driver import Arrival
 from servesim.traffic.hash_ids import unique_positions
@@ -38,24 +45,28 @@ class Unreleased(NamedTuple):
 class AgenticDriver:
     """Releases the nodes of an agentic graph in dependency order (open loop only)."""
 
-    def __init__(self, graph: AgenticGraph, frontend_ms: float = 0.0) -> None:
+    def __init__(self, graph: AgenticGraph, frontend_ms: float = 0.0, lanes: int | None = None) -> None:
         self.graph = graph
         self.frontend_ms = frontend_ms
         """A node dispatched (sent) at t is released at t + frontend_ms and keeps t as its arrival."""
         nodes = graph.nodes
         self._waiting = [len(p) for p in graph.parents]
         self._ready_at = [n.not_before_ms for n in nodes]
-        self._ready: list[tuple[float, int]] = [(n.not_before_ms, i) for i, n in enumerate(nodes)
-                                                if not self._waiting[i]]
-        heapq.heapify(self._ready)
         self._released = bytearray(len(nodes))
         play_index = {play: k for k, play in enumerate(graph.play_ids)}
         self._play = [play_index[n.play_id] for n in nodes]
+        self._lanes = _Lanes(graph, self._play, lanes) if lanes is not None else None
+        active = self._lanes.initial() if self._lanes is not None else None
+        if self._lanes is not None:
+            self._ready_at = list(self._lanes.offset)
+        self._ready: list[tuple[float, int]] = [(self._ready_at[i], i) for i in range(len(nodes))
+                                                if not self._waiting[i] and (active is None or self._play[i] in active)]
+        heapq.heapify(self._ready)
         self._aborted_by: dict[int, int] = {}
         """Per aborted play, the node whose end aborted it."""
         self._unique_from = _unique_positions(graph)
         self._next_output_base = GENERATED_BASE
-        self.fixed_arrivals = not any(self._waiting) and len(graph.play_ids) == len(nodes)
+        self.fixed_arrivals = lanes is None and not any(self._waiting) and len(graph.play_ids) == len(nodes)
         """True when no request waits on another and every play has one request: terminal
         requests never release or hold back others."""
 
@@ -95,6 +106,22 @@ class AgenticDriver:
             self._fire(i, now, "completion")
         else:
             self._aborted_by.setdefault(self._play[i], i)
+        if self._lanes is not None:
+            play = self._play[i]
+            self._lanes.ended[play] += 1
+            if self._lanes.play_over(play, play in self._aborted_by):
+                self._start_next(play, now)
+
+    def _start_next(self, play: int, now: float) -> None:
+        """`play` ended: start the next play on its lane, its times counted from `now`."""
+        assert self._lanes is not None
+        nxt = self._lanes.successor(play)
+        if nxt is None:
+            return
+        for i in self._lanes.members[nxt]:
+            self._ready_at[i] = now + self._lanes.offset[i]
+            if not self._waiting[i]:
+                heapq.heappush(self._ready, (self._ready_at[i], i))
 
     def unreleased(self) -> list[Unreleased]:
         """Every request not released (so far), in request id order."""
@@ -127,11 +154,52 @@ class AgenticDriver:
     def _emit(self, i: int, t: float) -> Arrival:
         node = self.graph.nodes[i]
         self._released[i] = 1
+        if self._lanes is not None:
+            self._lanes.released[self._play[i]] += 1
         base = self._next_output_base
         self._next_output_base += node.output_length + 1
         runs = expand_hash_ids(node.hash_ids, self.graph.block_size, node.input_length)
         return Arrival(i, 0, node.session_id, t, runs, node.input_length, node.output_length, base,
                        self._unique_from[i], request_id=node.request_id, play_id=node.play_id)
+
+
+class _Lanes:
+    """Which play runs on which lane, and what each play has released and ended so far."""
+
+    def __init__(self, graph: AgenticGraph, play_of: list[int], lanes: int) -> None:
+        count = len(graph.play_ids)
+        if lanes > count:
+            raise RunError(f"agentic replay lanes ({lanes}) cannot exceed available plays ({count})")
+        self.members: list[list[int]] = [[] for _ in range(count)]
+        for i, play in enumerate(play_of):
+            self.members[play].append(i)
+        nodes = graph.nodes
+        ordinals = [nodes[m[0]].source_play_ordinal for m in self.members]
+        known = [o for o in ordinals if o is not None]
+        order = (sorted(range(count), key=lambda p: known[p]) if len(known) == count else list(range(count)))
+        self._first = order[:lanes]
+        self._queue = order[lanes:][::-1]
+        """Plays not started yet, the next one last."""
+        self.offset = [0.0] * len(nodes)
+        for m in self.members:
+            start = min(nodes[i].not_before_ms for i in m)
+            for i in m:
+                self.offset[i] = nodes[i].not_before_ms - start
+        self.released = [0] * count
+        self.ended = [0] * count
+
+    def initial(self) -> set[int]:
+        """The plays running from the start: the first `lanes` ones."""
+        return set(self._first)
+
+    def play_over(self, play: int, aborted: bool) -> bool:
+        """True once every released request of `play` ended and nothing more will be released
+        (all were released, or the play was aborted)."""
+        return self.ended[play] == self.released[play] and (aborted or self.released[play] == len(self.members[play]))
+
+    def successor(self, play: int) -> int | None:
+        """The play the lane freed by `play` starts next (None: every play has started)."""
+        return self._queue.pop() if self._queue else None
 
 
 def _unique_positions(graph: AgenticGraph) -> list[int]:

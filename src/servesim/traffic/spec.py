@@ -36,7 +36,9 @@ class TraceSpec:
     paths: tuple[str, ...]
     format: str
     block_size: int | None
-    """Tokens per trace hash id (None only for `dynamo`: the trace's embedded one)."""
+    """Tokens per trace hash id (None only for `dynamo` and `weka`: the trace's embedded one)."""
+    nested_timestamp_basis: str = "auto"
+    """`weka` only: how nested subagent timestamps read (auto, absolute or relative)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -50,6 +52,10 @@ class LoadSpec:
     """Requests (or sessions) per second of the open-loop loads."""
     seed: int = 0
     speedup: float = 1.0
+    lanes: int | None = None
+    """`agentic_lanes`: replay an agentic graph's plays closed loop on this many lanes."""
+    snapshot: tuple[int, tuple[tuple[str, float], ...]] | None = None
+    """`agentic_snapshot`: (seed, the (source play, cut) of every lane)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -75,9 +81,9 @@ class TrafficSpec:
                                       turns=source.turns, shared_prefix_ratio=source.shared_prefix_ratio,
                                       prefix_groups=source.prefix_groups,
                                       inter_turn_delay_ms=source.inter_turn_delay_ms)
-        speedup = self.load.speedup if self.load.kind == "trace_timestamps" else 1.0
+        speedup = self.load.speedup if self.load.kind == "trace_timestamps" and self.load.snapshot is None else 1.0
         return read_trace(source.format, list(source.paths), source.block_size, speedup,
-                          timestamped=self.load.kind == "trace_timestamps")
+                          timestamped=self.load.kind == "trace_timestamps", basis=source.nested_timestamp_basis)
 
     def driver(self, workload: Workload | AgenticGraph, prompt_limit: int | None = None) -> RequestDriver:
         """The driver releasing `workload`'s requests under this load (see `Driver` for
@@ -88,8 +94,23 @@ class TrafficSpec:
                 raise RunError(self.graph_refusal)
             from servesim.traffic.agentic_driver import AgenticDriver
 
-            return AgenticDriver(workload, frontend_ms=lag)
+            lanes = self.load.lanes
+            if self.load.snapshot is not None:
+                from servesim.traffic.snapshot import snapshot_graph
+
+                seed, selections = self.load.snapshot
+                workload = snapshot_graph(workload, list(selections), seed, self.load.speedup)
+                lanes = None
+            if self.load.lanes is not None:
+                workload.summary_fields = workload.summary_fields | {"agentic_lanes": self.load.lanes}
+            elif workload.summary_fields:
+                workload.summary_fields = workload.summary_fields | {"agentic_lanes": None}
+            return AgenticDriver(workload, frontend_ms=lag, lanes=lanes)
         load = self.load
+        if load.snapshot is not None:
+            raise RunError("agentic_snapshot requires weka input")
+        if load.lanes is not None:
+            raise RunError("agentic_lanes requires weka, agentic_mooncake, or agentic dynamo input")
         n = len(workload.sessions)
         if load.kind == "concurrency":
             return Driver(workload, concurrency=load.concurrency, frontend_ms=lag, prompt_limit=prompt_limit)
@@ -113,17 +134,23 @@ def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
 
 
 def read_trace(fmt: str, paths: list[str], block_size: int | None, speedup: float, *,
-               timestamped: bool = False) -> Workload | AgenticGraph:
+               timestamped: bool = False, basis: str = "auto") -> Workload | AgenticGraph:
     """Read the trace files of a `trace` source (docs/traffic.md): sessions, or a dependency graph
     for `agentic_mooncake` and agent-aware `dynamo` traces.
 
     `block_size` is the trace block size (None only for `dynamo`: the embedded one); `speedup`
     divides the times of agentic graphs (session workloads are sped up by the driver).
     `timestamped` (a `trace_timestamps` load): mooncake first timestamps are checked (see
-    `read_mooncake`).
+    `read_mooncake`); `basis` is a `weka` trace's nested timestamp basis.
     """
     if fmt == "dynamo":
         return _read_dynamo(paths, block_size, speedup)
+    if fmt == "weka":
+        from servesim.traffic.weka import read_weka
+
+        graph, resolved = read_weka(paths[0], basis, block_size, speedup=speedup)
+        graph.summary_fields = {"agentic_input_format": "weka", "weka_nested_timestamp_basis": resolved}
+        return graph
     if block_size is None:
         raise RunError(f"trace format {fmt!r} needs a block size")
     if fmt in ("mooncake", "mooncake-delta"):

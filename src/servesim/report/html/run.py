@@ -58,6 +58,8 @@ def run_page(summary: Mapping[str, Any], latency: LatencySamples, series: TimeSe
     headline(page, summary, latency, sla)
     if isinstance(summary.get("sla"), Mapping):
         verdicts_section(page, summary["sla"])
+    if isinstance(summary.get("trajectories"), Mapping):
+        trajectories_section(page, summary["trajectories"])
     page.section("Latency distributions")
     page.note("Empirical CDFs over completed requests; dashed lines mark the SLA targets "
               "(the ITL target bounds each request's TPOT, its mean inter-token gap).")
@@ -121,6 +123,29 @@ def simulated(page: Page, deployment: Mapping[str, str], summary: Mapping[str, A
     rows = headline_items(deployment, summary)
     rows += [(f"Provenance: {key}", str(value)) for key, value in (provenance or {}).items()]
     page.table(("", "value"), rows)
+
+
+TRAJECTORY_ROWS = 200
+"""Trajectories listed one by one in the HTML report (the rest are counted)."""
+
+
+def trajectories_section(page: Page, block: Mapping[str, Any]) -> None:
+    """Per trajectory (play): its E2E latency, the time its model requests were in flight and
+    the rest (tool calls, think time, dependency delays); report/trajectories.py."""
+    def ms(value: float | None) -> str:
+        return "—" if value is None else f"{value:,.1f}"
+
+    plays = block["plays"]
+    page.section("Trajectories")
+    page.note(f"{len(plays):,} trajectories. Model time: while at least one of its requests was in flight; "
+              "wait: the rest of its E2E latency (tool calls, think time, dependency delays). Means over "
+              f"completed trajectories: E2E {ms(block['mean_e2e_ms'])} ms, model {ms(block['mean_model_ms'])} ms, "
+              f"wait {ms(block['mean_wait_ms'])} ms.")
+    rows = [[p["play_id"], p["status"], f"{p['requests']:,}", ms(p["e2e_ms"]), ms(p["model_ms"]), ms(p["wait_ms"])]
+            for p in plays[:TRAJECTORY_ROWS]]
+    page.table(("trajectory", "status", "requests", "E2E ms", "model ms", "wait ms"), rows)
+    if len(plays) > TRAJECTORY_ROWS:
+        page.note(f"… and {len(plays) - TRAJECTORY_ROWS:,} more (prediction.json, `trajectories`).")
 
 
 def verdicts_section(page: Page, block: Mapping[str, Any]) -> None:

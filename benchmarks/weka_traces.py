@@ -1,0 +1,138 @@
+"""Write the small `weka` traces of tests/cases/weka (each case folder gets its trace file and
+config.yaml); `benchmarks/weka_side_by_side.py` then runs them through AISimulate 0.13 and
+servesim. The traces exercise the reader's rules: chains detected from shared hash-id prefixes,
+a preamble request, forked worker chains, blocking and background subagents with absolute or
+relative nested timestamps, partial tail blocks, hash-less requests, zero outputs, api_time.
+
+usage: python benchmarks/weka_traces.py [CASES_DIR]   (default tests/cases/weka)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def req(t, inp, out, hashes, api=None, kind="n", model="m-a", **extra):
+    row = {"type": kind, "t": t, "model": model, "in": inp, "out": out, "hash_ids": list(hashes)}
+    if api is not None:
+        row["api_time"] = api
+    row.update(extra)
+    return row
+
+
+def sub(t, agent_id, requests, status="completed", duration_ms=None):
+    row = {"type": "subagent", "t": t, "agent_id": agent_id, "subagent_type": "Explore",
+           "status": status, "requests": requests}
+    if duration_ms is not None:
+        row["duration_ms"] = duration_ms
+    return row
+
+
+def chain_trace() -> dict:
+    """One play: a root chain, a blocking subagent joined back, a background one (absolute)."""
+    return {
+        "id": "alpha", "models": ["m-a"], "block_size": 16, "hash_id_scope": "local",
+        "tool_tokens": 10, "system_tokens": 20,
+        "requests": [
+            req(0.0, 40, 8, [1, 2, 3], api=0.05, kind="s", stop="end_turn", think_time=0.0),
+            req(0.4, 70, 12, [1, 2, 3, 4, 5], api=0.08),
+            sub(0.55, "ag-1", [
+                req(0.6, 33, 6, [100, 101, 102], api=0.03),
+                req(0.9, 60, 9, [100, 101, 102, 103], api=0.04),
+            ], duration_ms=500),
+            req(1.2, 100, 20, [1, 2, 3, 4, 5, 6, 7], api=0.2),
+            sub(1.3, "bg-1", [req(1.35, 20, 4, [200, 201], api=0.01)], status="async_launched"),
+            req(2.0, 130, 0, [1, 2, 3, 4, 5, 6, 7, 8, 9], api=0.1),
+        ],
+    }
+
+
+def relative_traces() -> list[dict]:
+    """Two plays in one JSONL file; nested timestamps relative to their marker (auto finds it)."""
+    first = {
+        "id": "beta", "block_size": 16, "hash_id_scope": "local",
+        "requests": [
+            req(5.0, 10, 3, [900], api=0.02),  # preamble: shares nothing with what follows
+            req(5.1, 48, 10, [10, 11, 12], api=0.05, model="m-b"),
+            req(5.5, 64, 10, [10, 11, 12, 13], api=0.06, model="m-b"),
+            req(5.6, 50, 7, [10, 11, 30, 31], api=0.05, model="m-b"),  # forks a worker chain
+            sub(5.7, "ag-r", [req(0.05, 25, 5, [300, 301], api=0.02, model="m-b"),
+                              req(0.3, 40, 5, [300, 301, 302], api=0.02, model="m-b")]),
+            req(6.3, 90, 11, [10, 11, 12, 13, 14, 15], api=0.05, model="m-b"),
+            req(6.4, 66, 4, [10, 11, 30, 31, 32], api=0.04, model="m-b"),
+            req(6.9, 20, 2, [], api=0.01, model="m-b"),  # hash-less
+        ],
+    }
+    second = {
+        "id": "gamma", "models": ["m-a"], "block_size": 16, "hash_id_scope": "local",
+        "requests": [
+            req(0.0, 32, 5, [1, 2], api=0.1),
+            req(0.3, 50, 5, [1, 2, 3, 4]),  # no api_time: a zero-width interval
+            req(0.31, 80, 6, [1, 2, 3, 4, 5], api=0.02),
+        ],
+    }
+    return [first, second]
+
+
+CONFIG = """engine:
+  mode: aggregated
+  model: Qwen/Qwen3-8B
+  hardware: h200_sxm
+  backend: vllm
+  context_length: 32768
+  workers:
+    aggregated:
+      parallelism:
+        replicas: {replicas}
+        tensor: 1
+      scheduler:
+        max_batched_tokens: 8192
+        max_sequences: 256
+      kv_cache:
+        block_size: 16
+        prefix_caching: true
+        capacity:
+          type: fixed
+          blocks: 2000
+      timing:
+        type: {timing}
+traffic:
+  source:
+    type: trace
+    format: weka
+    paths:
+    - {path}
+{basis}  load:
+    type: trace_timestamps
+{load}"""
+
+
+def write_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing="polynomial",
+               basis=None, load="    speedup: 1\n") -> None:
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / filename).write_text(text)
+    basis_line = f"    nested_timestamp_basis: {basis}\n" if basis else ""
+    (folder / "config.yaml").write_text(CONFIG.format(replicas=replicas, timing=timing, path=filename,
+                                                      basis=basis_line, load=load))
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1] / "tests/cases/weka"
+    alpha = json.dumps(chain_trace(), indent=1) + "\n"
+    rel = "".join(json.dumps(t) + "\n" for t in relative_traces())
+    write_case(root, "chain-json", "alpha.json", alpha)
+    write_case(root, "chain-json-2x", "alpha.json", alpha, replicas=2, load="    speedup: 2\n")
+    write_case(root, "relative-jsonl", "plays.jsonl", rel)
+    write_case(root, "relative-jsonl-explicit", "plays.jsonl", rel, basis="relative", replicas=2)
+    three = "".join(json.dumps(t) + "\n" for t in [*relative_traces(), chain_trace()])
+    write_case(root, "lanes1-jsonl", "plays.jsonl", rel, load="    speedup: 1\n    agentic_lanes: 1\n")
+    write_case(root, "lanes2-three-plays", "three.jsonl", three, replicas=2,
+               load="    speedup: 1.5\n    agentic_lanes: 2\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,125 @@
+"""AgentX request-boundary snapshots of an agentic graph (AISimulate 0.13's `agentic_snapshot`).
+
+Lane k starts inside the play `selections[k]` names, cut at `t_star_ms` of that play's recorded
+time (0 = its first request's start): the requests that started before the cut are history and
+are not sent; every other request is replayed, released `(recorded start - t_star_ms) / speedup`
+after the run starts or after its replayed parents as the trace recorded (dependencies on history
+are dropped). Each lane runs its snapshot play only.
+
+The replayed plays are renamed `agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>` and their
+sessions `<play>:conversation:<source session>`; request ids stay the source ones. The graph keeps
+the digest of the whole trace read at speedup 1, and every lane is described by an
+`agentic_snapshots` entry (schema `aisimulate.agentic.snapshot.v1`): every request of the source
+play with its recorded start and end, whether it is history, what replayed parents it waits on and
+its remaining delay, and one primer per conversation that goes on after the cut (its last request
+of history).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from servesim.errors import RunError
+from servesim.traffic.agentic import AgenticGraph, AgenticNode, _check_acyclic, _edges
+
+SCHEMA = "aisimulate.agentic.snapshot.v1"
+
+
+def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], seed: int, speedup: float,
+                   path: str = "") -> AgenticGraph:
+    """The graph of the lanes' snapshot plays (see the module docstring); `graph` is the trace
+    read at speedup 1. Unknown plays and cuts outside a play's request starts are RunErrors."""
+    members: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        members.setdefault(node.play_id, []).append(i)
+    block = graph.report_block()
+    nodes: list[AgenticNode] = []
+    entries: list[dict[str, Any]] = []
+    for lane, (source_play, t_star) in enumerate(selections):
+        if source_play not in members:
+            raise RunError(f"unknown snapshot source play {source_play}")
+        idx = members[source_play]
+        origin = min(graph.nodes[i].not_before_ms for i in idx)
+        start = {graph.nodes[i].request_id: graph.nodes[i].not_before_ms - origin for i in idx}
+        last = max(start.values())
+        if not 0.0 <= t_star <= last:
+            raise RunError(f"snapshot cut must lie within recorded request-start bounds [0, {last:g}] "
+                           f"(play {source_play}, t_star_ms {t_star:g})")
+        play = f"agentic-v1:{graph.digest}:{seed}:{lane}:0"
+        future = {rid for rid, t in start.items() if t >= t_star}
+        entries.append(_entry(graph, idx, start, future, play, lane, source_play, t_star, seed, block))
+        for i in idx:
+            node = graph.nodes[i]
+            if node.request_id not in future:
+                continue
+            deps = [d._replace(delay_ms=d.delay_ms / speedup) for d in node.dependencies if d.parent in future]
+            nodes.append(replace(node, play_id=play, session_id=f"{play}:conversation:{node.session_id}",
+                                 not_before_ms=(start[node.request_id] - t_star) / speedup, dependencies=deps,
+                                 hash_ids=node.hash_ids))
+    nodes.sort(key=lambda n: n.request_id)
+    parents, children = _edges(nodes, path)
+    _check_acyclic(nodes, parents, children, path)
+    out = AgenticGraph(nodes, graph.block_size, graph.source_format, graph.source_digest, parents=parents,
+                       children=children, digest=graph.digest)
+    out.play_ids = list(dict.fromkeys(n.play_id for n in nodes))
+    out.block = block
+    out.play_starts = dict.fromkeys(out.play_ids, 0.0)
+    out.summary_fields = graph.summary_fields | {"agentic_snapshots": entries}
+    return out
+
+
+def _entry(graph: AgenticGraph, idx: list[int], start: dict[str, float], future: set[str], play: str, lane: int,
+           source_play: str, t_star: float, seed: int, block: dict[str, object]) -> dict[str, Any]:
+    """The `agentic_snapshots` entry of one lane."""
+    nodes = [graph.nodes[i] for i in idx]
+    cache = f"{play}:cache"
+
+    def rid(source: str) -> str:
+        return f"{play}:request:{source}"
+
+    def conversation(node: AgenticNode) -> str:
+        return f"{play}:conversation:{node.session_id}"
+
+    roots = [n for n in nodes if not n.dependencies]
+    root = min(roots or nodes, key=lambda n: (start[n.request_id], n.request_id))
+    requests = []
+    for n in nodes:
+        identity: dict[str, str] = {"cache_id": cache, "conversation_id": conversation(n), "lane_id": f"lane:{lane}",
+                                    "play_id": play, "request_id": rid(n.request_id), "root_id": rid(root.request_id)}
+        spawn = next((d.parent for d in n.dependencies if d.relation == "spawn"), None)
+        if spawn is not None:
+            identity["parent_id"] = rid(spawn)
+        t = start[n.request_id]
+        replayed = n.request_id in future
+        requests.append({
+            "historical": not replayed,
+            "identity": identity,
+            "pending_dependencies": [rid(d.parent) for d in n.dependencies if replayed and d.parent in future],
+            "recorded_end_ms": None if n.recorded_api_time_ms is None else t + n.recorded_api_time_ms,
+            "recorded_start_ms": t,
+            "remaining_delay_ms": t - t_star if replayed else 0.0,
+            "source_request_id": n.request_id,
+        })
+    going_on = {n.session_id for n in nodes if n.request_id in future}
+    primers: dict[str, AgenticNode] = {}
+    for n in sorted((n for n in nodes if n.request_id not in future), key=lambda n: (start[n.request_id], n.request_id)):
+        if n.session_id in going_on:
+            primers[n.session_id] = n
+    return {
+        "cache_id": cache,
+        "graph": block,
+        "lane_id": lane,
+        "play_id": play,
+        "play_ordinal": 0,
+        "primers": [{"conversation_id": conversation(n), "input_length": n.input_length,
+                     "request_id": rid(n.request_id), "source_request_id": n.request_id}
+                    for n in sorted(primers.values(), key=conversation)],
+        "recorded_last_start_ms": max(start.values()),
+        "recorded_start_ms": 0.0,
+        "requests": requests,
+        "schema": SCHEMA,
+        "seed": seed,
+        "source_play_id": source_play,
+        "t_star_ms": t_star,
+    }

@@ -1,0 +1,139 @@
+"""Parity of the `weka` trace reader with AISimulate 0.13 (tests/cases/weka).
+
+Each case folder holds a config, its trace (written by `benchmarks/weka_traces.py`) and 0.13's
+report.json and requests.jsonl, recorded by `benchmarks/weka_side_by_side.py --record`. The
+reader's fields must match exactly: the `agentic_graph` block (its `graph_digest` hashes the
+whole lowered graph — every request id, session, length, block hash id, not-before time and
+dependency with its trigger, delay and relation — and `source.digest` the corpus bytes and the
+resolved basis), the nested timestamp basis, request, token and trajectory counts, and per
+request its id, play, session and lengths. Engine timing is not compared here: 0.13's engine
+differs from 0.1.0.dev2's, which servesim reproduces (docs/traffic.md, `weka`), so TTFT and what
+depends on it (dispatch times of dependent requests, latencies) differ; decode timing (ITL,
+TPOT) is compared at 1e-12 relative.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import CASES as ALL_CASES, reference_config
+
+from servesim import simulate
+
+CASES = sorted((ALL_CASES / "weka").glob("*/config.yaml"))
+READER_FIELDS = ("agentic_graph", "agentic_lanes", "agentic_input_format", "weka_nested_timestamp_basis", "num_requests",
+                 "completed_requests", "total_input_tokens", "total_output_tokens", "total_trajectories",
+                 "completed_trajectories", "incomplete_trajectories", "prefill_gpus_per_worker",
+                 "decode_gpus_per_worker")
+DECODE_FIELDS = tuple(f"{stat}_{metric}" for metric in ("itl_ms", "tpot_ms")
+                      for stat in ("mean", "median", "max", "p75", "p90", "p95", "p99"))
+RECORD_FIELDS = ("play_id", "session_id", "input_length", "output_length")
+
+
+def test_there_are_weka_cases() -> None:
+    assert len(CASES) >= 4
+
+
+@pytest.mark.parametrize("config", CASES, ids=[c.parent.name for c in CASES])
+def test_weka_reader_matches_upstream(config: Path) -> None:
+    report = simulate(reference_config(config), capture_per_request=True).to_dict()
+    expected = json.loads((config.parent / "report.json").read_text())
+    for key in READER_FIELDS:
+        assert report[key] == expected[key], key
+    for key in DECODE_FIELDS:
+        assert report[key] == pytest.approx(expected[key], rel=1e-12, abs=1e-12), key
+    theirs = [json.loads(line) for line in (config.parent / "requests.jsonl").read_text().splitlines()]
+    mine = {r["request_id"]: r for r in report["per_request"]}
+    assert sorted(mine) == sorted(r["request_id"] for r in theirs)
+    for record in theirs:
+        for key in RECORD_FIELDS:
+            assert mine[record["request_id"]][key] == record[key], (record["request_id"], key)
+
+
+LANE_CASES = [c for c in CASES if "agentic_lanes" in c.read_text() and "agentic_snapshot" not in c.read_text()]
+
+
+def _play_starts(records: list[dict]) -> list[tuple[str, float]]:
+    """(play, first dispatch) in start order."""
+    first: dict[str, float] = {}
+    for r in records:
+        first[r["play_id"]] = min(first.get(r["play_id"], r["dispatched_at_ms"]), r["dispatched_at_ms"])
+    return sorted(first.items(), key=lambda p: (p[1], p[0]))
+
+
+@pytest.mark.parametrize("config", LANE_CASES, ids=[c.parent.name for c in LANE_CASES])
+def test_lanes_start_plays_as_upstream(config: Path) -> None:
+    """Plays start in 0.13's order; the first `lanes` at 0, every other one when a running play
+    ends (its last request's terminal time), as in 0.13's records."""
+    lanes = json.loads((config.parent / "report.json").read_text())["agentic_lanes"]
+    theirs = [json.loads(line) for line in (config.parent / "requests.jsonl").read_text().splitlines()]
+    mine = simulate(reference_config(config), capture_per_request=True).to_dict()["per_request"]
+    assert [p for p, _ in _play_starts(mine)] == [p for p, _ in _play_starts(theirs)]
+    for records in (theirs, mine):
+        starts = _play_starts(records)
+        ends = {}
+        for r in records:
+            ends[r["play_id"]] = max(ends.get(r["play_id"], 0.0), r["terminal_time_ms"])
+        assert [t for _, t in starts[:lanes]] == [0.0] * lanes
+        for play, start in starts[lanes:]:
+            assert any(ends[p] == start for p, _ in starts if p != play), play
+
+
+def test_the_digest_sees_every_byte(tmp_path: Path) -> None:
+    """A changed byte of the trace changes the source digest; a changed time changes the graph."""
+    case = next(c.parent for c in CASES if c.parent.name == "chain-json")
+    expected = json.loads((case / "report.json").read_text())["agentic_graph"]
+    text = (case / "alpha.json").read_text()
+    edited = tmp_path / "alpha.json"
+    edited.write_text(text.replace('"t": 0.4', '"t": 0.45'))
+    config = (case / "config.yaml").read_text().replace("- alpha.json", f"- {edited}")
+    (tmp_path / "config.yaml").write_text(config)
+    block = simulate(reference_config(tmp_path / "config.yaml")).to_dict()["agentic_graph"]
+    assert block["source"]["digest"] != expected["source"]["digest"]
+    assert block["graph_digest"] != expected["graph_digest"]
+    assert block["node_count"] == expected["node_count"]
+
+
+SNAPSHOT_CASES = [c for c in CASES if "agentic_snapshot" in c.read_text()]
+
+
+def test_there_are_snapshot_cases() -> None:
+    assert len(SNAPSHOT_CASES) >= 4
+
+
+@pytest.mark.parametrize("config", SNAPSHOT_CASES, ids=[c.parent.name for c in SNAPSHOT_CASES])
+def test_snapshots_match_upstream(config: Path) -> None:
+    """The `agentic_snapshots` block is 0.13's, entry for entry: every request of each lane's
+    source play, history or replayed, its identity, recorded start and end, pending replayed
+    parents, remaining delay, and the primers."""
+    report = simulate(reference_config(config), capture_per_request=True).to_dict()
+    expected = json.loads((config.parent / "report.json").read_text())
+    assert report["agentic_snapshots"] == expected["agentic_snapshots"]
+    assert report["total_trajectories"] == expected["agentic_lanes"]
+
+
+@pytest.mark.parametrize("config", SNAPSHOT_CASES, ids=[c.parent.name for c in SNAPSHOT_CASES])
+def test_snapshot_release_and_trajectory_rules(config: Path) -> None:
+    """In 0.13's records and in servesim's: a replayed request with no replayed parent is
+    dispatched its remaining delay (divided by the speedup) after the start, and a snapshot
+    play's trajectory latency counts from the cut (time 0) to its last terminal time."""
+    expected = json.loads((config.parent / "report.json").read_text())
+    speedup = yaml.safe_load(config.read_text())["traffic"]["load"]["speedup"]
+    free = {r["identity"]["request_id"].split(":request:", 1)[1]: r["remaining_delay_ms"] / speedup
+            for s in expected["agentic_snapshots"] for r in s["requests"]
+            if not r["historical"] and not r["pending_dependencies"]}
+    assert free
+    theirs = [json.loads(line) for line in (config.parent / "requests.jsonl").read_text().splitlines()]
+    report = simulate(reference_config(config), capture_per_request=True).to_dict()
+    for summary, records in ((expected, theirs), (report, report["per_request"])):
+        for r in records:
+            if r["request_id"] in free:
+                assert r["dispatched_at_ms"] == pytest.approx(free[r["request_id"]], rel=1e-12, abs=1e-9)
+        ends: dict[str, float] = {}
+        for r in records:
+            ends[r["play_id"]] = max(ends.get(r["play_id"], 0.0), r["terminal_time_ms"])
+        assert summary["max_trajectory_e2e_latency_ms"] == pytest.approx(max(ends.values()), rel=1e-12)
+        assert summary["min_trajectory_e2e_latency_ms"] == pytest.approx(min(ends.values()), rel=1e-12)
