@@ -145,3 +145,33 @@ def test_search_replays_each_distinct_planner_and_shows_the_varying_knobs() -> N
     columns = dict(varying_knobs(replayed))
     assert columns["planner"] == "planner.policy"
     assert columns["load_sensitivity"] == "planner.load_sensitivity"
+
+
+def test_throughput_scaling_candidate_gets_every_group_and_replays() -> None:
+    data = config(planner={"policy": "enabled", "scaling_policy": {"preset": ["hybrid_180_5"]},
+                           "fpm_sampling": {"preset": ["fine"]}, "load_sensitivity": {"preset": ["conservative"]},
+                           "load_predictor": {"preset": ["kalman_reactive_log1p"]}, "max_num_gpus": 4},
+                  **ONE_SHAPE, **GOODPUT, **{"optimizer.algorithm": "grid", "optimizer.max_trials": 4})
+    result = Search(RecommendConfig.model_validate(data)).run()
+    (entry,) = [e for e in result.entries if e["eval_seconds"] is not None]
+    assert entry["status"] in ("feasible", "misses_target")
+    assert result.configs[entry["trial"]]["planner"] == {
+        "policy": "enabled", "target": "sla", "max_num_gpus": 4,
+        "enable_throughput_scaling": True, "enable_load_scaling": True,
+        "throughput_adjustment_interval_seconds": 180, "load_adjustment_interval_seconds": 5,
+        "max_num_fpm_samples": 128, "fpm_sample_bucket_size": 64,
+        "load_scaling_down_sensitivity": 90, "load_min_observations": 8,
+        "load_predictor": "kalman", "load_predictor_log1p": True, "kalman_q_level": 10.0, "kalman_q_trend": 1.0,
+        "kalman_r": 5.0, "kalman_min_points": 3}
+
+
+def test_min_workers_domains_and_the_disaggregated_ones() -> None:
+    from search_helpers import disaggregated
+
+    assert _space({"policy": "enabled", "min_workers": {"choices": [0, 1]},
+                   "prefill_min_workers": {"choices": [1, 2]}})["planner.min_workers"] == (0, 1)
+    assert "planner.prefill_min_workers" not in _space({"policy": "enabled", "prefill_min_workers": 2})
+    cfg = RecommendConfig.model_validate(disaggregated(planner={"policy": "enabled",
+                                                                "prefill_min_workers": {"choices": [1, 2]}}))
+    names = {d.name for b in build_branches(cfg, False, lambda *args: True) for d in b.dims}
+    assert "planner.prefill_min_workers" in names

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servesim.search.domains import Choices, Range
+from servesim.search.domains import Choices, Range, domain_parser
 
 GROUPS = ("scaling_policy", "fpm_sampling", "load_sensitivity", "load_predictor")
 POLICIES = ("disabled", "enabled")
@@ -284,11 +284,15 @@ class PlannerDomains(BaseModel):
     @field_validator("min_workers", "prefill_min_workers", "decode_min_workers")
     @classmethod
     def _workers(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            return None
         minimum = 0 if info.field_name == "min_workers" else 1
-        for item in _domain_values(info.field_name, value, (None,)):
-            if item is not None and not (_is_int(item) and item >= minimum):
+
+        def check(item: Any) -> None:
+            if not (_is_int(item) and item >= minimum):
                 raise ValueError(f"planner.{info.field_name} must be an integer >= {minimum} (got {item!r})")
-        return value
+
+        return domain_parser(int, check)(value)
 
     @model_validator(mode="after")
     def _groups_and_knobs(self) -> PlannerDomains:

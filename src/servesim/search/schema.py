@@ -19,12 +19,15 @@ two sections of its own::
     router                                 policy: value or {choices}; for kv_router overlap_score_credit,
                                            prefill_load_scale, temperature, prefill_load_model.type
                                            (omitted: upstream AISimulate 0.13's default domains)
+    planner                                policy: value or {choices}; the preset groups scaling_policy,
+                                           fpm_sampling, load_sensitivity, load_predictor; min_workers
+                                           (servesim.search.planner_domains)
 
 A domain is a value, ``{choices: [v, ...]}`` or ``{range: {min, max, step, scale}}`` (integer
 ranges need a step unless ``scale: log``; log ranges take no step and need min > 0).
 
 Everything that is not searchable (timing, startup_seconds, speculative, the SGLang knobs,
-evaluation, the router's other keys, planner, ...) is passed to every candidate as written and validated by the
+evaluation, the router's and the planner's other keys, ...) is passed to every candidate as written and validated by the
 `predict` schema itself (see `servesim.search.space.SearchSpace.probe`).
 """
 
