@@ -57,6 +57,12 @@ def test_goodput_with_an_e2e_only_sla_drops_throughput_scaling() -> None:
     assert space["planner.scaling_policy"] == ("disabled", "load_180_5", "load_180_10")
 
 
+def test_preset_false_drops_throughput_scaling_silently_without_a_goodput_target() -> None:
+    # as upstream: only a preset list that names a throughput-scaling policy is refused
+    assert _space({"scaling_policy": {"preset": False}})["planner.scaling_policy"] == (
+        "disabled", "load_180_5", "load_180_10", "load_600_5", "load_600_10")
+
+
 def test_disabled_policy_searches_nothing_else() -> None:
     assert _space({"policy": "disabled"}) == {"planner.policy": "disabled"}
 
@@ -88,6 +94,8 @@ def test_fpm_preset_false_keeps_perfect_square_buckets_and_predictor_family_labe
     ({"scaling_policy": {"preset": ["throughput_180_5"]}}, {"optimization.target": "goodput",
                                                           "evaluation": {"sla": {"e2e_ms": 900}}},
      "ttft_ms and itl_ms"),
+    ({"scaling_policy": {"preset": False}, "enable_throughput_scaling": True}, {},
+     "every planner.scaling_policy scales by throughput"),
     ({"scaling_policy": {"preset": ["load_5"]}}, {}, "no preset 'load_5'"),
     ({"enable_load_scaling": True}, {}, "cannot be combined with its flat keys"),
     ({"fpm_sampling": {"preset": ["small"]}, "max_num_fpm_samples": 8}, {}, "given as presets"),
