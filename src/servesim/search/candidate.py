@@ -24,6 +24,7 @@ from typing import Any
 from servesim.config import SimConfig, parse_config, runtime_rejections
 from servesim.errors import ConfigError, RunError
 from servesim.search import facts
+from servesim.search.planner_domains import GROUP_KEYS, GROUPS
 from servesim.search.schema import ROUTER_KV_KNOBS, Choices, Range, RecommendConfig, WorkerDomains
 from servesim.search.space import ROLE_DEFAULTS, Candidate, Shape
 
@@ -83,7 +84,29 @@ class Materializer:
         if self.cfg.router is not None:
             out["router"] = self._router(cand)
         if self.cfg.planner is not None:
-            out["planner"] = copy.deepcopy(self.cfg.planner)
+            out["planner"] = self._planner(cand)
+        return out
+
+    def _planner(self, cand: Candidate) -> dict[str, Any]:
+        """The candidate's `planner:` section: `policy: disabled`, or enabled with its scaling
+        policy's keys, the fpm_sampling and load_predictor presets' only with throughput scaling,
+        load_sensitivity's only with load scaling, and the section's other keys as written."""
+        planner = self.cfg.planner
+        assert planner is not None
+        knobs = cand.flat_knobs()
+        if knobs["planner.policy"] == "disabled":
+            return {"policy": "disabled"}
+        presets = planner.presets()
+        out: dict[str, Any] = {k: copy.deepcopy(v) for k, v in (planner.model_extra or {}).items()
+                               if not any(k in keys for keys in GROUP_KEYS.values())}
+        out["policy"] = "enabled"
+        out["target"] = self.cfg.planner_target
+        for group in GROUPS:
+            if f"planner.{group}" in knobs:
+                out.update(presets[group][knobs[f"planner.{group}"]])
+        for key in ("min_workers", "prefill_min_workers", "decode_min_workers"):
+            if knobs.get(f"planner.{key}") is not None:
+                out[key] = knobs[f"planner.{key}"]
         return out
 
     def _router(self, cand: Candidate) -> dict[str, Any]:

@@ -217,7 +217,8 @@ def varying_knobs(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
     keys = sorted({k for e in entries for k in e["knobs"]})
     keys = [k for k in keys if k not in ("engine.mode", "engine.backend") and ".parallelism." not in k
             and len({json.dumps(e["knobs"].get(k)) for e in entries}) > 1]
-    short = [k.rsplit(".", 1)[1] if k != "router.prefill_load_model.type" else "load_model" for k in keys]
+    renamed = {"router.prefill_load_model.type": "load_model", "planner.policy": "planner"}
+    short = [renamed.get(k, k.rsplit(".", 1)[1]) for k in keys]
     out = []
     for key, name in zip(keys, short, strict=True):
         if short.count(name) > 1 and key.startswith("engine.workers."):

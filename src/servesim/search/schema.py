@@ -19,12 +19,15 @@ two sections of its own::
     router                                 policy: value or {choices}; for kv_router overlap_score_credit,
                                            prefill_load_scale, temperature, prefill_load_model.type
                                            (omitted: upstream AISimulate 0.13's default domains)
+    planner                                policy: value or {choices}; the preset groups scaling_policy,
+                                           fpm_sampling, load_sensitivity, load_predictor; min_workers
+                                           (servesim.search.planner_domains)
 
 A domain is a value, ``{choices: [v, ...]}`` or ``{range: {min, max, step, scale}}`` (integer
 ranges need a step unless ``scale: log``; log ranges take no step and need min > 0).
 
 Everything that is not searchable (timing, startup_seconds, speculative, the SGLang knobs,
-evaluation, the router's other keys, planner, ...) is passed to every candidate as written and validated by the
+evaluation, the router's and the planner's other keys, ...) is passed to every candidate as written and validated by the
 `predict` schema itself (see `servesim.search.space.SearchSpace.probe`).
 """
 
@@ -35,6 +38,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Gt, Le
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from servesim.search.planner_domains import PlannerDomains, planner_target
 from servesim.search.domains import (
     Choices,
     FloatDomain,
@@ -407,7 +411,7 @@ class RecommendConfig(_Model):
     optimization: Optimization = Optimization()
     optimizer: Optimizer = Optimizer()
     router: RouterDomains | None = None
-    planner: dict[str, Any] | None = None
+    planner: PlannerDomains | None = None
     compat: Literal["reference"] | None = None
     """servesim extension: 'reference' = as the reference — every candidate replayed with the
     reference's timing model and the database's newest backend version; omitted = servesim's
@@ -437,10 +441,27 @@ class RecommendConfig(_Model):
         if floor is not None and isinstance(offered, int | float) and floor > offered:
             raise ValueError(f"optimization.constraints.min_goodput_rps ({floor:g}) cannot exceed the offered "
                              f"request rate ({offered:g} req/s)")
+        if self.planner is not None:
+            self.planner.scaling_policies(sla_target=self.planner_sla_target)
         if self.traffic is not None and self.traffic.load.type == "kv_capacity_fraction" \
                 and self.traffic.source.get("type") == "trace":
             raise ValueError("load type 'kv_capacity_fraction' needs a synthetic source")
         return self
+
+    @property
+    def planner_target(self) -> str:
+        """The planner's target for every candidate: `planner.target`, else the optimization
+        target's (goodput targets: sla; ttft/e2e_latency: latency; others: throughput)."""
+        given = self.planner.target if self.planner is not None else None
+        return given or planner_target(self.optimization.target)
+
+    @property
+    def planner_sla_target(self) -> bool:
+        """Whether throughput-scaling planner policies may be searched: a goodput target and an
+        evaluation.sla with ttft_ms and itl_ms (upstream AISimulate 0.13's rule)."""
+        sla = self.evaluation.get("sla") or {}
+        return planner_target(self.optimization.target) == "sla" and all(
+            isinstance(sla.get(k), (int, float)) for k in ("ttft_ms", "itl_ms"))
 
     @property
     def hardware(self) -> str:

@@ -31,6 +31,7 @@ from servesim.search.schema import (
     RecommendConfig,
     WorkerDomains,
 )
+from servesim.search.planner_domains import scales
 
 GPUS_PER_WORKER_LADDER = (1, 2, 4, 8, 16)
 """GPUs per worker the default pool tries (the reference's ladder)."""
@@ -157,6 +158,14 @@ class Candidate:
         out.update(self.knobs)
         if out.get("router.policy", "kv_router") != "kv_router":  # the KV router's knobs do not apply
             out = {k: v for k, v in out.items() if k == "router.policy" or not k.startswith("router.")}
+        if "planner.policy" in out:  # a planner's knobs only where its scaling policy uses them
+            throughput, load = scales(out.get("planner.scaling_policy", "disabled"))
+            if out["planner.policy"] == "disabled" or not (throughput or load):
+                out = {k: v for k, v in out.items() if not k.startswith("planner.")} | {"planner.policy": "disabled"}
+            else:
+                unused = ({"planner.fpm_sampling", "planner.load_predictor"} if not throughput else set()) | (
+                    {"planner.load_sensitivity"} if not load else set())
+                out = {k: v for k, v in out.items() if k not in unused}
         return out
 
 
@@ -359,4 +368,22 @@ def _knob_dims(cfg: RecommendConfig, roles: tuple[str, ...]) -> tuple[list[Dim],
                 integer=False)
             for knob in ROUTER_KV_KNOBS:
                 add(f"router.{knob}", getattr(router, knob), integer=False, default=ROUTER_KV_DEFAULTS[knob])
+    planner = cfg.planner
+    if planner is not None:
+        def categorical(name: str, values: list[Any]) -> None:
+            add(name, Choices(choices=values) if len(values) > 1 else values[0], integer=False)
+
+        categorical("planner.policy", planner.policies)
+        if "enabled" in planner.policies:
+            presets = planner.presets()
+            policies = planner.scaling_policies(sla_target=cfg.planner_sla_target)
+            categorical("planner.scaling_policy", policies)
+            if any(scales(p)[0] for p in policies):
+                categorical("planner.fpm_sampling", list(presets["fpm_sampling"]))
+                categorical("planner.load_predictor", list(presets["load_predictor"]))
+            if any(scales(p)[1] for p in policies):
+                categorical("planner.load_sensitivity", list(presets["load_sensitivity"]))
+            for key in ("min_workers",) + (("prefill_min_workers", "decode_min_workers") if "prefill" in roles else ()):
+                if getattr(planner, key) is not None:
+                    add(f"planner.{key}", getattr(planner, key), integer=True)
     return dims, fixed
