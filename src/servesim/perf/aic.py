@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -300,6 +301,12 @@ def _first_line(exc: BaseException) -> str:
 
 # -- the timing model ----------------------------------------------------------------------------
 
+BATCHED_AFTER_S = 0.5
+"""Engine seconds of decode questions after which a run switches to the batched lookup
+(`servesim.perf.aicdecode`): setting it up costs ~0.3 s, which only long-context runs repay.
+Either way the answers are the engine's, bit for bit."""
+
+
 class AicTiming:
     """Pass times from an AIC engine, memoised on the call's integer arguments.
 
@@ -325,6 +332,8 @@ class AicTiming:
         self.label = label
         self.calls = 0
         """Questions put to the engine (those no memo answered)."""
+        self._engine_decode_s = 0.0
+        """Seconds the engine took over decode questions asked one by one."""
 
     @property
     def engine(self) -> Any:
@@ -373,9 +382,13 @@ class AicTiming:
         """Put `predict_decode_latency(batch, c, 2)` to the engine for each c of `contexts`
         (none in the memo): through its batched lookup where one applies."""
         engine = self.engine
-        lookup = self._lookup()
-        values = lookup.decode(batch, contexts) if lookup is not None else \
-            [engine.predict_decode_latency(batch, c, 2) for c in contexts]
+        lookup = self._lookup() if self._engine_decode_s >= BATCHED_AFTER_S else None
+        if lookup is not None:
+            values = lookup.decode(batch, contexts)
+        else:
+            start = time.perf_counter()
+            values = [engine.predict_decode_latency(batch, c, 2) for c in contexts]
+            self._engine_decode_s += time.perf_counter() - start
         raw_decode, fresh = self._raw_decode, self._memo.fresh_decode
         for ctx, value in zip(contexts, values, strict=True):
             raw_decode[(batch, ctx)] = self._checked(value, f"decode({batch}, {ctx}, 2)")

@@ -33,12 +33,11 @@ _NN = 4
 _BLOCK = 256
 """Contexts per vectorised block of held lookups."""
 _CHECKS = 2
-"""Answers per batch compared with the engine's before the rest are trusted."""
+_CHECK_EVERY = 64
+"""The first `_CHECKS` blocks of each kind (with held lookups or without), and every
+`_CHECK_EVERY`-th, are checked at one context against the engine; a difference turns the
+lookup off (a guard: the tests prove equality over the whole grid)."""
 _KV_MEMORY = {"bfloat16": 2.0, "fp8": 1.0, "int8": 1.0}
-
-
-class _OutOfRange(Exception):
-    pass
 
 
 class _Miss(Exception):
@@ -54,177 +53,156 @@ class DecodeLookup:
         self._ops = ops
         self._attn = attn_index
         self._scale = float(ops[attn_index]["GenerationAttention"]["scale_factor"])
-        self._table = table
+        self._table = _Table(table)
         self._sol = sol
         self._n = float(n)
         self._leaves = _Leaves(table, sol)
-        self._others: dict[int, list[float]] = {}
-        self._holds: dict[tuple[int, int], np.ndarray] = {}
-        self._samples: dict[tuple[int, int], float] = {}
-        self._checked: dict[int, int] = {}
+        self._others: dict[int, list[float] | None] = {}
+        self._blocks: dict[tuple[int, int], np.ndarray | None] = {}
+        self._made = {False: 0, True: 0}
+        """Blocks made without and with held lookups (some are checked against the engine)."""
         self.enabled = True
-
-    # -- the calls ---------------------------------------------------------------------------
 
     def decode(self, batch: int, contexts: list[int]) -> list[float]:
         """The engine's ``predict_decode_latency(batch, c, 2)`` for each c of `contexts`."""
         engine = self._engine
-        if not self.enabled:
-            return [engine.predict_decode_latency(batch, c, 2) for c in contexts]
-        lo, hi = self._inner_range(batch)
-        out = []
+        out: list[float] = []
         for c in contexts:
-            s = c + 1
-            s_min = max(1, int(s * 0.9))
-            s_max = max(s_min, int(s * 1.1))
-            if lo <= s_min and s_max <= hi:
-                out.append(engine.predict_decode_latency(batch, c, 2))
-                continue
-            value = self._computed(batch, s, s_min, s_max)
-            if value is None or not self._trusted(batch, c, value):
-                value = engine.predict_decode_latency(batch, c, 2)
-            out.append(value)
+            block = self._block(batch, c) if self.enabled else None
+            out.append(engine.predict_decode_latency(batch, c, 2) if block is None else float(block[c % _BLOCK]))
         return out
 
-    def _trusted(self, batch: int, ctx: int, value: float) -> bool:
-        done = self._checked.get(batch, 0)
-        if done >= _CHECKS:
-            return True
-        if self._engine.predict_decode_latency(batch, ctx, 2) != value:
-            self.enabled = False
-            return False
-        self._checked[batch] = done + 1
-        return True
+    def _block(self, batch: int, ctx: int) -> np.ndarray | None:
+        """The values at `batch` for the `_BLOCK` contexts around `ctx`, checked at `ctx` against
+        the engine when first made (None: the engine answers these itself)."""
+        key = (batch, ctx // _BLOCK)
+        if key in self._blocks:
+            return self._blocks[key]
+        block, held = self._compute(batch, np.arange(key[1] * _BLOCK, (key[1] + 1) * _BLOCK, dtype=np.int64))
+        made = self._made[held] = self._made[held] + 1
+        if block is not None and (made <= _CHECKS or made % _CHECK_EVERY == 0):
+            if self._engine.predict_decode_latency(batch, ctx, 2) != float(block[ctx % _BLOCK]):
+                self.enabled = False
+                block = None
+        self._blocks[key] = block
+        return block
 
-    def _computed(self, batch: int, s: int, s_min: int, s_max: int) -> float | None:
+    def _compute(self, batch: int, contexts: np.ndarray) -> tuple[np.ndarray | None, bool]:
+        """The values at `contexts`, and whether any lookup was held (None: not reproducible)."""
         others = self._other_ops(batch)
-        if others is None:
-            return None
-        total = 0.0
-        for i in range(_SAMPLES):
-            s_i = s_min + (s_max - s_min) * i // (_SAMPLES - 1)
-            sample = self._sample(batch, s_i)
-            if sample is None:
-                return None
-            total += sample
-        attn = max(total / _SAMPLES, 0.0) * self._scale
-        acc = 0.0
+        if others is None or batch < 1:
+            return None, False
+        s = np.maximum(contexts + 1, 1)
+        s_min = np.maximum(1, (s * 0.9).astype(np.int64))
+        s_max = np.maximum(s_min, (s * 1.1).astype(np.int64))
+        samples = [s_min + (s_max - s_min) * i // (_SAMPLES - 1) for i in range(_SAMPLES)]
+        wanted = np.unique(np.concatenate(samples))
+        values, status = self._table.lookup((self._n, float(batch)), wanted.astype(np.float64), self._sol)
+        if np.any(status == _MISS):
+            return None, False
+        held = status == _OUT
+        any_held = bool(np.any(held))
+        if any_held:
+            if not self._leaves.valid:
+                return None, True
+            values[held] = self._leaves.hold(self._n, float(batch), wanted[held])
+        total = np.zeros(len(contexts))
+        for column in samples:
+            total = total + values[np.searchsorted(wanted, column)]
+        attn = np.maximum(total / _SAMPLES, 0.0) * self._scale
+        acc = np.zeros(len(contexts))
         for i, value in enumerate(others):
-            acc += attn if i == self._attn else value
-        return acc
+            acc = acc + (attn if i == self._attn else value)
+        return acc, any_held
 
     def _other_ops(self, batch: int) -> list[float] | None:
         """The op values at `batch` (the attention op's is a placeholder); None when one of the
         others varies with the context."""
-        found = self._others.get(batch)
-        if found is None:
-            indices = list(range(len(self._ops)))
-            first = self._engine.evaluate_generation_ops(indices, batch, 2, 1.0, 0, None)
-            second = self._engine.evaluate_generation_ops(indices, batch, 65537, 1.0, 0, None)
-            values = [v[1] for v in first]
-            if any(a[1] != b[1] for i, (a, b) in enumerate(zip(first, second, strict=True)) if i != self._attn):
-                self.enabled = False
-                return None
-            found = self._others[batch] = values
-        return found
-
-    # -- one lookup of the table -------------------------------------------------------------
-
-    def _sample(self, batch: int, s: int) -> float | None:
-        key = (batch, s)
-        value = self._samples.get(key)
-        if value is None:
-            try:
-                value = _interior(self._table, (self._n, float(batch), float(s)), 0, self._sol)
-            except _OutOfRange:
-                value = self._held(batch, s)
-            except _Miss:
-                return None
-            self._samples[key] = value
-        return value
-
-    def _held(self, batch: int, s: int) -> float:
-        start = s - s % _BLOCK
-        block = self._holds.get((batch, start))
-        if block is None:
-            block = self._holds[(batch, start)] = self._leaves.hold(self._n, float(batch),
-                                                                  np.arange(max(start, 1), start + _BLOCK))
-        return float(block[s - max(start, 1)])
-
-    _ranges: dict[int, tuple[int, int]]
-
-    def _inner_range(self, batch: int) -> tuple[int, int]:
-        """Contexts [lo, hi] whose lookups at `batch` are inside some measured branch (the
-        engine's own answer is cheap there)."""
-        ranges = self.__dict__.setdefault("_ranges", {})
-        found = ranges.get(batch)
-        if found is None:
-            spans = _branch_spans(self._table, (self._n, float(batch)))
-            lo = min((a for a, _ in spans), default=1 << 62)
-            hi = max((b for _, b in spans), default=-1)
-            # only contiguous coverage is trusted as "inside"
-            if any(a > lo for a, _ in spans):
-                lo, hi = 1 << 62, -1
-            found = ranges[batch] = (lo, hi)
+        if batch in self._others:
+            return self._others[batch]
+        indices = list(range(len(self._ops)))
+        first = self._engine.evaluate_generation_ops(indices, batch, 2, 1.0, 0, None)
+        second = self._engine.evaluate_generation_ops(indices, batch, 65537, 1.0, 0, None)
+        found: list[float] | None = [v[1] for v in first]
+        if any(a[1] != b[1] for i, (a, b) in enumerate(zip(first, second, strict=True)) if i != self._attn):
+            found = None
+        self._others[batch] = found
         return found
 
 
 # -- the grid resolver (inside the range) ---------------------------------------------------------
 
-def _branch_spans(node: dict[int, Any], coords: tuple[float, ...]) -> list[tuple[int, int]]:
-    """(first, last) of the innermost axis in each branch the bracket walk of `coords` reaches."""
-    if not coords:
-        keys = list(node)
-        return [(keys[0], keys[-1])] if keys else []
-    c = coords[0]
-    keys = list(node)
-    if c == int(c) and int(c) in node:
-        return _branch_spans(node[int(c)], coords[1:])
-    if not keys or c < keys[0] or c > keys[-1]:
-        return []
-    idx = bisect_left(keys, c)
-    return _branch_spans(node[keys[idx - 1]], coords[1:]) + _branch_spans(node[keys[idx]], coords[1:])
+_OK, _OUT, _MISS = 0, 1, 2
 
 
-def _interior(node: dict[int, Any], coords: tuple[float, ...], depth: int, sol: _Sol) -> float:
-    """The engine's nested bracket-and-blend lookup (raw blend; a lone surviving branch is
-    rescaled by the SOL ratio along the dropped axis); `_OutOfRange` past the data."""
-    if depth == len(coords):
-        return node  # type: ignore[return-value]
+class _Table:
+    """The slice as nested levels with the innermost (context) axis as arrays."""
+
+    def __init__(self, table: dict[int, Any]) -> None:
+        self.root = self._level(table)
+
+    @classmethod
+    def _level(cls, node: dict[int, Any]) -> Any:
+        first = next(iter(node.values()), None)
+        if isinstance(first, dict):
+            return {k: cls._level(v) for k, v in node.items()}
+        return (np.array(list(node), dtype=np.float64), np.array(list(node.values()), dtype=np.float64))
+
+    def lookup(self, outer: tuple[float, ...], s: np.ndarray, sol: _Sol) -> tuple[np.ndarray, np.ndarray]:
+        """The engine's nested bracket-and-blend lookup at (*outer, s) for each s: raw blends, a
+        lone surviving branch rescaled by the SOL ratio along the dropped axis; status `_OUT`
+        past the data (the hold's), `_MISS` where the engine finds nothing."""
+        return _resolve(self.root, outer, 0, s, sol)
+
+
+def _resolve(node: Any, outer: tuple[float, ...], depth: int, s: np.ndarray,
+             sol: _Sol) -> tuple[np.ndarray, np.ndarray]:
+    count = len(s)
+    if depth == len(outer):
+        keys, lats = node
+        if not len(keys):
+            return np.zeros(count), np.full(count, _MISS)
+        status = np.where((s < keys[0]) | (s > keys[-1]), _OUT, _OK)
+        if len(keys) == 1:
+            return np.full(count, lats[0]), status
+        idx = np.clip(np.searchsorted(keys, s, side="left"), 1, len(keys) - 1)
+        lo, hi = idx - 1, idx
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = (s - keys[lo]) / (keys[hi] - keys[lo])
+            values = lats[lo] + (lats[hi] - lats[lo]) * w
+        at = np.searchsorted(keys, s, side="left")
+        exact = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] == s)
+        values = np.where(exact, lats[np.minimum(at, len(keys) - 1)], values)
+        return values, status
     if not node:
-        raise _Miss()
-    c = coords[depth]
-    if c >= 0.0 and c == int(c):
-        child = node.get(int(c))
-        if child is not None:
-            return _interior(child, coords, depth + 1, sol)
+        return np.zeros(count), np.full(count, _MISS)
+    c = outer[depth]
+    if c >= 0.0 and c == int(c) and int(c) in node:
+        return _resolve(node[int(c)], outer, depth + 1, s, sol)
     keys = list(node)
     if c < keys[0] or c > keys[-1]:
-        raise _OutOfRange()
+        return np.zeros(count), np.full(count, _OUT)
     idx = bisect_left(keys, c)
     k_lo, k_hi = keys[idx - 1], keys[idx]
-    results = []
-    out_of_range = False
-    for k in (k_lo, k_hi):
-        try:
-            results.append((k, _interior(node[k], coords, depth + 1, sol)))
-        except _OutOfRange:
-            out_of_range = True
-        except _Miss:
-            pass
-    if not results:
-        raise _OutOfRange() if out_of_range else _Miss()
-    if len(results) == 1:
-        k_surv, lat = results[0]
-        snapped = list(coords)
-        snapped[depth] = float(k_surv)
-        sol_q, sol_s = sol.scalar(*coords), sol.scalar(*snapped)
-        if math.isfinite(sol_q) and math.isfinite(sol_s) and sol_q > 0.0 and sol_s > 0.0:
-            return lat * (sol_q / sol_s)
-        return lat
-    (_, lat_lo), (_, lat_hi) = results
+    v_lo, st_lo = _resolve(node[k_lo], outer, depth + 1, s, sol)
+    v_hi, st_hi = _resolve(node[k_hi], outer, depth + 1, s, sol)
+    ok_lo, ok_hi = st_lo == _OK, st_hi == _OK
     w = (c - k_lo) / (k_hi - k_lo)
-    return lat_lo + (lat_hi - lat_lo) * w
+    values = np.where(ok_lo & ok_hi, v_lo + (v_hi - v_lo) * w, 0.0)
+    status = np.where(ok_lo | ok_hi, _OK, np.where((st_lo == _OUT) | (st_hi == _OUT), _OUT, _MISS))
+    lone = ok_lo ^ ok_hi
+    if np.any(lone):
+        coords = [*outer[:depth], c, *outer[depth + 1:]]
+        sol_q = sol.at(coords, s)
+        for ok, k, v in ((ok_lo & ~ok_hi, k_lo, v_lo), (ok_hi & ~ok_lo, k_hi, v_hi)):
+            if np.any(ok):
+                snapped = list(coords)
+                snapped[depth] = float(k)
+                sol_s = sol.at(snapped, s)
+                usable = np.isfinite(sol_q) & np.isfinite(sol_s) & (sol_q > 0.0) & (sol_s > 0.0)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    values = np.where(ok, np.where(usable, v * (sol_q / sol_s), v), values)
+    return values, status
 
 
 # -- speed of light and the hold (past the range) --------------------------------------------------
@@ -240,6 +218,10 @@ class _Sol:
     def scalar(self, n: float, b: float, s: float) -> float:
         return float(self.array(n, b, np.array([s], dtype=np.float64))[0])
 
+    def at(self, outer: list[float], s: np.ndarray) -> np.ndarray:
+        """The SOL at (*outer, s) for each s."""
+        return self.array(outer[0], outer[1], s.astype(np.float64))
+
     def array(self, n: Any, b: Any, s: np.ndarray) -> np.ndarray:
         n_kv = n if self.n_kv_lookup == 0 else float(self.n_kv_lookup)
         kv_len = np.minimum(s - 1.0, float(self.window)) if self.window > 0 else s - 1.0
@@ -252,6 +234,20 @@ class _Sol:
 def _log2(values: Any) -> np.ndarray:
     """log2 of each value as the C library computes it (numpy's SIMD log2 may differ in the last bit)."""
     return np.array([math.log2(max(float(v), 1e-12)) for v in values], dtype=np.float64)
+
+
+_INT_LOG2 = np.zeros(0)
+
+
+def _int_log2(values: np.ndarray) -> np.ndarray:
+    """`_log2` of positive integers, from a table grown as needed."""
+    global _INT_LOG2
+    top = int(values.max()) + 1
+    if top > len(_INT_LOG2):
+        size = max(top, 2 * len(_INT_LOG2), 1 << 16)
+        _INT_LOG2 = np.concatenate([_INT_LOG2, _log2(range(len(_INT_LOG2), size))])
+        _INT_LOG2[0] = math.log2(1e-12)
+    return _INT_LOG2[values]
 
 
 class _Leaves:
@@ -274,7 +270,7 @@ class _Leaves:
         ln, lb, ls = self.logs
         dn, db = ln - math.log2(max(n, 1e-12)), lb - math.log2(max(b, 1e-12))
         base = dn * dn + db * db
-        q = _log2(s)
+        q = _int_log2(s)
         q_lo, q_hi = float(q.min()), float(q.max())
         gap = np.where(ls < q_lo, q_lo - ls, np.where(ls > q_hi, ls - q_hi, 0.0))
         lower = base + gap * gap
@@ -344,18 +340,25 @@ def _table(path: Path, kv: str, n_kv_lookup: int, head: int, window: int, sol: _
     latency raised to the speed of light (as the engine loads it)."""
     import pyarrow.parquet as pq
 
-    cols = pq.read_table(path).to_pydict()
-    win = cols.get("window_size") or [0] * len(cols["latency"])
+    names = ["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "batch_size", "isl", "step",
+             "latency"]
+    schema = pq.read_schema(path)
+    has_window = "window_size" in schema.names
+    data = pq.read_table(path, columns=names + (["window_size"] if has_window else []))
+    col = {name: data.column(name).to_numpy(zero_copy_only=False) for name in data.column_names}
+    n, nk = col["num_heads"].astype(np.int64), col["num_key_value_heads"].astype(np.int64)
+    win = np.nan_to_num(col["window_size"].astype(np.float64)).astype(np.int64) if has_window else np.zeros_like(n)
+    keep = ((col["kv_cache_dtype"] == kv) & (col["head_dim"].astype(np.int64) == head) & (win == window)
+            & (np.where(n == nk, 0, nk) == n_kv_lookup))
+    rows = np.flatnonzero(keep)
+    seq = col["isl"].astype(np.int64) + col["step"].astype(np.int64)
     found: dict[tuple[int, int, int], float] = {}
-    for i, lat in enumerate(cols["latency"]):
-        n, nk = int(cols["num_heads"][i]), int(cols["num_key_value_heads"][i])
-        if (cols["kv_cache_dtype"][i] != kv or int(cols["head_dim"][i]) != head or int(win[i] or 0) != window
-                or (0 if n == nk else nk) != n_kv_lookup):
-            continue
-        found.setdefault((n, int(cols["batch_size"][i]), int(cols["isl"][i]) + int(cols["step"][i])), float(lat))
+    for i, b, s, lat in zip(n[rows].tolist(), col["batch_size"][rows].astype(np.int64).tolist(), seq[rows].tolist(),
+                            col["latency"][rows].astype(np.float64).tolist(), strict=True):
+        found.setdefault((i, b, s), lat)
     table: dict[int, Any] = {}
-    for (n, b, s) in sorted(found):
-        lat = found[(n, b, s)]
-        floor = sol.scalar(float(n), float(b), float(s))
-        table.setdefault(n, {}).setdefault(b, {})[s] = floor if floor > lat else lat
+    for key in sorted(found):
+        lat = found[key]
+        floor = sol.scalar(*map(float, key))
+        table.setdefault(key[0], {}).setdefault(key[1], {})[key[2]] = floor if floor > lat else lat
     return table
