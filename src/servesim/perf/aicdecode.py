@@ -78,7 +78,7 @@ class DecodeLookup:
         key = (batch, ctx // _BLOCK)
         if key in self._blocks:
             return self._blocks[key]
-        block, held = self._compute(batch, np.arange(key[1] * _BLOCK, (key[1] + 1) * _BLOCK, dtype=np.int64))
+        block, held = self.compute(batch, np.arange(key[1] * _BLOCK, (key[1] + 1) * _BLOCK, dtype=np.int64))
         made = self._made[held] = self._made[held] + 1
         if block is not None and (made <= _CHECKS or made % _CHECK_EVERY == 0):
             if self._engine.predict_decode_latency(batch, ctx, 2) != float(block[ctx % _BLOCK]):
@@ -87,7 +87,7 @@ class DecodeLookup:
         self._blocks[key] = block
         return block
 
-    def _compute(self, batch: int, contexts: np.ndarray) -> tuple[np.ndarray | None, bool]:
+    def compute(self, batch: int, contexts: np.ndarray) -> tuple[np.ndarray | None, bool]:
         """The values at `contexts`, and whether any lookup was held (None: not reproducible)."""
         others = self._other_ops(batch)
         if others is None or batch < 1:
