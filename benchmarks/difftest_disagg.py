@@ -152,7 +152,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--out", default="difftest-disagg")
-    parser.add_argument("--servesim", default=f"{sys.executable} -m servesim")
+    parser.add_argument("--servesim", default=f"{sys.executable} -m servesim --compat reference")
     parser.add_argument("--reference", default=str(REFERENCE))
     parser.add_argument("--keep-all", action="store_true")
     parser.add_argument("--backend", choices=("vllm", "sglang"), default="vllm")

@@ -300,7 +300,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--format", choices=FORMATS, action="append", help="default: all, in turn")
     parser.add_argument("--out", default="difftest-traces")
-    parser.add_argument("--servesim", default=f"{sys.executable} -m servesim")
+    parser.add_argument("--servesim", default=f"{sys.executable} -m servesim --compat reference")
     parser.add_argument("--reference", default=str(REFERENCE))
     parser.add_argument("--keep-all", action="store_true")
     parser.add_argument("--make-case", help="write one case (seed, first format) to this folder and stop")

@@ -83,7 +83,7 @@ def main() -> int:
             folder = Path(tmp)
             (folder / "config.yaml").write_text(config_text(gpu, backend, version))
             ref = run([str(RUN), "config.yaml", "ref"], folder / "ref", folder)
-            mine = run([sys.executable, "-m", "servesim", "predict", "-c", "config.yaml", "--output-dir", "mine"],
+            mine = run([sys.executable, "-m", "servesim", "--compat", "reference", "predict", "-c", "config.yaml", "--output-dir", "mine"],
                        folder / "mine", folder)
         ok = same(ref, mine)
         failures += not ok

@@ -119,8 +119,9 @@ def systems_with_0190() -> tuple[str | None, str]:
 def run_servesim(config: dict, systems: str | None) -> dict:
     import servesim
 
+    config = json.loads(json.dumps(config))
+    config["compat"] = "reference"  # the reference-parity section: the reference's model
     if systems is not None:
-        config = json.loads(json.dumps(config))
         config["engine"]["aic_systems_path"] = systems
     report = servesim.simulate(config, capture_per_request=True).to_dict()
     return summary(sim_metrics(report["per_request"]))

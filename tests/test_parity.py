@@ -8,10 +8,9 @@ by (session_id, turn_index) and compared field by field (uuids excepted).
 from __future__ import annotations
 
 import pytest
-from conftest import CASES, assert_matches_case, run_case
+from conftest import CASES, assert_matches_case, reference_config, run_case
 
 from servesim import simulate
-from servesim.config import load_config
 from servesim.errors import SimulationError
 
 SUPPORTED = [
@@ -55,12 +54,12 @@ def test_overlong_vllm_request_fails_like_the_reference_on_request() -> None:
     expected = (CASES / "engine/05-trtllm-no-evict/stderr-vllm-overlong.txt").read_text()
     assert "effect-free zero-duration pass with 1 in-flight requests remaining" in expected
     with pytest.raises(SimulationError, match="effect-free zero-duration pass with 1 in-flight"):
-        simulate(load_config(config), unservable="fail")
+        simulate(reference_config(config))
 
 
 def test_overlong_vllm_request_is_rejected_with_a_reason_by_default() -> None:
     config = CASES / "engine/05-trtllm-no-evict/config-vllm-overlong.yaml"
-    report = run_case(config)
+    report = run_case(config, compat=None)
     (record,) = report["per_request"]
     assert record["terminal_status"] == "rejected" and report["completed_requests"] == 0
     assert "more than the 10 a rank has" in record["rejection_reason"]

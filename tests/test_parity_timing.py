@@ -16,7 +16,7 @@ import math
 from functools import lru_cache
 
 import pytest
-from conftest import CASES, HOST_FIELDS, assert_matches_case
+from conftest import CASES, HOST_FIELDS, assert_matches_case, reference_config
 
 from servesim import simulate
 from servesim.config import load_config
@@ -35,7 +35,7 @@ REFERENCE_DATA_CASES = [
 
 @lru_cache(maxsize=None)
 def _run(case: str) -> dict:
-    return simulate(load_config(CASES / case), capture_per_request=True).to_dict()
+    return simulate(reference_config(CASES / case), capture_per_request=True).to_dict()
 
 
 @pytest.mark.parametrize("case", TIMING_CASES)

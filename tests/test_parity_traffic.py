@@ -21,10 +21,10 @@ from conftest import (
     assert_same_record_fields,
     assert_same_summary_fields,
     assert_same_value,
+    reference_config,
 )
 
 from servesim import simulate
-from servesim.config import load_config
 
 CASES = sorted((ALL_CASES / "traffic").glob("*/config.yaml"))
 
@@ -35,7 +35,7 @@ def _key(record: dict) -> tuple:
 
 @pytest.mark.parametrize("config", CASES, ids=[c.parent.name for c in CASES])
 def test_trace_case_matches_reference(config: Path) -> None:
-    report = simulate(load_config(config), capture_per_request=True).to_dict()
+    report = simulate(reference_config(config), capture_per_request=True).to_dict()
     expected = json.loads((config.parent / "report.json").read_text())
     assert_same_summary_fields(report, expected)
     for key, value in expected.items():

@@ -6,11 +6,12 @@ collect → report, around the replay loop.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,7 @@ if TYPE_CHECKING:  # imported where a run needs them (start-up time)
     from servesim.report.spool import RecordSpool
     from servesim.scaling.contract import ScalingPolicy
     from servesim.traffic.agentic_driver import AgenticDriver
+    from servesim.traffic.live import LiveDriver
 
 
 class ProgressMeter:
@@ -102,6 +104,10 @@ class Report:
     spool: RecordSpool | None = None
     """The spool that took the per-request records as requests ended, when `simulate(...,
     spool=...)` used it; `per_request` is then None."""
+    provenance: dict[str, str] = field(default_factory=dict)
+    """What the run resolved, as flat text: servesim_version, compat, backend, backend_version,
+    hardware, timing_model, fidelity, calibration (written to prediction.json's `provenance`
+    and above the table, except under `compat: reference`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""
@@ -215,6 +221,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     report = _report(run, stages.cluster, stages.collector, stages.tally, now, wall_ms,
                      capture_per_request and stages.spool is None, stages.sampling)
     report.spool = stages.spool
+    report.provenance = dict(run.provenance)
     return report
 
 
@@ -223,9 +230,12 @@ class _Stages:
     (with time series) the state sampling."""
 
     def __init__(self, run: LoweredRun, capture_per_request: bool, fast: bool, scaling: ScalingPolicy | None,
-                 workload: Workload | None, timeseries: bool, spool: RecordSpool | None) -> None:
-        source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
-        self.driver = driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
+                 workload: Workload | None, timeseries: bool, spool: RecordSpool | None,
+                 driver: RequestDriver | None = None) -> None:
+        if driver is None:
+            source = workload if workload is not None else run.traffic.workload(run.pools[0].rank_config.block_size)
+            driver = run.traffic.driver(source, prompt_limit=run.pools[0].rank_config.prompt_content_limit)
+        self.driver = driver
         self.tally = RequestTally()
         self.whole_records = whole_records = run.disaggregated or _agentic(driver) is not None
         """Whether the report needs every request's whole record to the end."""
@@ -299,6 +309,87 @@ def _general_replay(run: LoweredRun, stages: _Stages, progress: bool, fast: bool
     if meter is not None:
         meter.close()
     return loop.now
+
+
+class LiveReplay:
+    """A replay whose requests arrive while it runs (`servesim serve`): the caller adds requests
+    to `driver`, steps the clock with `run_until`, hangs up requests whose clients left, and
+    takes the report with `finish`. The engines, router and planner are those `simulate` wires
+    for the same config, run without fast paths (so that each pass can be observed)."""
+
+    def __init__(self, run: LoweredRun, stages: _Stages, driver: LiveDriver, reference: bool) -> None:
+        self.run = run
+        self.driver = driver
+        self.stages = stages
+        self.reference = reference
+        cluster = stages.cluster
+        assert isinstance(cluster, AggregatedCluster)
+        self.cluster = cluster
+        cluster.track_places()
+        self.loop: ReplayLoop = ReplayLoop(driver, list(cluster.pools.values()), cluster, None)
+        self._started = time.perf_counter()
+        stages.spent = True
+        driver.start(0.0)
+        self.loop.start()
+
+    def warm_up(self) -> None:
+        """Load what each pool's timing model defers (AIConfigurator's engine, which a timing
+        memo may spare until a question it cannot answer), so that no request waits for it
+        mid-run; answers are unchanged."""
+        for spec in self.run.pools:
+            getattr(spec.timing, "engine", None)
+
+    @property
+    def now(self) -> float:
+        """The simulated clock (ms)."""
+        return self.loop.now
+
+    def run_until(self, until_ms: float) -> float:
+        """Process everything due by `until_ms` and move the clock there."""
+        return self.loop.run_until(until_ms)
+
+    def hang_up(self, rid: int) -> bool:
+        """The client of request `rid` left now (`AggregatedCluster.hang_up`)."""
+        return self.cluster.hang_up(rid, self.loop.now)
+
+    def finish(self) -> Report:
+        """Close the driver, hang up every request still open and build the report of the run so
+        far (per-request records included)."""
+        self.driver.close()
+        for rid in self.cluster.open_requests():
+            self.cluster.hang_up(rid, self.loop.now)
+        while self.cluster.in_flight() and (at := self.loop.next_time()) < math.inf:
+            self.loop.run_until(at)  # to the ends of the passes that still hold hung-up requests
+        wall_ms = (time.perf_counter() - self._started) * 1000
+        stages = self.stages
+        report = _report(self.run, self.cluster, stages.collector, stages.tally, self.loop.now, wall_ms, True,
+                         stages.sampling)
+        report.summary["timed_out_requests"] = stages.tally.timed_out
+        save_timing_cache()
+        return report.reference_fields_only() if self.reference else report
+
+
+def live_replay(config: SimConfig | Mapping[str, Any] | str | Path, *, timeseries: bool = False,
+                scaling: ScalingPolicy | None = None) -> LiveReplay:
+    """Wire the engine section of `config` for requests added while it runs (`LiveReplay`);
+    its traffic section is not used. Disaggregated serving is refused (ConfigError)."""
+    from servesim.traffic.live import LiveDriver
+
+    if isinstance(config, (str, os.PathLike)):
+        config = load_config(config)
+    elif isinstance(config, Mapping):
+        config = parse_config(config)
+    run = lower(config, unservable="reject")
+    if run.disaggregated:
+        raise ConfigError("engine.mode: disaggregated serving cannot be served live (servesim serve takes "
+                          "aggregated configs)")
+    if scaling is None and run.planner is not None:
+        from servesim.scaling.planner.policy import DynamoPlanner
+
+        scaling = DynamoPlanner(run.planner)
+    driver = LiveDriver(run.traffic.frontend_ms)
+    stages = _Stages(run, True, False, scaling, None, timeseries, None, driver=driver)
+    return LiveReplay(run, stages, driver, config.compat == "reference")
 
 
 def _fold(tally: RequestTally, spool: RecordSpool | None) -> Callable[[RequestRecord], None]:

@@ -71,7 +71,7 @@ def test_every_pass_of_the_role_pays_it_once():
     args = (1, 600, 0, 12, 12 * 900, 900, 10**6)
     assert synced.mixed(*args) == pytest.approx(plain.mixed(*args) + 3.0, abs=1e-6)  # one forward, one sync
     # sum mode has no mixed pass of its own: a prefill pass plus a decode pass, each paying it
-    summed = lower(parse_config(_config({"type": "roofline", "dp_sync_ms": 3.0}))).pools[0].timing
+    summed = lower(parse_config(_config({"type": "roofline", "mixed_pass": "sum", "dp_sync_ms": 3.0}))).pools[0].timing
     assert not isinstance(summed, MixedPassTiming)
     assert dp_synced(plain, 2.0).decode(1, 500, 500, 10**6) == pytest.approx(plain.decode(1, 500, 500, 10**6) + 2.0,
                                                                              abs=1e-6)

@@ -101,16 +101,16 @@ def test_attention_factor_follows_the_query_head_groups_and_the_gpu():
 
 
 def test_sum_mode_and_defaults_are_the_reference():
-    plain = simulate(_config({"type": "roofline"})).to_dict()
+    plain = simulate({**_config({"type": "roofline"}), "compat": "reference"}).to_dict()
     explicit = simulate(_config({"type": "roofline", "mixed_pass": "sum", "frontend_ms": 0},
-                                scheduler={"async_scheduling": False})).to_dict()
+                                scheduler={"async_scheduling": False})).reference_fields_only().to_dict()
     for key in ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"):
         plain.pop(key), explicit.pop(key)
     assert plain == explicit
 
 
 def test_fused_mode_is_faster_per_token_under_load():
-    sum_ = simulate(_config({"type": "roofline"}, requests=60, rate=40))
+    sum_ = simulate(_config({"type": "roofline", "mixed_pass": "sum"}, requests=60, rate=40))
     fused = simulate(_config({"type": "roofline", "mixed_pass": "fused", "frontend_ms": 0},
                              scheduler={"async_scheduling": False}, requests=60, rate=40))
     assert fused["mean_tpot_ms"] < sum_["mean_tpot_ms"]
@@ -118,7 +118,7 @@ def test_fused_mode_is_faster_per_token_under_load():
 
 
 def test_a_prompt_samples_its_first_token_from_the_prefill_forward():
-    a = simulate(_config({"type": "roofline"}, requests=1))
+    a = simulate(_config({"type": "roofline", "mixed_pass": "sum"}, requests=1))
     b = simulate(_config({"type": "roofline", "mixed_pass": "fused", "frontend_ms": 0}, requests=1))
     # a lone request: the reference charges its first pass prefill + a one-token decode step; a
     # fused pass is the prefill forward alone. Its later passes only decode: unchanged.
@@ -169,7 +169,8 @@ def test_front_end_default_grows_with_the_gpus_of_a_worker():
     del config["engine"]["workers"]["aggregated"]["timing"]["frontend_ms"]
     config["engine"]["workers"]["aggregated"]["parallelism"] = {"attention_data": 2}
     assert lower(parse_config(config)).traffic.frontend_ms == 3.0  # DP ranks are engines of their own
-    assert lower(parse_config(_config({"type": "roofline"}))).traffic.frontend_ms == 0.0
+    assert lower(parse_config(_config({"type": "roofline", "mixed_pass": "sum"}))).traffic.frontend_ms == 0.0
+    assert lower(parse_config({**_config({"type": "roofline"}), "compat": "reference"})).traffic.frontend_ms == 0.0
 
 
 def _fixed_two_requests(async_scheduling: bool):
@@ -202,7 +203,7 @@ def test_fused_vllm_roofline_uses_the_gpus_measured_decode_attention():
         return pool.timing.decode(37, 40_500, 1_095, 41_408)
 
     plain = RooflineTiming(resolve_model(LLAMA), resolve_gpu("rtx_4090", None)).decode(37, 40_500, 1_095, 41_408)
-    assert decode({"type": "roofline"}) == plain
+    assert decode({"type": "roofline", "mixed_pass": "sum"}) == plain
     fused = decode({"type": "roofline", "mixed_pass": "fused"})
     assert fused > plain + 0.8  # ~32 layers x (29 µs + the slower KV reads)
     assert decode({"type": "roofline", "mixed_pass": "fused"}, backend="sglang") == plain

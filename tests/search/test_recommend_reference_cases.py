@@ -44,7 +44,7 @@ def _close(a: float, b: float, key: str) -> bool:
 def test_servesim_recommendations_replay_to_the_reference_numbers(case: str) -> None:
     for path in sorted((CASES / case / "servesim").glob("*.yaml")):
         expected = json.loads(path.with_suffix(".prediction.json").read_text())
-        got = simulate(load_config(path)).summary
+        got = simulate(load_config(path, ["compat=reference"])).summary
         for key, value in expected.items():
             if key in HOST_FIELDS or not isinstance(value, (int, float)):
                 continue
@@ -56,7 +56,8 @@ def test_reference_recommendations_score_the_same_in_servesim(case: str) -> None
     cfg = load_recommend_config(str(CASES / case / "config.yaml"), [])
     target = cfg.optimization.target
     for row in json.loads((CASES / case / "reference" / "stdout.json").read_text()):
-        summary = simulate(load_config(CASES / case / "reference" / Path(row["config_path"]).name)).summary
+        summary = simulate(load_config(CASES / case / "reference" / Path(row["config_path"]).name,
+                                       ["compat=reference"])).summary
         gpus = summary["gpu_hours"] / (summary["duration_ms"] / 3_600_000)
         values = {"throughput_per_gpu": summary["output_throughput_tok_s"] / gpus,
                   "throughput_per_user": summary["mean_output_token_throughput_per_user"],
@@ -69,7 +70,7 @@ def test_reference_recommendations_score_the_same_in_servesim(case: str) -> None
 @pytest.mark.parametrize("case", WITH_SERVESIM)
 def test_servesim_recommend_still_writes_the_stored_configs(case: str, tmp_path: Path) -> None:
     path = CASES / case / "config.yaml"
-    result = Search(load_recommend_config(str(path), []), base_dir=path.parent).run()
+    result = Search(load_recommend_config(str(path), ["compat=reference"]), base_dir=path.parent).run()
     outputs.write_recommendations(tmp_path, result)
     stored = sorted((CASES / case / "servesim").glob("*.yaml"))
     written = sorted((tmp_path / "recommendations").glob("*.yaml"))
@@ -85,7 +86,7 @@ def test_kv_capacity_fraction_resolves_to_the_reference_concurrency() -> None:
     from servesim.search.space import Candidate, Shape
 
     case = CASES / "03-kv-fraction"
-    materializer = Materializer(load_recommend_config(str(case / "config.yaml"), []), case)
+    materializer = Materializer(load_recommend_config(str(case / "config.yaml"), ["compat=reference"]), case)
     base = "engine.workers.aggregated"
     for path in sorted((case / "reference").glob("*.yaml")):
         ref = yaml.safe_load(path.read_text())

@@ -143,7 +143,7 @@ def test_the_front_end_latency_is_part_of_the_estimated_ttft() -> None:
 
     def both(frontend: float | None) -> tuple[dict, dict]:
         data = _predict_config(rate=2.0, replicas=1, prefill_ms=0, decode_ms=0, requests=60)
-        data["engine"]["workers"]["aggregated"]["timing"] = {"type": "roofline", "frontend_ms": frontend}
+        data["engine"]["workers"]["aggregated"]["timing"] = {"type": "roofline", "mixed_pass": "sum", "frontend_ms": frontend}
         cfg = parse_config(data)
         model = role_model(cfg, "aggregated", facts.timing_model(cfg, "aggregated"))
         return estimate(cfg, {"aggregated": model}, profile(cfg)), simulate(cfg).summary

@@ -8,7 +8,7 @@ reads the user's config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from servesim.build.control import planner_settings, router_spec
@@ -20,6 +20,7 @@ from servesim.engine.pass_time import TimingModel
 from servesim.engine.rank import RankConfig, SglangSettings, SpeculativeSettings
 from servesim.errors import RunError
 from servesim.fidelity.apply import async_scheduling, frontend_ms
+from servesim.fidelity.resolve import provenance, resolve_backend_version, resolve_fidelity
 from servesim.placement.factory import RouterSpec
 from servesim.report.summary import Sla
 from servesim.traffic.spec import TrafficSpec
@@ -83,6 +84,8 @@ class LoweredRun:
     """The planner's settings when the config enables it."""
     time_cap_ms: float | None
     sla: Sla | None
+    provenance: dict[str, str] = field(default_factory=dict)
+    """What the run resolved (`servesim.fidelity.resolve.provenance`)."""
 
     @property
     def disaggregated(self) -> bool:
@@ -101,13 +104,16 @@ def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
     problems = runtime_rejections(config)
     if problems:
         raise RunError("; ".join(problems))
+    config = resolve_backend_version(resolve_fidelity(config))
     engine = config.engine
     stop = config.traffic.stop
     cap = stop.max_virtual_time_seconds if stop is not None else None
     pools = [_pool(config, role, worker, unservable, capped=cap is not None) for role, worker in engine.roles.items()]
     transfer = _transfer(engine) if engine.mode == "disaggregated" else None
     sla = config.evaluation.sla
+    labels = {pool.role: str(getattr(pool.timing, "label", type(pool.timing).__name__)) for pool in pools}
     return LoweredRun(
+        provenance=provenance(config, labels),
         pools=pools,
         transfer=transfer,
         traffic=traffic_spec(config.traffic, aggregated=engine.mode == "aggregated",

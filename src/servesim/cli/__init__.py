@@ -1,5 +1,5 @@
 """The `servesim` command: `predict`, `recommend`, `validate`, `calibrate`, `compare`,
-`data fetch`. Each subcommand registers itself (`register(sub)`) and names the function that
+`data fetch`, `serve`. Each subcommand registers itself (`register(sub)`) and names the function that
 runs it (`run_command`).
 
 Exit codes follow the reference: 0 success, 2 configuration or usage errors, 1 when the
@@ -22,7 +22,7 @@ from servesim.perf import save_timing_cache
 #: Each subcommand and the module that registers it, in the order `servesim --help` lists them.
 _COMMANDS = {"predict": "servesim.cli.predict", "recommend": "servesim.search.cli",
              "validate": "servesim.fidelity.commands", "calibrate": "servesim.fidelity.commands",
-             "data": "servesim.cli.tools", "compare": "servesim.cli.tools"}
+             "data": "servesim.cli.tools", "compare": "servesim.cli.tools", "serve": "servesim.serve.cli"}
 
 
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
@@ -32,9 +32,14 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     lines list every subcommand either way."""
     import importlib
 
+    from servesim.cli.common import COMPAT_HELP
+
     parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving.")
-    if argv and argv[0] in _COMMANDS:
-        modules = [_COMMANDS[argv[0]]]
+    parser.add_argument("--compat", dest="global_compat", choices=("reference",), default=None,
+                        help=COMPAT_HELP + "; for predict, recommend and calibrate")
+    command = _command(argv)
+    if command is not None:
+        modules = [_COMMANDS[command]]
         sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(_COMMANDS) + "}")
     else:
         modules = list(dict.fromkeys(_COMMANDS.values()))
@@ -42,6 +47,28 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     for module in modules:
         importlib.import_module(module).register(sub)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names, after the top-level options (`--compat reference`)."""
+    rest = list(argv)
+    while rest and rest[0].startswith("--compat"):
+        rest = rest[1:] if "=" in rest[0] else rest[2:]
+    return rest[0] if rest and rest[0] in _COMMANDS else None
+
+
+def _apply_global_compat(args: argparse.Namespace) -> str | None:
+    """Carry `servesim --compat X <command>` into the command's own `--compat`; an error message
+    when the command has none (or names another)."""
+    wanted = args.global_compat
+    if wanted is None:
+        return None
+    if not hasattr(args, "compat"):
+        return f"--compat applies to predict, recommend and calibrate, not {args.command}"
+    if args.compat not in (None, wanted):
+        return f"--compat {wanted} before the command and --compat {args.compat} after it disagree"
+    args.compat = wanted
+    return None
 
 
 class _Terminated(KeyboardInterrupt):
@@ -60,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser(argv).parse_args(argv)
+    problem = _apply_global_compat(args)
+    if problem is not None:
+        print(f"servesim: error: {problem}", file=sys.stderr)
+        return 2
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:

@@ -27,9 +27,28 @@ def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs:
                          help=f"where {outputs} go (default: ./{DEFAULT_OUTPUT_DIR})")
     command.add_argument("--overwrite", action="store_true", help="replace servesim outputs already in --output-dir")
     command.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
+    add_compat_argument(command)
     command.add_argument("--stack", default=None, metavar="{engine,dynamo}",
                          help="execution stack, as in the reference: 'engine' (no router/planner "
                               "sections) or 'dynamo'; default: every section is accepted")
+
+
+COMPAT_HELP = ("'reference': reproduce AISimulate 0.1.0.dev2 exactly (its timing model, backend version, "
+               "report fields, unservable requests and exit codes); the same as the config key compat: reference "
+               "(default: servesim's best estimate)")
+
+
+def add_compat_argument(command: argparse.ArgumentParser) -> None:
+    """`--compat reference` (also accepted before the subcommand: `servesim --compat reference predict`)."""
+    command.add_argument("--compat", choices=("reference",), default=None, help=COMPAT_HELP)
+
+
+def compat_overrides(args: argparse.Namespace) -> list[str]:
+    """`--set` overrides with `--compat` applied last (it is validated with the config)."""
+    overrides = list(getattr(args, "overrides", None) or ())
+    if getattr(args, "compat", None) is not None:
+        overrides.append(f"compat={args.compat}")
+    return overrides
 
 
 def start_up() -> AbstractContextManager[None]:

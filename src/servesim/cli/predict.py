@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servesim.cli.common import add_common_arguments, config_error, start_up
+from servesim.cli.common import add_common_arguments, compat_overrides, config_error, start_up
 from servesim.errors import ConfigError, RunError
 from servesim.outputs import OutputSet, os_reason, prepare_folder
 
@@ -33,10 +33,6 @@ def register(sub: Any) -> None:
     predict.add_argument("--report", action="store_true",
                          help="also write report.html: a self-contained page of charts (needs plotly: "
                               "servesim[report])")
-    predict.add_argument("--compat", choices=("reference",), default=None,
-                         help="'reference': reproduce AISimulate 0.1.0.dev2 exactly (its timing model, "
-                              "report fields, unservable requests and exit codes); the same as the "
-                              "config key compat: reference")
     predict.add_argument("--unservable", choices=("reject", "fail"), default=None,
                          help="a request that can never fit the KV pool is rejected with a reason "
                               "(the default), or — as in the reference, and under --compat reference — "
@@ -80,10 +76,8 @@ def _predict(args: argparse.Namespace) -> int:
             return 2
         out_dir = Path(args.output_dir)
         try:
-            config = load_config(args.config, args.overrides, stack=args.stack,
+            config = load_config(args.config, compat_overrides(args), stack=args.stack,
                                  allow_duplicate_keys=args.allow_duplicate_keys)
-            if args.compat is not None:
-                config = config.model_copy(update={"compat": args.compat})
             _resolve_compat(args, config.compat == "reference")
             _check_extras(args)
             prepare_folder(out_dir, args.overwrite)
@@ -142,10 +136,13 @@ def _write_outputs(outputs: OutputSet, report: Report, args: argparse.Namespace)
 
     extensions = report.extensions or {}
     spool = report.spool
+    document = report.to_dict()
+    if report.provenance and not args.reference_fields:  # under compat: reference, the reference's fields only
+        document["provenance"] = report.provenance
     if spool is not None:
-        outputs.stage_file("prediction.json", lambda path: spool.write_report_json(report.to_dict(), path))
+        outputs.stage_file("prediction.json", lambda path: spool.write_report_json(document, path))
     else:
-        outputs.stage_file("prediction.json", lambda path: write_report_json(report.to_dict(), path))
+        outputs.stage_file("prediction.json", lambda path: write_report_json(document, path))
     if args.capture_per_request:
         if args.per_request_format == "parquet":
             from servesim.report.tables import write_parquet
@@ -185,6 +182,10 @@ def _print_report(report: Report, args: argparse.Namespace, prediction: Path) ->
 
     data = report.to_dict() if args.stdout_per_request else report.summary
     text = report_line(data) if args.format == "json" else render_table(data, str(prediction))
+    if args.format == "table" and report.provenance and not args.reference_fields:
+        from servesim.fidelity.resolve import header_line
+
+        text = header_line(report.provenance) + text
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

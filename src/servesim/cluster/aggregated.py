@@ -48,7 +48,10 @@ class AggregatedCluster(Cluster):
         placed = []
         for arrival in arrivals:
             if not self.router.workers:
-                self._reject_unrouted(self._register(arrival)[1], "serving", now)
+                request = self._register(arrival)[1]
+                for observer in self.request_observers:
+                    observer.on_placed(arrival, request, None, now)
+                self._reject_unrouted(request, "serving", now)
                 continue
             worker, rank, request = self._route(arrival, now)
             worker.enqueue(rank, request)
@@ -109,6 +112,8 @@ class AggregatedCluster(Cluster):
                                               placement.overlap_tokens))
         if self.timeouts is not None:
             self.timeouts.watch(record.rid, record.arrival_ms, now, (worker, placement.rank, request))
+        for observer in self.request_observers:
+            observer.on_placed(arrival, request, worker, now)
         return worker, placement.rank, request
 
     # -- client timeouts ----------------------------------------------------------------------------
@@ -123,19 +128,37 @@ class AggregatedCluster(Cluster):
         fired = super().fire_timers(now)
         if self.timeouts is not None:
             for place in self.timeouts.due(now, self._open.__contains__):
-                self._give_up(place, now)
+                arrival_ms = self._open[place[2].rid][1].arrival_ms
+                self._give_up(place, now, arrival_ms + self.timeouts.timeout_ms)  # < now when it came that late
                 fired = True
         return fired
 
-    def _give_up(self, place: Place, now: float) -> None:
-        """The client of a request stops waiting: the driver and the router hear of it now; its
-        worker drops it now if idle, else at the end of its running pass."""
+    def track_places(self) -> None:
+        """Keep every request's place from now on, so that its client may hang up (`hang_up`):
+        what a live server needs."""
+        if self.timeouts is None:
+            self.timeouts = ClientTimeouts(INF)
+
+    def hang_up(self, rid: int, now: float) -> bool:
+        """The client of request `rid` disconnected at `now` (after `track_places`): it ends as
+        timed out at `now` with the tokens received by then, and its KV is freed at once if its
+        worker is idle, else at the end of the running pass. False when it had already ended."""
+        if self.timeouts is None or rid not in self._open:
+            return False
+        place = self.timeouts.place(rid)
+        if place is None or self.timeouts.abandoned(rid):
+            return False
+        self._give_up(place, now, now)
+        return True
+
+    def _give_up(self, place: Place, now: float, deadline: float) -> None:
+        """The client of a request stops waiting (at `deadline`): the driver and the router hear
+        of it now; its worker drops it now if idle, else at the end of its running pass."""
         assert self.timeouts is not None
         worker, rank, request = place
         arrival, record = self._open[request.rid]
         self.driver.on_terminal(arrival, now, request.generated, ends_session=True, completed=False)
         self.router.on_terminal(request.rid, now)
-        deadline = record.arrival_ms + self.timeouts.timeout_ms  # < now when it reached the engine that late
         if worker.busy:
             self.timeouts.defer(place, deadline)
         else:
@@ -149,6 +172,8 @@ class AggregatedCluster(Cluster):
             self.timeouts.forget(request.rid)
         spans, tokens = spans_until(request.token_spans, worker.pass_ends, deadline)
         self.collector.on_terminal(record, deadline, Status.TIMED_OUT, tokens, spans, worker.pass_ends)
+        for observer in self.request_observers:
+            observer.on_ended(record, deadline)
 
     def _at_pass_boundary(self, worker: Worker, outcome: WorkerPass) -> None:
         """Drop the requests given up on during the pass that just ended."""

@@ -74,6 +74,19 @@ class PassObserver(Protocol):
         already hold the pass's result."""
 
 
+class RequestObserver(Protocol):
+    """What a reader of single requests hears (a live server, `servesim.serve`): each request
+    as it is placed, and its end. Its tokens are read from the engine's request at each pass end
+    (`PassObserver`)."""
+
+    def on_placed(self, arrival: Arrival, request: EngineRequest, worker: Worker | None, now: float) -> None:
+        """`arrival` became the engine's `request`, placed on `worker` at `now` (None: it found
+        no worker and is rejected at once)."""
+
+    def on_ended(self, record: RequestRecord, now: float) -> None:
+        """The request of `record` reached its terminal state (`record.status`) at `now`."""
+
+
 @dataclass(slots=True, eq=False, repr=False)
 class ServingPool:
     """One pool as the cluster drives it."""
@@ -121,6 +134,8 @@ class Cluster:
         self.hooks: ClusterHooks = NoHooks()
         self.observers: list[PassObserver] = []
         """Who hears every finished pass (none unless a report wants time series)."""
+        self.request_observers: list[RequestObserver] = []
+        """Who hears every request placed and ended (none unless a live server runs)."""
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -202,6 +217,8 @@ class Cluster:
                                 completed=completed)
         if completed and self.scaler is not None:
             self.hooks.on_completed(record)
+        for observer in self.request_observers:
+            observer.on_ended(record, now)
 
     # -- a finished pass ------------------------------------------------------------------------
 
@@ -311,6 +328,10 @@ class Cluster:
 
     def in_flight(self) -> int:
         return len(self._open)
+
+    def open_requests(self) -> list[int]:
+        """The ids of the requests registered and not yet terminal."""
+        return list(self._open)
 
     def done(self) -> bool:
         return not self._open and self.driver.drained()

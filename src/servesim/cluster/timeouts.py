@@ -35,6 +35,14 @@ class ClientTimeouts:
         self._deadlines.add(rid, sent_ms, now)
         self._placed[rid] = place
 
+    def place(self, rid: int) -> Place | None:
+        """Where open request `rid` runs (None if it is not watched)."""
+        return self._placed.get(rid)
+
+    def abandoned(self, rid: int) -> bool:
+        """Whether request `rid` was given up on and waits for its worker's pass to end."""
+        return any(place[2].rid == rid for places in self._abandoned.values() for place, _ in places)
+
     def forget(self, rid: int) -> None:
         """The request ended: its clock stops."""
         self._placed.pop(rid, None)

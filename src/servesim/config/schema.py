@@ -149,6 +149,12 @@ class SimConfig(SchemaModel):
     where the reference stops); omitted = servesim's best estimate (the same as `--compat`)."""
 
     @model_validator(mode="after")
+    def _compat_consistent(self) -> "SimConfig":
+        """`compat: reference` and a fidelity key that asks for another timing model exclude each other."""
+        raise_if(compat_conflicts(self))
+        return self
+
+    @model_validator(mode="after")
     def _format_needs_aggregated(self) -> "SimConfig":
         """Some trace formats replay only on aggregated engines."""
         raise_if(aggregated_only_format_rules(self.traffic.source, self.engine.mode))
@@ -180,6 +186,29 @@ DISCRIMINATED_FIELDS: dict[str, tuple[str, ...]] = {
     "timing": ("default", "fixed", "polynomial", "roofline"),
 }
 """Field name -> the `type` tags of its discriminated union (used to tidy error paths)."""
+
+
+def compat_conflicts(config: SimConfig) -> list[tuple[str, str]]:
+    """The fidelity keys that contradict `compat: reference` (the reference's timing model: sum
+    mixed passes, no front-end latency, no DP sync, no async scheduling, no calibration), each
+    as (key path, rule naming `compat`)."""
+    if config.compat != "reference":
+        return []
+    found = []
+    for role, worker in config.engine.roles.items():
+        where = f"engine.workers.{role}"
+        timing, scheduler = worker.timing, worker.scheduler
+        offending = [
+            ("timing.mixed_pass", getattr(timing, "mixed_pass", None), lambda v: v == "fused"),
+            ("timing.frontend_ms", getattr(timing, "frontend_ms", None), lambda v: v is not None and v != 0),
+            ("timing.dp_sync_ms", getattr(timing, "dp_sync_ms", None), lambda v: v is not None and v != 0),
+            ("timing.calibration", getattr(timing, "calibration", None), lambda v: v is not None),
+            ("scheduler.async_scheduling", scheduler.async_scheduling, lambda v: v is True),
+        ]
+        found += [(f"{where}.{key}", f"{value!r} contradicts compat: 'reference' (the reference's timing model); "
+                                     "drop one of the two keys")
+                  for key, value, bad in offending if bad(value)]
+    return found
 
 
 def runtime_rejections(config: SimConfig) -> list[str]:

@@ -38,10 +38,10 @@ def _reject_fixed_timing_values(data: Any, kind: str) -> Any:
 class RealServerTiming(SchemaModel):
     """The keys by which a data-backed timing model estimates a real server (servesim extensions)."""
 
-    mixed_pass: Literal["sum", "fused"] = "sum"
-    """servesim extension: how a vLLM/TRT-LLM pass holding both prompt chunks and decode tokens is timed: 'sum' = a prefill pass plus a decode pass (the reference), 'fused' = one forward pass over all its tokens, and with it the async-scheduling and front-end latency defaults (docs/timing.md)."""
+    mixed_pass: Literal["sum", "fused"] | None = None
+    """servesim extension: how a vLLM/TRT-LLM pass holding both prompt chunks and decode tokens is timed: 'sum' = a prefill pass plus a decode pass (the reference), 'fused' = one forward pass over all its tokens, and with it the async-scheduling and front-end latency defaults; omitted = 'sum' under compat: reference, else 'fused', servesim's best estimate (docs/timing.md, *Which model runs where*)."""
     frontend_ms: DurationMs | None = None
-    """servesim extension: latency from a client sending a request to the engine seeing it (API server, multi-process executor); omitted = the calibration file's, else 0 with mixed_pass 'sum' and the default for one engine's GPU count (tensor x pipeline) with 'fused' (docs/timing.md)."""
+    """servesim extension: latency from a client sending a request to the engine seeing it (API server, multi-process executor); omitted = the calibration file's, else 0 with mixed_pass 'sum' (and under compat: reference) and the default for one engine's GPU count (tensor x pipeline) with 'fused' (docs/timing.md)."""
     dp_sync_ms: DurationMs | None = None
     """servesim extension: per-pass cost of keeping a worker's attention-DP ranks in step (vLLM's per-step all-reduce of the ranks' batch sizes between its engine processes); no effect without attention_data > 1; omitted = 0 with mixed_pass 'sum' and, with 'fused', 3 ms for a vLLM MoE model, else 0 (docs/timing.md)."""
     calibration: str | None = None

@@ -39,6 +39,7 @@ from servesim.config.schema import DefaultTiming, RooflineTiming
 from servesim.errors import ConfigError
 from servesim.fidelity.apply import dp_sync_ms
 from servesim.fidelity.calibration import Calibration
+from servesim.fidelity.resolve import resolved_mixed_pass
 from servesim.measured import Measured
 
 SCALE_BOUNDS = (0.2, 5.0)
@@ -78,8 +79,9 @@ class _Replay:
         self.fit = fit
         self.real = self.select(measured.latencies())
         self.role, worker = _the_role(config)
-        self.mode = worker.timing.mixed_pass if "mixed_pass" in worker.timing.model_fields_set else "fused"
+        self.mode = getattr(worker.timing, "mixed_pass", None) or resolved_mixed_pass(config.engine.backend, config.compat)
         self.base = config.model_dump(mode="json", exclude_unset=True)
+        self.base.pop("compat", None)  # the trials set the mode explicitly and add calibrations
         timing = self.base["engine"]["workers"][self.role].setdefault("timing", {"type": "default"})
         timing.pop("calibration", None)
         timing.pop("frontend_ms", None)

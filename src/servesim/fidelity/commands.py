@@ -16,6 +16,8 @@ from servesim.errors import ConfigError, RunError
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `validate` and `calibrate` to the `servesim` command."""
+    from servesim.cli.common import add_compat_argument
+
     validate = sub.add_parser("validate", help="compare sum and fused timing with the open real vLLM runs")
     validate.add_argument("--data", default=None, help="the LLMServingSim validation data folder "
                           "(default: ../shared/data/llmservingsim-vllm-validation)")
@@ -40,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "or a vllm bench serve --save-detailed JSON")
     calibrate.add_argument("--format", choices=("auto", "llmservingsim", "aiperf", "vllm"), default="auto")
     calibrate.add_argument("-o", "--output", required=True, help="calibration file to write (YAML)")
+    add_compat_argument(calibrate)
     calibrate.add_argument("--keep-traffic", action="store_true",
                            help="replay the config's own traffic section instead of the measured requests")
     calibrate.set_defaults(run_command=_calibrate)
@@ -105,12 +108,13 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from servesim.cli.common import compat_overrides
     from servesim.config import load_config
     from servesim.fidelity.calibrate import calibrate
     from servesim.measured import load_measured
 
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, compat_overrides(args))
     except ConfigError as exc:
         message = str(exc)
         return _fail(2, message if message.startswith(f"{args.config}:") else f"{args.config}: {message}")

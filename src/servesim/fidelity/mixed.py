@@ -58,38 +58,68 @@ def clamp_fused(fused: float, prefill_ms: float, decode_ms: float, factor: float
     return quantize_ms(min(prefill_ms + factor * decode_ms, max(fused, prefill_ms, decode_ms)))
 
 
+SHARED_KEY = -1
+"""Batch slot of a ``(SHARED_KEY, tokens, 0)`` prefill key in the timing cache: S(tokens)."""
+GENERATION_KEY, LOGITS_KEY = -1, -2
+"""Batch slots of ``(slot, n)`` decode keys in the timing cache: G(n) and logits(n)."""
+
+
 class FusedAic:
-    """AIConfigurator timing whose mixed passes run the shared operations once."""
+    """AIConfigurator timing whose mixed passes run the shared operations once.
+
+    The operation sums S(t), G(n) and logits(n) are kept with the engine's raw answers in its
+    timing-cache memo (`servesim.perf.timingcache`), under batch slots no real question uses
+    (negative), so a run whose questions were all asked before compiles no engine."""
 
     def __init__(self, timing: Any, attention_factor: float = 1.0) -> None:
         self._factor = attention_factor
+        self._timing = timing
         self.prefill = timing.prefill
         self.decode = timing.decode
         self.label = f"{timing.label}, fused mixed passes"
-        engine = timing.engine
-        self._engine = engine
-        context, generation = engine.run_static_per_op(1, 1, 128, 2, 0, 1.0, 1.0, "static", 32)
-        names = [op[0] for op in generation]
-        self._context_ops = _non_attention([op[0] for op in context])
-        self._generation_ops = _non_attention(names)
-        self._logits_ops = [i for i, name in enumerate(names) if "logits" in name]
+        memo = getattr(timing, "_memo", None)
+        self._memo = memo
+        self._raw_prefill: dict[tuple[int, int, int], float] = memo.prefill if memo is not None else {}
+        self._raw_decode: dict[tuple[int, int], float] = memo.decode if memo is not None else {}
+        self._ops: tuple[list[int], list[int], list[int]] | None = None
         self._shared: dict[int, float] = {0: 0.0}
         self._generation: dict[int, tuple[float, float]] = {}
+
+    def _op_indices(self) -> tuple[list[int], list[int], list[int]]:
+        """(context non-attention, generation non-attention, logits) operation indices."""
+        if self._ops is None:
+            context, generation = self._timing.engine.run_static_per_op(1, 1, 128, 2, 0, 1.0, 1.0, "static", 32)
+            names = [op[0] for op in generation]
+            self._ops = (_non_attention([op[0] for op in context]), _non_attention(names),
+                         [i for i, name in enumerate(names) if "logits" in name])
+        return self._ops
 
     def _shared_ms(self, tokens: int) -> float:
         ms = self._shared.get(tokens)
         if ms is None:
-            ops = self._engine.evaluate_context_ops(self._context_ops, 1, tokens, 0)
-            ms = self._shared[tokens] = sum(op[1] for op in ops)
+            key = (SHARED_KEY, tokens, 0)
+            ms = self._raw_prefill.get(key)
+            if ms is None:
+                ops = self._timing.engine.evaluate_context_ops(self._op_indices()[0], 1, tokens, 0)
+                ms = self._raw_prefill[key] = float(sum(op[1] for op in ops))
+                if self._memo is not None:
+                    self._memo.fresh_prefill.append(key)
+            self._shared[tokens] = ms
         return ms
 
     def _generation_ms(self, n: int) -> tuple[float, float]:
         """(non-attention work without logits, logits) of a decode step of n tokens."""
         found = self._generation.get(n)
         if found is None:
-            engine = self._engine
-            rest = sum(op[1] for op in engine.evaluate_generation_ops(self._generation_ops, n, 2))
-            logits = sum(op[1] for op in engine.evaluate_generation_ops(self._logits_ops, n, 2)) if self._logits_ops else 0.0
+            rest, logits = self._raw_decode.get((GENERATION_KEY, n)), self._raw_decode.get((LOGITS_KEY, n))
+            if rest is None or logits is None:
+                engine = self._timing.engine
+                _, generation, logits_ops = self._op_indices()
+                rest = float(sum(op[1] for op in engine.evaluate_generation_ops(generation, n, 2)))
+                logits = float(sum(op[1] for op in engine.evaluate_generation_ops(logits_ops, n, 2))) if logits_ops else 0.0
+                self._raw_decode[(GENERATION_KEY, n)], self._raw_decode[(LOGITS_KEY, n)] = rest, logits
+                if self._memo is not None:
+                    self._memo.fresh_decode += [(GENERATION_KEY, n), (LOGITS_KEY, n)]
             found = self._generation[n] = (rest, logits)
         return found
 

@@ -1,8 +1,9 @@
-"""`servesim validate`: servesim against the open real vLLM runs, in `sum` and `fused` mode.
+"""`servesim validate`: servesim against the open real vLLM runs, under `compat: reference` and
+with servesim's defaults.
 
-For each run of `servesim.fidelity.openruns` the run's config is simulated twice —
-``timing.mixed_pass: sum`` (the reference's model) and ``fused`` (servesim's estimate of a real
-server) — and the mean, p50, p90 and p99 of TTFT, TPOT and E2E are compared with the measured
+For each run of `servesim.fidelity.openruns` the run's config is simulated twice — under
+``compat: reference`` (the reference's timing model: ``mixed_pass: sum``) and with no fidelity
+key set (servesim's defaults: fused mixed passes, async scheduling, front-end latency) — and the mean, p50, p90 and p99 of TTFT, TPOT and E2E are compared with the measured
 ones (client anchor). The result is a Markdown table, printed and optionally written into a
 file (between ``<!-- servesim validate -->`` markers when the file has them).
 """
@@ -22,7 +23,8 @@ from servesim.fidelity import openruns
 
 METRICS = ("ttft", "tpot", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
-MODES = ("sum", "fused")
+MODES = ("reference", "default")
+"""`compat: reference`, and servesim's defaults (no fidelity key set)."""
 
 
 def describe(values: np.ndarray) -> dict[str, float]:
@@ -72,7 +74,9 @@ def validate_run(run: openruns.OpenRun, data: Path, systems: str | None = None,
     real = openruns.measured(run, data, "client")
     result = RunResult(run.name, len(real), {m: describe(v) for m, v in real.latencies().items()})
     for mode in modes:
-        config = openruns.config(run, data, {"type": "default", "mixed_pass": mode}, systems)
+        config = openruns.config(run, data, {"type": "default"}, systems)
+        if mode == "reference":
+            config["compat"] = "reference"
         result.simulated[mode] = {m: describe(v) for m, v in simulated_latencies(config).items()}
     return result
 
@@ -95,19 +99,19 @@ def _num(value: float) -> str:
 def render(results: Sequence[RunResult]) -> str:
     """The Markdown tables: mean errors of every run, then every statistic per run."""
     lines = ["Signed error of the mean, servesim vs measured (+ = servesim slower):", "",
-             "| run | TTFT sum | TTFT fused | TPOT sum | TPOT fused | E2E sum | E2E fused |",
+             "| run | TTFT reference | TTFT default | TPOT reference | TPOT default | E2E reference | E2E default |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for res in results:
         cells = [f"{res.error(mode, m):+.1f} %" for m in METRICS for mode in MODES]
         lines.append(f"| {res.name} | " + " | ".join(cells) + " |")
     for res in results:
         lines += ["", f"#### {res.name} ({res.requests} requests)", "",
-                  "| metric | measured | sum | fused | sum error | fused error |",
+                  "| metric | measured | reference | default | reference error | default error |",
                   "|---|---:|---:|---:|---:|---:|"]
         for m in METRICS:
             for stat in STATS:
                 real = res.measured[m][stat]
-                s, f = res.simulated["sum"][m][stat], res.simulated["fused"][m][stat]
+                s, f = res.simulated["reference"][m][stat], res.simulated["default"][m][stat]
                 lines.append(f"| {m.upper()} {stat} (ms) | {_num(real)} | {_num(s)} | {_num(f)} | "
                              f"{signed_error(s, real):+.1f} % | {signed_error(f, real):+.1f} % |")
     return "\n".join(lines) + "\n"

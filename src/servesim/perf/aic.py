@@ -148,6 +148,32 @@ def current_version(systems: Path, system: str, backend: str) -> str | None:
     return versions[-1] if versions else None
 
 
+def _queryable(systems: Path, system: str, backend: str) -> list[str]:
+    """The versions of `backend` on `system` a run may ask for, oldest first."""
+    slots = _slots(systems, system, backend)
+    unlisted_ok = os.environ.get("AIC_ALLOW_UNLISTED_VERSIONS", "").lower() in ("1", "true", "yes")
+    return [v for v in data_versions(systems, system, backend) if slots is None or unlisted_ok or v in slots.values()]
+
+
+def default_version(systems: Path, system: str, backend: str) -> str | None:
+    """The version servesim's defaults time `backend` on `system` with, for `predict`,
+    `recommend` and `calibrate` alike: the reference's default (`DEFAULT_BACKEND_VERSIONS`) when
+    the database has data for it there, else the nearest version it has — the newest older one,
+    else the oldest newer one; None when it has none. (Under `compat: reference` predict keeps the
+    reference's default, an error where it is missing, and recommend the database's newest, as
+    the reference does.)"""
+    wanted = DEFAULT_BACKEND_VERSIONS.get(backend)
+    allowed = _queryable(systems, system, backend)
+    if not allowed:
+        return None
+    if wanted is None:
+        return current_version(systems, system, backend) or allowed[-1]
+    if wanted in allowed:
+        return wanted
+    older = [v for v in allowed if _version_key(v) < _version_key(wanted)]
+    return older[-1] if older else allowed[0]
+
+
 def resolve_version(systems: Path, system: str, backend: str, requested: str | None) -> str:
     """The literal version to compile for `requested` (None: the reference's default).
 
@@ -163,11 +189,9 @@ def resolve_version(systems: Path, system: str, backend: str, requested: str | N
         if literal is None:
             raise AicUnavailable(f"the database has no {wanted!r} {backend} version for {system}")
         return literal
-    versions = data_versions(systems, system, backend)
-    if not versions:
+    if not data_versions(systems, system, backend):
         raise AicUnavailable(f"the database at {systems} has no {backend} data for {system}")
-    unlisted_ok = os.environ.get("AIC_ALLOW_UNLISTED_VERSIONS", "").lower() in ("1", "true", "yes")
-    allowed = [v for v in versions if slots is None or unlisted_ok or v in slots.values()]
+    allowed = _queryable(systems, system, backend)
     if wanted in allowed:
         return wanted
     what = repr(wanted) if requested is not None else f"(omitted: the reference's default {backend} {wanted})"
@@ -468,5 +492,5 @@ def engine_identity(key: AicKey) -> dict[str, Any]:
 
 
 __all__ = ["AicKey", "AicTiming", "AicUnavailable", "DEFAULT_BACKEND_VERSIONS", "aic_engine",
-           "aic_model_name", "aic_timing", "current_version", "data_versions", "engine_identity", "gemm_versions",
+           "aic_model_name", "aic_timing", "current_version", "data_versions", "default_version", "engine_identity", "gemm_versions",
            "resolve_version", "ModelNotFound"]

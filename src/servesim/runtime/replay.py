@@ -180,6 +180,33 @@ class ReplayLoop(Generic[W, O]):
             self._settle()
         return self.now
 
+    def start(self) -> None:
+        """Settle the first instant (what `run` does first): for a caller that then steps the
+        loop with `run_until`."""
+        self._settle()
+
+    def run_until(self, until: float) -> float:
+        """Process every instant up to `until` (after `start`), then move the clock to `until`;
+        unlike `run`, the loop goes on with nothing in flight (requests may still be added to
+        the source: a live replay, `servesim serve`). Returns the clock."""
+        while True:
+            at = self._next_time()
+            if at > until:
+                break
+            if at == INF or self._only_ticks_left(at):
+                raise self._dead_end()
+            if at > MAX_MS:
+                raise clock_overflow(at)
+            self._advance(at)
+            self._settle()
+        if until > self.now and until != INF:
+            self._advance(until)
+        return self.now
+
+    def next_time(self) -> float:
+        """When the next thing happens that the loop knows of (inf if nothing is pending)."""
+        return self._next_time()
+
     # -- clock ------------------------------------------------------------------------------
 
     def _next_time(self) -> float:

@@ -76,6 +76,8 @@ class Materializer:
         if cand.mode == "disaggregated" and self.engine.kv_transfer is not None:
             engine["kv_transfer"] = dict(self.engine.kv_transfer)
         out: dict[str, Any] = {"traffic": self._traffic(cand, load_value), "engine": engine}
+        if self.cfg.compat is not None:
+            out["compat"] = self.cfg.compat
         if self.cfg.evaluation:
             out["evaluation"] = copy.deepcopy(self.cfg.evaluation)
         for section in ("router", "planner"):
@@ -88,7 +90,12 @@ class Materializer:
         if self.engine.backend_version is not None:
             return self.engine.backend_version
         if backend not in self._versions:
-            self._versions[backend] = facts.latest_backend_version(self.hardware, backend, self.systems_path)
+            if self.cfg.compat == "reference":  # the reference writes the database's newest
+                self._versions[backend] = facts.latest_backend_version(self.hardware, backend, self.systems_path)
+            else:  # the version predict resolves (servesim.perf.aic.default_version)
+                from servesim.fidelity.resolve import default_backend_version
+
+                self._versions[backend] = default_backend_version(self.hardware, backend, self.systems_path)
         return self._versions[backend]
 
     def _worker(self, cand: Candidate, role: str) -> dict[str, Any]:

@@ -58,13 +58,13 @@ def _check_stack(cfg: Any, stack: str | None) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from servesim.cli.common import config_error, prepare_output_dir
+    from servesim.cli.common import compat_overrides, config_error, prepare_output_dir
     from servesim.search import outputs
     from servesim.search.run import Search, progress_line
 
     out_dir = Path(args.output_dir)
     try:
-        cfg = load_recommend_config(args.config, args.overrides, allow_duplicate_keys=args.allow_duplicate_keys)
+        cfg = load_recommend_config(args.config, compat_overrides(args), allow_duplicate_keys=args.allow_duplicate_keys)
         _check_stack(cfg, args.stack)
         prepare_output_dir(out_dir, args.overwrite)
         search = Search(cfg, base_dir=Path(args.config).resolve().parent, executor=args.executor,

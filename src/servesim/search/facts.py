@@ -146,8 +146,9 @@ def timing_model(config: SimConfig, role: str) -> TimingModel:
     """The pass-time model a replay of `config` gives `role` (one per distinct worker split,
     block size and timing section; replica counts and scheduler knobs share it)."""
     from servesim.build.perf import timing_model as build
+    from servesim.fidelity.resolve import resolve_fidelity
 
-    engine = config.engine
+    engine = resolve_fidelity(config).engine
     worker = engine.roles[cast(Role, role)]
     key = json.dumps([engine.model, engine.hardware, engine.backend, engine.backend_version, engine.aic_systems_path,
                       role, worker.parallelism.model_dump(exclude={"replicas"}),
@@ -175,13 +176,14 @@ def warm_up(configs: list[SimConfig]) -> None:
     import importlib
 
     from servesim.build.perf import timing_model
+    from servesim.fidelity.resolve import resolve_fidelity
 
     importlib.import_module("servesim.api")
 
     log.disabled = True
     try:
         for config in configs:
-            for role, worker in config.engine.roles.items():
+            for role, worker in resolve_fidelity(config).engine.roles.items():
                 try:
                     timing_model(config.engine, worker, role)
                 except Exception:  # noqa: BLE001 - the candidate's own replay reports it

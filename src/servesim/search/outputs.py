@@ -31,7 +31,9 @@ def write_recommendations(out_dir: Path, result: SearchResult) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for entry in result.ranked():
         path = folder / f"{entry['rank']:04d}.yaml"
-        path.write_text(yaml.safe_dump(result.configs[entry["trial"]], sort_keys=False, allow_unicode=True))
+        # the reference's recommended configs exactly under compat: reference (the key is the run's, not the file's)
+        config = {k: v for k, v in result.configs[entry["trial"]].items() if k != "compat"}
+        path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
         entry["config_path"] = str(path.relative_to(out_dir))
 
 
@@ -59,8 +61,31 @@ def ledger(result: SearchResult) -> dict[str, Any]:
         "screen_seconds": round(result.screen_seconds, 3),
         "statuses": dict(sorted(statuses.items())),
         "notes": result.notes,
+        "provenance": provenance(result),
         "candidates": result.entries,
     }
+
+
+def provenance(result: SearchResult) -> dict[str, str]:
+    """What the candidates' replays resolved, as flat text (as `Report.provenance`): servesim's
+    version, compat, the backend versions and the fidelity modes."""
+    from servesim import __version__
+    from servesim.fidelity.resolve import resolved_mixed_pass
+    from servesim.perf.aicdata import DEFAULT_BACKEND_VERSIONS
+
+    compat = result.config.compat
+    versions, modes = set(), set()
+    for config in result.configs.values():
+        engine = config["engine"]
+        backend = engine["backend"]
+        versions.add(f"{backend} {engine.get('backend_version') or DEFAULT_BACKEND_VERSIONS.get(backend, 'current')}"
+                     f" on {engine['hardware']}")
+        for worker in engine.get("workers", {}).values():
+            mode = (worker.get("timing") or {}).get("mixed_pass") or resolved_mixed_pass(backend, compat)
+            modes.add("reference" if compat == "reference" and mode == "sum" else mode)
+    return {"servesim_version": __version__, "compat": compat or "none",
+            "backend_versions": ", ".join(sorted(versions)) or "none", "fidelity": ", ".join(sorted(modes)) or "none",
+            "calibration": "none"}
 
 
 def write_ledger(out_dir: Path, result: SearchResult) -> None:

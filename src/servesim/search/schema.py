@@ -317,6 +317,10 @@ class RecommendConfig(_Model):
     optimizer: Optimizer = Optimizer()
     router: dict[str, Any] | None = None
     planner: dict[str, Any] | None = None
+    compat: Literal["reference"] | None = None
+    """servesim extension: 'reference' = as the reference — every candidate replayed with the
+    reference's timing model and the database's newest backend version; omitted = servesim's
+    best estimate and the backend version predict resolves (the same as `--compat`)."""
 
     @model_validator(mode="after")
     def _cross_rules(self) -> RecommendConfig:
