@@ -445,7 +445,7 @@ class AicTiming:
         if None in series:
             if self._bucket is None:
                 raw = self._raw_decode
-                asked = [c for c, ms in zip(contexts, series) if ms is None and (batch, c) not in raw]
+                asked = [c for c, ms in zip(contexts, series, strict=True) if ms is None and (batch, c) not in raw]
                 if asked:
                     self._ask_decode(batch, asked)
             for i, ms in enumerate(series):
