@@ -6,6 +6,12 @@ with the case's target (pareto: the hypervolume of each tool's front above (0, 0
 config scored by the reference). Prints a table; `--write-readme` puts it in benchmarks/README.md.
 
     python3 benchmarks/recommend.py [-k NAME] [--repeat N] [--write-readme] [--rerun-reference]
+                                    [--cases DIR --marker NAME] [--python PATH]
+
+`--cases DIR` runs the configs of another folder (their reference results cached in
+DIR/reference-results.json, the table written between `<!-- NAME:begin -->` and `<!-- NAME:end -->`
+of benchmarks/README.md with `--marker NAME`); `--python PATH` runs servesim with another
+interpreter, e.g. a venv with the base install only (`pip install -e .`, no extras).
 
 servesim's side runs `--repeat` times (default 3) and reports the range of its wall time and
 candidates per minute (the machine is shared; its quality is the same on every run, checked).
@@ -94,7 +100,8 @@ def quality(aisimulate: Path, out: Path, target: str, env: dict[str, str]) -> fl
 
 def reference_side(path: Path, aisimulate: Path, target: str, rerun: bool) -> dict[str, float]:
     """The reference's wall time and quality on a case (cached by the config's text)."""
-    cache = json.loads(REFERENCE_RESULTS.read_text()) if REFERENCE_RESULTS.exists() else {}
+    results = path.parent / REFERENCE_RESULTS.name
+    cache = json.loads(results.read_text()) if results.exists() else {}
     entry = cache.get(path.stem)
     if entry is not None and entry["config"] == path.read_text() and not rerun:
         return entry
@@ -104,8 +111,9 @@ def reference_side(path: Path, aisimulate: Path, target: str, rerun: bool) -> di
                          "--format", "json"], path.parent, dict(os.environ))
         entry = {"config": path.read_text(), "wall_s": wall,
                  "quality": quality(aisimulate, out, target, dict(os.environ))}
+    cache = json.loads(results.read_text()) if results.exists() else {}  # another process may have added one
     cache[path.stem] = entry
-    REFERENCE_RESULTS.write_text(json.dumps(cache, indent=1) + "\n")
+    results.write_text(json.dumps(cache, indent=1) + "\n")
     return entry
 
 
@@ -120,11 +128,11 @@ class Run:
     quality: float
 
 
-def ours(path: Path, aisimulate: Path, target: str, env: dict[str, str]) -> Run:
+def ours(path: Path, aisimulate: Path, target: str, env: dict[str, str], python: str = sys.executable) -> Run:
     """One `servesim recommend` run: wall time, replays, the reference's score of its output."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ours"
-        wall, _ = timed([sys.executable, "-m", "servesim", "recommend", "-c", str(path), "--output-dir", str(out),
+        wall, _ = timed([python, "-m", "servesim", "recommend", "-c", str(path), "--output-dir", str(out),
                          "--overwrite", "--format", "json"], path.parent, env)
         ledger = json.loads((out / "recommendation.json").read_text())
         replayed = sum(e["eval_seconds"] is not None for e in ledger["candidates"])
@@ -132,7 +140,8 @@ def ours(path: Path, aisimulate: Path, target: str, env: dict[str, str]) -> Run:
                    quality(aisimulate, out, target, dict(os.environ)))
 
 
-def run_case(path: Path, aisimulate: Path, rerun: bool, repeat: int) -> dict[str, object]:
+def run_case(path: Path, aisimulate: Path, rerun: bool, repeat: int, python: str = sys.executable,
+             reference_only: bool = False) -> dict[str, object]:
     cfg = yaml.safe_load(path.read_text())
     target = cfg["optimization"]["target"]
     env = dict(os.environ)
@@ -140,7 +149,9 @@ def run_case(path: Path, aisimulate: Path, rerun: bool, repeat: int) -> dict[str
         env["SERVESIM_AIC_SYSTEMS_PATH"] = subprocess.run([str(REFERENCE / "aic-systems-path.sh")],
                                                          capture_output=True, text=True).stdout.strip()
     ref = reference_side(path, aisimulate, target, rerun)
-    runs = [ours(path, aisimulate, target, env) for _ in range(repeat)]
+    if reference_only:
+        return {"case": path.stem, **ref}
+    runs = [ours(path, aisimulate, target, env, python) for _ in range(repeat)]
     if len({round(r.quality, 6) for r in runs}) > 1:
         sys.exit(f"{path.stem}: servesim's result differs between runs: {[r.quality for r in runs]}")
     walls = [r.wall for r in runs]
@@ -181,19 +192,26 @@ def main() -> None:
     parser.add_argument("--write-readme", action="store_true")
     parser.add_argument("--rerun-reference", action="store_true", help="do not reuse cached reference results")
     parser.add_argument("--repeat", type=int, default=3, help="servesim runs per case (their range is reported)")
+    parser.add_argument("--cases", type=Path, default=CASES, help="the folder of recommend configs")
+    parser.add_argument("--marker", default="recommend", help="the README block --write-readme replaces")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter that runs servesim")
+    parser.add_argument("--reference-only", action="store_true", help="only run (and cache) the reference's side")
     args = parser.parse_args()
     aisimulate = reference_bin()
     rows = []
-    for path in sorted(CASES.glob("*.yaml")):
+    for path in sorted(args.cases.resolve().glob("*.yaml")):
         if args.k in path.stem:
-            rows.append(run_case(path, aisimulate, args.rerun_reference, args.repeat))
+            rows.append(run_case(path, aisimulate, args.rerun_reference, args.repeat, args.python,
+                                 args.reference_only))
             print(json.dumps(rows[-1]), file=sys.stderr)
+    if args.reference_only:
+        return
     text = table(rows)
     print(text)
     if args.write_readme:
         readme = README.read_text()
-        block = f"<!-- recommend:begin -->\n{text}<!-- recommend:end -->"
-        readme = re.sub(r"<!-- recommend:begin -->.*<!-- recommend:end -->", block, readme, flags=re.S)
+        block = f"<!-- {args.marker}:begin -->\n{text}<!-- {args.marker}:end -->"
+        readme = re.sub(rf"<!-- {args.marker}:begin -->.*<!-- {args.marker}:end -->", block, readme, flags=re.S)
         README.write_text(readme)
 
 

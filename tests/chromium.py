@@ -45,6 +45,11 @@ window.addEventListener("load", function () { setTimeout(function () {
     drawn: charts.map(function (c) { return c.querySelectorAll(".scatterlayer .trace").length; }),
     titles: charts.map(function (c) { var t = c.querySelector(".gtitle"); return t ? t.textContent : ""; }),
     errors: window.__probeErrors,
+    viewport: window.innerWidth,
+    page_width: document.documentElement.scrollWidth,
+    cut_off: Array.prototype.slice.call(document.querySelectorAll("table, .plotly-graph-div"))
+      .filter(function (e) { return e.getBoundingClientRect().right > window.innerWidth + 1; })
+      .map(function (e) { return e.tagName + ": " + (e.textContent || "").slice(0, 60); }),
     plotly: typeof Plotly !== "undefined" ? Plotly.version : null,
     external: Array.prototype.slice.call(document.querySelectorAll("script[src], link[href]"))
       .map(function (e) { return e.src || e.href; })
@@ -67,13 +72,15 @@ class Browser:
         return subprocess.run([self.executable, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
-    def check(self, page: Path) -> dict:
-        """Open `page` and return the probe's verdict."""
+    def check(self, page: Path, width: int | None = None) -> dict:
+        """Open `page` (in a window `width` CSS pixels wide, when given) and return the probe's
+        verdict, which also lists the tables and charts that reach past the window's right edge."""
         text = page.read_text(encoding="utf-8")
         probed = self.workdir / f"probed-{page.name}"
         probed.write_text(text.replace("<head>", "<head>" + _ERRORS_PROBE, 1)
                           .replace("</body>", _VERDICT_PROBE + "</body>", 1), encoding="utf-8")
-        done = self._run("--dump-dom", probed.as_uri())
+        size = (f"--window-size={width},1000",) if width else ()
+        done = self._run(*size, "--dump-dom", probed.as_uri())
         match = re.search(r'<pre id="probe-verdict">(.*?)</pre>', done.stdout, re.S)
         assert match, f"no verdict in the DOM (chromium exit {done.returncode}): {done.stderr[-2000:]}"
         return json.loads(match.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))

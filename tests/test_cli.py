@@ -23,7 +23,9 @@ def test_table_output_and_files(tmp_path, capsys):
     out_dir = tmp_path / "out"
     code, out, _ = _run(capsys, "predict", "-c", str(CASE01), "--output-dir", str(out_dir))
     assert code == 0
-    assert out.startswith("NVIDIA AIPerf | LLM Metrics\n")
+    assert out.startswith("servesim: Qwen/Qwen3-8B on h200_sxm · vllm · aggregated, 1 × (tp 1, pp 1, dp 1) · 1 GPU\n"
+                          "Load: concurrency 2 · 5 requests · synthetic 256 → 8 tokens\n")
+    assert "\nNVIDIA AIPerf | LLM Metrics\n" in out and "SLA:" not in out  # no SLA, no verdict
     assert "Time to First Token (ms)" in out and f"Saved full report to: {out_dir}/prediction.json" in out
     report = json.loads((out_dir / "prediction.json").read_text())
     assert report["completed_requests"] == 5 and "per_request" not in report

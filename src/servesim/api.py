@@ -98,7 +98,11 @@ class Report:
     latency: LatencySamples | None = None
     """Per-request latency arrays (with `timeseries=True`), what `write_html` draws."""
     sla: Sla | None = None
-    """The run's SLA targets (`evaluation.sla`), drawn on the report's distributions."""
+    """The run's SLA targets (`evaluation.sla`), drawn on the report's distributions; the
+    verdicts are the summary's `sla` block (servesim mode)."""
+    deployment: dict[str, str] | None = None
+    """What the run simulated, in words (model, GPU, backend, replicas × shape, GPUs, load):
+    the headline of the table and the HTML report (`report/headline.py`)."""
     first_rejection: str | None = None
     """Why the first rejected (or failed) request did not complete (None: none was rejected)."""
     spool: RecordSpool | None = None
@@ -121,14 +125,14 @@ class Report:
 
     def reference_fields_only(self) -> Report:
         """This report with exactly the reference's fields: servesim's additions to the summary
-        (`rejected_requests`, `incomplete_requests`, `timed_out_requests`) and to the per-request
-        records (`rejection_reason`) left out."""
+        (`rejected_requests`, `incomplete_requests`, `timed_out_requests`, `sla`) and to the per-request
+        records (`rejection_reason`) left out, and no headline (`deployment`)."""
         added = {*SERVESIM_FIELDS, *SERVESIM_OPTIONAL_FIELDS}
         summary = {key: value for key, value in self.summary.items() if key not in added}
         records = None if self.per_request is None else [
             {key: value for key, value in record.items() if key not in SERVESIM_RECORD_FIELDS}
             for record in self.per_request]
-        return replace(self, summary=summary, per_request=records)
+        return replace(self, summary=summary, per_request=records, deployment=None)
 
     def write_html(self, path: str | Path, title: str = "servesim prediction") -> None:
         """Write the self-contained HTML report (needs `simulate(..., timeseries=True)` and the
@@ -215,6 +219,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     now = _steady_replay(run, stages, progress) if fast else None
     if now is None:
         if stages.spent:
+            stages.cluster.release()
             stages = _Stages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
         now = _general_replay(run, stages, progress, fast)
     wall_ms = (time.perf_counter() - started) * 1000
@@ -222,6 +227,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
                      capture_per_request and stages.spool is None, stages.sampling)
     report.spool = stages.spool
     report.provenance = dict(run.provenance)
+    stages.cluster.release()  # the run's memory returns with its last reference (no full collection)
     return report
 
 
@@ -432,7 +438,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
-    report = Report(summary, per_request, extensions, sla=run.sla,
+    report = Report(summary, per_request, extensions, sla=run.sla, deployment=run.deployment,
                     first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
     if sampling is not None:
         from servesim.report.latency import from_tally

@@ -103,7 +103,7 @@ def hub_env(hub: Hub, home: Path, **extra: str) -> dict[str, str]:
 
 
 def strip(out: str) -> dict:
-    host = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
+    host = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s", "provenance")
     return {k: v for k, v in json.loads(out).items() if k not in host}
 
 

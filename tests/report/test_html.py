@@ -101,12 +101,39 @@ def test_run_report_renders(browser, tmp_path, shots, capsys):
                                      "Inter-token latency (ms)", "End-to-end latency (ms)"]
     assert verdict["drawn"][5:9] == [3, 3, 3, 3]  # one line per worker
     text = page.read_text()
-    assert "Goodput (every SLA target met)" in text and "SLA 45 ms" in text
+    assert "Goodput (every per-request SLA target met)" in text and "SLA 45 ms" in text
     assert len(page.read_bytes()) < 6_000_000
     browser.screenshot(page, shots / "report-run.png", height=2300)
     _assert_screenshot(shots / "report-run.png")
     # Same config, same bytes.
     assert _predict(AGGREGATED, tmp_path / "again").read_bytes() == page.read_bytes()
+
+
+def test_run_report_says_what_was_simulated_and_every_sla_verdict(browser, tmp_path):
+    """The headline names the deployment and the load; each SLA target has a row saying met or
+    missed, as prediction.json does, with its margin."""
+    config = json.loads(json.dumps(AGGREGATED))
+    config["evaluation"]["sla"]["e2e_ms"] = {"p90": 100_000, "p99": 1}
+    page = _predict(config, tmp_path / "verdicts")
+    _assert_clean(browser.check(page), 9)
+    text = page.read_text()
+    block = json.loads((tmp_path / "verdicts" / "prediction.json").read_text())["sla"]
+    assert "<h2>What was simulated</h2>" in text and "<h2>SLA verdicts</h2>" in text
+    for label, value in (("Model", "Qwen/Qwen3-8B"), ("GPU", "h200_sxm"), ("Deployment", "aggregated, 3 × (tp 1, pp 1, dp 1)"),
+                         ("GPUs", "3"), ("Offered load", "Poisson 4 sessions/s"), ("Requests", "600")):
+        cell = '<td class="num">' if value[0].isdigit() else "<td>"
+        assert f"<td>{label}</td>{cell}{value}</td>" in text, label
+    assert [(t["metric"], t["statistic"], t["met"]) for t in block["targets"]][2:] == [
+        ("e2e_ms", "p90", True), ("e2e_ms", "p99", False)]
+    assert block["met"] is False  # the p99 target cannot be met
+    assert (f'<td>SLA verdict</td><td class="bad">MISSED — {block["targets_met"]} of 4 targets met '
+            "(see SLA verdicts)</td>") in text
+    assert '<td>E2E p90 ≤ 100000 ms</td><td class="good">MET</td>' in text
+    assert '<td>E2E p99 ≤ 1 ms</td><td class="bad">MISSED</td>' in text
+    for target in block["targets"][:2]:
+        word = "MET" if target["met"] else "MISSED"
+        assert f'ms per request</td><td class="{"good" if target["met"] else "bad"}">{word}</td>' in text
+    assert f"{block['requests_within_all']:,} of {block['num_requests']:,} requests met all per-request targets" in text
 
 
 def test_disaggregated_report_has_a_panel_set_per_pool(browser, tmp_path):

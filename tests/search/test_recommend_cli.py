@@ -59,7 +59,7 @@ def test_config_errors_exit_2_and_outputs_are_not_overwritten(tmp_path: Path) ->
 def test_no_feasible_candidate_exits_1(tmp_path: Path) -> None:
     data = config(**{"engine.workers.aggregated.parallelism": {"preset": False, "tensor": 3}})
     done = _run(tmp_path, data)
-    assert done.returncode == 1 and "no feasible candidate found" in done.stderr
+    assert done.returncode == 1 and "no candidate meets the target" in done.stderr
     ledger = json.loads((tmp_path / "out" / "recommendation.json").read_text())
     assert {e["status"] for e in ledger["candidates"]} <= {"unsupported", "over_budget"}
     assert any("divisible" in e["reason"] for e in ledger["candidates"])

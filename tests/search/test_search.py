@@ -143,17 +143,21 @@ def test_every_written_config_replays_to_the_ledger_numbers(tmp_path: Path) -> N
 
 
 def test_min_gpus_prefers_the_fewest_gpus_that_sustain_the_rate() -> None:
-    data = config(**{"optimization": {"target": "min_gpus", "min_goodput_rps": 5.0,
-                                      "constraints": {"max_candidate_gpus": 4}},
+    data = config(**{"optimization": {"target": "min_gpus",
+                                      "constraints": {"max_candidate_gpus": 4, "min_goodput_rps": 5.0}},
                      "traffic.load": {"type": "poisson", "requests_per_second": 8.0, "seed": 5},
                      "traffic.stop.requests": 80, "evaluation.sla": {"ttft_ms": 60, "itl_ms": 13}})
-    ranked = search(data).ranked()
-    qualified = [e for e in ranked if e["meets_target"]]
-    assert qualified, "some candidate must sustain 5 SLA-meeting requests per second"
-    assert ranked[:len(qualified)] == qualified
-    assert [e["used_gpus"] for e in qualified] == sorted(e["used_gpus"] for e in qualified)
-    assert all(e["metrics"]["goodput_request_throughput_rps"] >= 5.0 for e in qualified)
-    assert all(e["metrics"]["goodput_request_throughput_rps"] < 5.0 for e in ranked[len(qualified):])
+    result = search(data)
+    ranked = result.ranked()
+    assert ranked, "some candidate must sustain 5 SLA-meeting requests per second"
+    assert all(e["meets_target"] for e in ranked)
+    assert [e["used_gpus"] for e in ranked] == sorted(e["used_gpus"] for e in ranked)
+    assert all(e["metrics"]["goodput_request_throughput_rps"] >= 5.0 and e["metrics"]["sla_attainment"] >= 0.9
+               for e in ranked)
+    missed = [e for e in result.replayed if e not in ranked]
+    assert missed and all(e["status"] == "misses_target" and e["shortfall"] > 0 for e in missed)
+    assert all(e["metrics"]["goodput_request_throughput_rps"] < 5.0 or e["metrics"]["sla_attainment"] < 0.9
+               for e in missed)
 
 
 def test_pareto_returns_the_non_dominated_set(tmp_path: Path) -> None:

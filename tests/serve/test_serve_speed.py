@@ -14,7 +14,7 @@ import pytest
 
 from servesim.cli import main
 from serve.conftest import LiveServer, start_server
-from serve.test_serve import MODEL, client, metric, stream_timing, text_of
+from serve.test_serve import MODEL, client, metric, predicted, stream_timing, text_of
 
 SPEED = 5.0
 
@@ -52,7 +52,8 @@ def test_overload_queues_in_the_engine(fast_server: LiveServer) -> None:
 def test_wall_time_runs_speed_times_faster(fast_server: LiveServer) -> None:
     ttft, itl, usage = stream_timing(fast_server, text_of(2048, 2), 40)
     assert usage["completion_tokens"] == 40
-    sim_ttft, sim_itl = 0.1465, 0.01774  # quick start, 2048 prompt tokens (test_serve checks it against predict)
+    expected = predicted(2048, 40)
+    sim_ttft, sim_itl = expected["mean_ttft_ms"] / 1000, expected["mean_itl_ms"] / 1000
     assert abs(ttft - sim_ttft / SPEED) <= 0.3 * sim_ttft / SPEED + 0.005, ttft
     assert abs(itl - sim_itl / SPEED) <= 0.3 * sim_itl / SPEED + 0.005, itl
 
@@ -84,7 +85,8 @@ def test_sigterm_drains_exits_0_and_records_the_run(fast_server: LiveServer, tmp
         assert r["e2e_latency_ms"] == pytest.approx(r["last_token_ms"] - r["arrival_time_ms"])
         assert r["output_length"] == r["requested_output_length"]
     timed = next(r for r in records if r["input_length"] == 2048)
-    assert timed["ttft_ms"] == pytest.approx(146.5, rel=0.05)  # simulated time, whatever the speed
+    # simulated time, whatever the speed
+    assert timed["ttft_ms"] == pytest.approx(predicted(2048, 40)["mean_ttft_ms"], rel=0.05)
     queued = [r for r in records if r["input_length"] == 128]
     assert max(r["first_admit_ms"] - r["arrival_time_ms"] for r in queued) > 1000  # waited for a slot
     page = tmp_path / "compare.html"

@@ -32,8 +32,8 @@ def planner_settings(config: PlannerConfig, sla: SlaConfig | None, disaggregated
     throughput_on, load_on = config.scaling_modes
     ttft, itl = DEFAULT_TTFT_MS, DEFAULT_ITL_MS
     if config.target == "sla" and sla is not None:
-        ttft = sla.ttft_ms if sla.ttft_ms is not None else ttft
-        itl = sla.itl_ms if sla.itl_ms is not None else itl
+        ttft = sla.per_request("ttft_ms") or ttft  # run-level (percentile) targets do not steer it
+        itl = sla.per_request("itl_ms") or itl
     forecast = ForecastSettings(
         kind=config.load_predictor, log1p=config.load_predictor_log1p, window=config.prophet_window_size,
         moving_average_window=config.moving_average_window, q_level=config.kalman_q_level,

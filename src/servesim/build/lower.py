@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from servesim.build.control import planner_settings, router_spec
+from servesim.build.describe import describe
 from servesim.build.traffic import traffic_spec
-from servesim.config.schema import EngineConfig, Role, SimConfig, WorkerConfig, runtime_rejections
+from servesim.config.schema import EngineConfig, Role, SimConfig, SlaConfig, WorkerConfig, runtime_rejections
 from servesim.engine.factory import make_rank
 from servesim.engine.interface import HandoffRank
 from servesim.engine.pass_time import TimingModel
@@ -86,6 +87,8 @@ class LoweredRun:
     sla: Sla | None
     provenance: dict[str, str] = field(default_factory=dict)
     """What the run resolved (`servesim.fidelity.resolve.provenance`)."""
+    deployment: dict[str, str] = field(default_factory=dict)
+    """What the run simulates, in words (`build.describe`): the report's headline."""
 
     @property
     def disaggregated(self) -> bool:
@@ -121,8 +124,15 @@ def lower(config: SimConfig, *, unservable: str = "reject") -> LoweredRun:
         router=router_spec(config.router),
         planner=planner_settings(config.planner, sla, transfer is not None),
         time_cap_ms=1000 * cap if cap is not None else None,
-        sla=Sla(sla.ttft_ms, sla.itl_ms, sla.e2e_ms) if sla is not None else None,
+        sla=_sla(sla) if sla is not None else None,
+        deployment=describe(config),
     )
+
+
+def _sla(sla: SlaConfig) -> Sla:
+    """The report's SLA: the per-request thresholds and the run-level targets."""
+    return Sla(sla.per_request("ttft_ms"), sla.per_request("itl_ms"), sla.per_request("e2e_ms"),
+               tuple(sla.run_targets()))
 
 
 def _entry_role(engine: EngineConfig) -> WorkerConfig:

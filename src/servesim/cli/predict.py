@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
     predict.add_argument("--reference-fields", action="store_true",
                          help="write prediction.json and the per-request records with exactly the reference's "
                               "fields (without servesim's additions: rejected_requests, incomplete_requests, "
-                              "timed_out_requests, rejection_reason)")
+                              "timed_out_requests, sla, rejection_reason)")
     predict.set_defaults(run_command=_predict)
 
 
@@ -128,6 +128,13 @@ def _spool(outputs: OutputSet, args: argparse.Namespace) -> AbstractContextManag
     return RecordSpool(outputs.scratch(), drop=SERVESIM_RECORD_FIELDS if args.reference_fields else ())
 
 
+def _document(report: Report, args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with the run's provenance block (none under compat: reference, whose fields only)."""
+    if report.provenance and not args.reference_fields:
+        data["provenance"] = report.provenance
+    return data
+
+
 def _write_outputs(outputs: OutputSet, report: Report, args: argparse.Namespace) -> None:
     """prediction.json, with capture the per-request records and workers.json, unreleased.json and
     report.html when there are any — replacing the previous set only once all of them are
@@ -136,9 +143,7 @@ def _write_outputs(outputs: OutputSet, report: Report, args: argparse.Namespace)
 
     extensions = report.extensions or {}
     spool = report.spool
-    document = report.to_dict()
-    if report.provenance and not args.reference_fields:  # under compat: reference, the reference's fields only
-        document["provenance"] = report.provenance
+    document = _document(report, args, report.to_dict())
     if spool is not None:
         outputs.stage_file("prediction.json", lambda path: spool.write_report_json(document, path))
     else:
@@ -176,16 +181,26 @@ def _warn_unreleased(report: Report, out_dir: Path) -> None:
         print(f"servesim: warning: {warning}; see {out_dir / 'unreleased.json'}", file=sys.stderr)
 
 
+def _headline(report: Report, args: argparse.Namespace) -> list[str]:
+    """The table's headline: what was simulated (none under `--compat reference`)."""
+    if args.reference_fields:
+        return []
+    from servesim.fidelity.resolve import header_line
+    from servesim.report.headline import headline_lines
+
+    lines = headline_lines(report.deployment, report.summary)
+    return [*lines, header_line(report.provenance).rstrip()] if report.provenance else lines
+
+
 def _print_report(report: Report, args: argparse.Namespace, prediction: Path) -> int:
     """The table or the JSON line on stdout; 1 when stdout cannot take it."""
     from servesim.report.render import render_table, report_line
 
-    data = report.to_dict() if args.stdout_per_request else report.summary
-    text = report_line(data) if args.format == "json" else render_table(data, str(prediction))
-    if args.format == "table" and report.provenance and not args.reference_fields:
-        from servesim.fidelity.resolve import header_line
-
-        text = header_line(report.provenance) + text
+    data = _document(report, args, report.to_dict() if args.stdout_per_request else dict(report.summary))
+    if args.format == "json":
+        text = report_line(data)
+    else:
+        text = render_table(data, str(prediction), _headline(report, args))
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -137,6 +137,18 @@ class Cluster:
         self.request_observers: list[RequestObserver] = []
         """Who hears every request placed and ended (none unless a live server runs)."""
 
+    def release(self) -> None:
+        """At the end of a run (its report built): break the run's reference cycles — each
+        fleet's worker factory, each rank's cache tree — so its memory returns as soon as the
+        caller drops it, without a full garbage collection."""
+        for fleet in self.fleets.values():
+            for worker in [*fleet.by_id.values(), *fleet.provisioned]:
+                for rank in worker.ranks:
+                    release = getattr(rank, "release", None)
+                    if release is not None:
+                        release()
+            fleet.release()
+
     # -- construction ---------------------------------------------------------------------------
 
     def _add_pool(self, name: str, label: str, spec: PoolSpec, *, flat: bool = False,

@@ -48,7 +48,8 @@ RULES = """## Cross-field rules
   `synthetic`, `sessions`/`sessions_per_load_unit` for `synthetic-session`; relative counts are
   `max(1, round(ratio × load unit))` (load unit = concurrency or rate); no `trace_timestamps`
   load and no time cap.
-* `evaluation.sla`: `ttft_ms` and `itl_ms` together, or `e2e_ms` alone.
+* `evaluation.sla` in the reference's form (numbers only): `ttft_ms` and `itl_ms` together, or
+  `e2e_ms` alone. With a percentile target (servesim extension) any combination is accepted.
 * Omitted `traffic` means synthetic 1024 → 128 tokens, concurrency 10, 100 requests.
 """
 

@@ -46,8 +46,10 @@ def planner_rules(planner: PlannerConfig, engine: EngineConfig, sla: SlaConfig |
     if mode == "aggregated":
         problems += [(f"planner.{k}", "is only for engine.mode 'disaggregated'; use min_workers")
                      for k in ("prefill_min_workers", "decode_min_workers") if getattr(planner, k) is not None]
-    if planner.scaling_modes[0] and (sla is None or sla.ttft_ms is None):
-        problems.append(("planner.enable_throughput_scaling", "needs evaluation.sla.ttft_ms and evaluation.sla.itl_ms"))
+    if planner.scaling_modes[0] and (sla is None or sla.per_request("ttft_ms") is None
+                                     or sla.per_request("itl_ms") is None):
+        problems.append(("planner.enable_throughput_scaling",
+                         "needs evaluation.sla.ttft_ms and evaluation.sla.itl_ms (per-request numbers)"))
     return problems
 
 

@@ -431,6 +431,16 @@ class RadixCache:
             stack.extend(self._children_of(node))
         return keys
 
+    def release(self) -> None:
+        """Unlink every node from its parent and children (the tree's reference cycles), so the
+        tree is freed as soon as the rank is, without waiting for a full garbage collection."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(self._children_of(node))
+            node.children = {}
+            node.parent = None
+
     @staticmethod
     def _children_of(node: Node) -> list[Node]:
         return [c for group in node.children.values() for c in group]

@@ -76,6 +76,11 @@ Chunk = tuple[SgRequest, int, int]
 class SglangRank(SglangHandoff):
     """Scheduler, radix cache and timing of one rank running the SGLang policy."""
 
+    def release(self) -> None:
+        """At the end of a run: unlink the radix tree (its parent/child cycles), so the rank's
+        memory returns with its last reference."""
+        self.cache.release()
+
     def __init__(self, config: RankConfig, timing: TimingModel, *, sampler_seed: int = 0) -> None:
         self.config = config
         self.settings = config.sglang

@@ -18,7 +18,7 @@ import json
 import math
 import numbers
 from json.encoder import encode_basestring_ascii as _encode_string
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +113,19 @@ def _footer_lines(report: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def render_table(report: Mapping[str, Any], saved_path: str) -> str:
-    """The complete ``--format table`` stdout, ending with the saved-report line and a newline."""
+def render_table(report: Mapping[str, Any], saved_path: str, headline: Sequence[str] = ()) -> str:
+    """The complete ``--format table`` stdout, ending with the saved-report line and a newline.
+
+    servesim's additions (none in the reference's output): the `headline` lines first, and the
+    SLA verdicts (`report/sla.py`) under the footer when the report has an ``sla`` block."""
     rows = _stat_rows(report) + _single_value_rows(report)
     saved = f"Saved full report to: {saved_path}"
-    lines = [TITLE, *_table_lines(rows), *_footer_lines(report), saved]
+    verdicts: list[str] = []
+    if isinstance(report.get("sla"), Mapping):
+        from servesim.report.sla import verdict_lines
+
+        verdicts = verdict_lines(report["sla"])
+    lines = [*headline, TITLE, *_table_lines(rows), *_footer_lines(report), *verdicts, saved]
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,8 @@ counted request's token timestamps; ITL and per-user throughput pool every token
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +29,20 @@ class PoolUsage:
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Sla:
+    """The run's SLA targets: per-request thresholds (the reference's; goodput counts the
+    requests within all of them) and run-level ones (servesim extension)."""
+
     ttft_ms: float | None = None
     itl_ms: float | None = None
     e2e_ms: float | None = None
+    run_targets: tuple[tuple[str, str, float], ...] = ()
+    """(metric, statistic, threshold): a statistic (p50/p90/p95/p99/mean) of the run's
+    distribution of `metric` must be at most the threshold (servesim extension)."""
+
+    def per_request(self) -> dict[str, float]:
+        """The per-request thresholds that are set, by metric (ttft_ms, itl_ms, e2e_ms)."""
+        bounds = {"ttft_ms": self.ttft_ms, "itl_ms": self.itl_ms, "e2e_ms": self.e2e_ms}
+        return {metric: bound for metric, bound in bounds.items() if bound is not None}
 
 
 def _put(summary: dict[str, float], metric: str, stats: dict[str, float]) -> None:
@@ -50,6 +62,11 @@ class Totals:
     reused_first: int = 0
     good: int = 0
     good_tokens: int = 0
+    with_tokens: int = 0
+    within: dict[str, int] = field(default_factory=dict)
+    """Per per-request SLA metric: the requests within its threshold."""
+    worst: dict[str, float] = field(default_factory=dict)
+    """Per per-request SLA metric: the largest value a counted request had (absent: none had one)."""
 
     def add(self, tl: Timelines, sla: Sla | None) -> None:
         """Fold in a chunk of the columns (in request order after the chunks before it)."""
@@ -62,10 +79,18 @@ class Totals:
         self.output_tokens += int(tl.output_length.sum())
         self.reused_max += int(tl.reused_max.sum())
         self.reused_first += int(tl.reused_first.sum())
-        if sla is not None:
-            ok = _good(tl, sla)
+        self.with_tokens += int((tl.count >= 1).sum())
+        if sla is not None and _goodput(sla):
+            checks = _checks(tl, sla)
+            ok = _good(tl, checks)
             self.good += int(ok.sum())
             self.good_tokens += int(tl.output_length[ok].sum())
+            for metric, (values, within) in checks.items():
+                self.within[metric] = self.within.get(metric, 0) + int(within.sum())
+                judged = values[~np.isnan(values)]
+                if len(judged):
+                    worst = float(judged.max())
+                    self.worst[metric] = max(self.worst.get(metric, worst), worst)
 
 
 LATENCIES = ("ttft_ms", "ttst_ms", "tpot_ms", "e2e_latency_ms")
@@ -83,7 +108,7 @@ def latencies(tl: Timelines) -> dict[str, np.ndarray]:
 
 
 def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str, PoolUsage],
-              wall_time_ms: float, sla: Sla | None = None, timelines: Timelines | None = None) -> dict[str, float | int]:
+              wall_time_ms: float, sla: Sla | None = None, timelines: Timelines | None = None) -> dict[str, Any]:
     """The reference's summary fields for a finished replay (`timelines`: those of the tally,
     when the caller already has them). A tally whose columns went to disk is read a chunk at a
     time (`report/outofcore.py`); the fields are the same bit for bit."""
@@ -99,7 +124,7 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
     ds = max(duration / 1000, 1e-9)
     prefill, decode = pools.get("prefill", PoolUsage()), pools.get("decode", PoolUsage())
     processed = total_in + total_out
-    summary: dict[str, float | int] = {
+    summary: dict[str, Any] = {
         "num_requests": tally.num_requests,
         "completed_requests": totals.completed,
         "total_input_tokens": total_in,
@@ -127,10 +152,15 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
     _put(summary, "itl_ms", sketch_stats(gaps, gap_counts))
     positive = gaps > 0
     _put(summary, "output_token_throughput_per_user", sketch_stats(1000.0 / gaps[positive], gap_counts[positive]))
-    if sla is not None:
+    if sla is not None and _goodput(sla):
         summary["goodput_completed_requests"] = totals.good
         summary["goodput_request_throughput_rps"] = totals.good / ds
         summary["goodput_output_throughput_tok_s"] = totals.good_tokens / ds
+    if sla is not None:
+        from servesim.report.sla import verdicts
+
+        samples = {"ttft_ms": totals.with_tokens, "e2e_ms": totals.with_tokens, "itl_ms": len(gaps)}
+        summary["sla"] = verdicts(sla, summary, totals.within, totals.worst, samples)
     return summary
 
 
@@ -167,33 +197,58 @@ def _reader(store: ColumnStore) -> Chunks:
     return lambda: (columns["value"] for columns in store.chunks())
 
 
-def _good(tl: Timelines, sla: Sla) -> np.ndarray:
-    """Which requests are within every SLA bound (runtime.md §8.5); one without tokens counts
-    only under an end-to-end bound alone, judged on its terminal time. Element-wise, the same
+def _goodput(sla: Sla) -> bool:
+    """Whether the report has goodput fields: with any per-request threshold, or no run-level
+    target (run-level targets alone leave goodput out)."""
+    return bool(sla.per_request()) or not sla.run_targets
+
+
+def _good(tl: Timelines, checks: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Which requests are good: within every per-request bound (runtime.md §8.5); one without
+    tokens only under an end-to-end bound without a TTFT bound, on its terminal time."""
+    ok = np.ones(len(tl.count), dtype=bool)
+    for _, within in checks.values():
+        ok &= within
+    no_tokens = tl.count == 0
+    if no_tokens.any() and "e2e_ms" not in checks:
+        ok[no_tokens] = False
+    return ok
+
+
+def _checks(tl: Timelines, sla: Sla) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each per-request SLA metric's values and which requests are within its bound. The values
+    are NaN where a request has none (a TPOT needs two tokens, a TTFT one). A request with one
+    token is within an ITL bound; one without tokens is within nothing, except under an
+    end-to-end bound without a TTFT bound (judged on its terminal time). Element-wise, the same
     float operations as one request at a time."""
     n = tl.count
     ttft = np.maximum(tl.first - tl.arrival, 0.0)
     e2e = tl.last - tl.arrival
-    ok = np.ones(len(n), dtype=bool)
+    no_tokens = n == 0
+    alone = sla.e2e_ms is not None and sla.ttft_ms is None
+    checks: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if sla.ttft_ms is not None:
-        ok &= ttft <= sla.ttft_ms
-    if sla.e2e_ms is not None:
-        ok &= e2e <= sla.e2e_ms
+        checks["ttft_ms"] = (np.where(no_tokens, np.nan, ttft), ttft <= sla.ttft_ms)
     if sla.itl_ms is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
-            ok &= (n == 1) | ((e2e - ttft) / (n - 1) <= sla.itl_ms)
-    no_tokens = n == 0
+            tpot = (e2e - ttft) / (n - 1)
+        checks["itl_ms"] = (np.where(n >= 2, tpot, np.nan), (n == 1) | (tpot <= sla.itl_ms))
+    if sla.e2e_ms is not None:
+        ended = np.where(no_tokens, tl.terminal - tl.arrival, e2e)
+        checks["e2e_ms"] = (ended, ended <= sla.e2e_ms)
     if no_tokens.any():
-        alone = sla.e2e_ms is not None and sla.ttft_ms is None
-        ok[no_tokens] = alone and (tl.terminal[no_tokens] - tl.arrival[no_tokens] <= sla.e2e_ms)
-    return ok
+        for metric, (_, within) in checks.items():
+            if not alone or metric != "e2e_ms":
+                within[no_tokens] = alone
+    return checks
 
 
 SERVESIM_FIELDS = ("rejected_requests", "incomplete_requests")
 """Summary fields servesim adds to the reference's: with `completed_requests` they account for
 every request of the input."""
-SERVESIM_OPTIONAL_FIELDS = ("timed_out_requests",)
-"""Summary fields servesim adds only when an extension that produces them is on."""
+SERVESIM_OPTIONAL_FIELDS = ("timed_out_requests", "sla")
+"""Summary fields servesim adds only when an extension that produces them is on (`sla`: the
+SLA verdicts, `report/sla.py`, with an SLA)."""
 SERVESIM_RECORD_FIELDS = ("rejection_reason",)
 """Per-request fields servesim adds to the reference's (on rejected and failed records)."""
 

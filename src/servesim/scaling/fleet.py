@@ -61,6 +61,11 @@ class Fleet:
 
     # -- views --------------------------------------------------------------------------------
 
+    def release(self) -> None:
+        """At the end of a run: drop the worker factory (it closes over the cluster, a reference
+        cycle), so the run's objects are freed with their last reference."""
+        self._make_worker = _no_more_workers
+
     def ids(self, state: WorkerState) -> list[int]:
         return sorted(w for w, s in self.state.items() if s == state)
 
@@ -131,3 +136,7 @@ class Fleet:
     def settle_drained(self, now: float) -> list[Transition]:
         """Remove draining workers that finished their last request."""
         return [t for w in self.ids(DRAINING) if self._idle(w) for t in self._remove(w, now, "drained")]
+
+
+def _no_more_workers(worker_id: int) -> Worker:
+    raise RuntimeError("the run has ended: its fleet makes no more workers")

@@ -24,7 +24,7 @@ from typing import Any
 from servesim.config import SimConfig, parse_config, runtime_rejections
 from servesim.errors import ConfigError, RunError
 from servesim.search import facts
-from servesim.search.schema import Choices, Range, RecommendConfig, WorkerDomains
+from servesim.search.schema import ROUTER_KV_KNOBS, Choices, Range, RecommendConfig, WorkerDomains
 from servesim.search.space import ROLE_DEFAULTS, Candidate, Shape
 
 DEFAULT_TRAFFIC = {"source": {"type": "synthetic", "input_tokens": 1024, "output_tokens": 128},
@@ -80,10 +80,22 @@ class Materializer:
             out["compat"] = self.cfg.compat
         if self.cfg.evaluation:
             out["evaluation"] = copy.deepcopy(self.cfg.evaluation)
-        for section in ("router", "planner"):
-            if getattr(self.cfg, section) is not None:
-                out[section] = copy.deepcopy(getattr(self.cfg, section))
+        if self.cfg.router is not None:
+            out["router"] = self._router(cand)
+        if self.cfg.planner is not None:
+            out["planner"] = copy.deepcopy(self.cfg.planner)
         return out
+
+    def _router(self, cand: Candidate) -> dict[str, Any]:
+        """The candidate's `router:` section: its policy, the KV-router knobs only for kv_router,
+        and the section's other keys as written."""
+        assert self.cfg.router is not None
+        router: dict[str, Any] = copy.deepcopy(self.cfg.router.model_extra or {})
+        router["policy"] = cand.knob("router.policy")
+        if router["policy"] == "kv_router":
+            router["prefill_load_model"] = {"type": cand.knob("router.prefill_load_model.type")}
+            router.update({knob: float(cand.knob(f"router.{knob}")) for knob in ROUTER_KV_KNOBS})
+        return router
 
     def backend_version(self, backend: str) -> str | None:
         """The configured version, else the database's newest for this GPU (as the reference)."""

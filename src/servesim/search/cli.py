@@ -1,7 +1,7 @@
 """`servesim recommend`: read the config, search, write the outputs, print the ranking.
 
-Exit codes follow the reference: 0 with at least one feasible candidate, 1 when none was found
-or the search failed, 2 for configuration errors, 130 when interrupted (the ledger of the
+Exit codes follow the reference: 0 with at least one candidate that meets the target, 1 when
+none does (the closest is named, no recommendation is written) or the search failed, 2 for configuration errors, 130 when interrupted (the ledger of the
 candidates that finished is written first).
 """
 
@@ -75,10 +75,15 @@ def main(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"servesim: error: {exc}", file=sys.stderr)
         return 2
+    from servesim.search.executors import ClusterUnavailable
+
     try:
         result = search.run()
     except ConfigError as exc:
         return config_error(args.config, exc)
+    except ClusterUnavailable as exc:
+        print(f"servesim: error: {exc}", file=sys.stderr)
+        return 2
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     for note in result.notes:
@@ -93,9 +98,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"servesim: interrupted; ledger of the finished candidates in {out_dir / 'recommendation.json'}",
               file=sys.stderr)
         return 130
-    sys.stdout.write(outputs.stdout_json(result) + "\n" if args.format == "json"
+    sys.stdout.write(outputs.stdout_json(result, Path(args.output_dir)) + "\n" if args.format == "json"
                      else outputs.stdout_table(result, out_dir))
     if not result.feasible:
-        print("no feasible candidate found", file=sys.stderr)
+        closest = result.closest()
+        where = (f"; closest: trial {closest['trial']} ({outputs.describe(closest)}), missing by "
+                 f"{100 * closest['shortfall']:.0f} %: {'; '.join(closest['missed'])}") if closest else ""
+        print(f"servesim: no candidate meets the target{where}; no recommendation written", file=sys.stderr)
         return 1
     return 0

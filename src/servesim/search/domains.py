@@ -91,6 +91,11 @@ def check_positive_number(value: Any) -> None:
         raise ValueError(f"must be a positive finite number (got {value!r})")
 
 
+def check_non_negative_number(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"must be a finite number >= 0 (got {value!r})")
+
+
 def check_fraction(value: Any) -> None:
     check_positive_number(value)
     if value > 1:

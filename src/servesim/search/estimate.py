@@ -346,10 +346,11 @@ def _meets(config: SimConfig, s: Service, n: int, osl: int) -> float:
     sla = config.evaluation.sla if config.evaluation is not None else None
     if sla is None:
         return 1.0
-    if sla.e2e_ms is not None:
-        return _under(sla.e2e_ms, s.ttft_ms + (osl - 1) * s.itl_ms, s, n)
-    fraction = _under(float(sla.ttft_ms or math.inf), s.ttft_ms, s, n)
-    return fraction * (_soft(float(sla.itl_ms), s.itl_ms) if osl > 1 and sla.itl_ms is not None else 1.0)
+    e2e, ttft, itl = (sla.per_request(metric) for metric in ("e2e_ms", "ttft_ms", "itl_ms"))
+    if e2e is not None:
+        return _under(e2e, s.ttft_ms + (osl - 1) * s.itl_ms, s, n)
+    fraction = _under(float(ttft or math.inf), s.ttft_ms, s, n)
+    return fraction * (_soft(float(itl), s.itl_ms) if osl > 1 and itl is not None else 1.0)
 
 
 def _under(bound: float, base: float, s: Service, n: int) -> float:

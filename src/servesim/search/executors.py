@@ -8,6 +8,14 @@ The local executor forks its workers from the search process after the simulator
 imported, and each worker keeps its memoised timing (the AIConfigurator engines and their
 lookups) across the candidates it replays. A candidate that runs past its time limit has its
 worker killed and replaced.
+
+**Memory bound.** A replay returns its memory when it ends (`servesim.simulate` breaks its
+reference cycles), so a worker holds the forked search process, its timing caches and one
+replay at a time. A worker whose resident memory after a candidate exceeds
+`optimizer.worker_memory_mb` (servesim: 4096) is retired and a fresh one forked in its place:
+whatever the number of candidates, a search's workers hold at most
+`min(parallelism, CPUs) × (worker_memory_mb + one replay's peak)`. Ray workers are recycled
+after `RAY_TASKS_PER_WORKER` candidates for the same reason.
 """
 
 from __future__ import annotations
@@ -32,6 +40,10 @@ class Outcome:
     reason: str | None = None
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    worker_rss_mb: float | None = None
+    """Resident memory of the process that replayed it, just after the replay."""
+    node: str | None = None
+    """The Ray node that replayed it (None for the local executor)."""
 
 
 class _Captured(logging.Handler):
@@ -65,14 +77,30 @@ def evaluate(config: dict[str, Any]) -> Outcome:
 
 
 Job = tuple[int, dict[str, Any]]
+RAY_TASKS_PER_WORKER = 16
+"""Candidates a Ray worker process replays before Ray replaces it (bounds its memory)."""
+
+
+def resident_mb() -> float | None:
+    """This process's resident memory in MB (None where /proc is not there)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class LocalExecutor:
     """A pool of long-lived worker processes, one candidate at a time each."""
 
-    def __init__(self, workers: int, timeout_s: float) -> None:
+    def __init__(self, workers: int, timeout_s: float, memory_mb: float | None = None) -> None:
         self.size = max(1, workers)
         self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self.retired = 0
+        """Workers replaced because they outgrew memory_mb."""
+        self.peak_rss_mb = 0.0
+        """The largest resident memory a worker reported after a candidate."""
         methods = multiprocessing.get_all_start_methods()
         self._context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         self._workers: list[_Worker] = []
@@ -93,6 +121,11 @@ class LocalExecutor:
             for conn in ready:
                 worker = busy.pop(conn)  # type: ignore[call-overload]
                 key, outcome = worker.finish()
+                rss = outcome.worker_rss_mb or 0.0
+                self.peak_rss_mb = max(self.peak_rss_mb, rss)
+                if self.memory_mb is not None and rss > self.memory_mb and worker.alive:
+                    worker.stop()
+                    self.retired += 1
                 if not worker.alive:
                     self._replace(worker)
                 yield key, outcome
@@ -175,9 +208,31 @@ def _worker_loop(conn: Connection) -> None:
         config = conn.recv()
         if config is None:
             break
-        conn.send(evaluate(config))
+        outcome = evaluate(config)
+        outcome.worker_rss_mb = resident_mb()
+        conn.send(outcome)
     conn.close()
     os._exit(0)
+
+
+class ClusterUnavailable(RuntimeError):
+    """The Ray address names no running cluster."""
+
+
+def _evaluate_on_node(config: dict[str, Any]) -> Outcome:
+    """A Ray task: replay one candidate; the outcome names the node that replayed it."""
+    import ray
+
+    outcome = evaluate(config)
+    outcome.worker_rss_mb = resident_mb()
+    outcome.node = ray.get_runtime_context().get_node_id()
+    return outcome
+
+
+def _servesim_environment() -> dict[str, str]:
+    """The driver's SERVESIM_* settings (timing data path, cache folder, ...), given to every Ray
+    task so that a node replays a candidate as the driver would."""
+    return {name: value for name, value in os.environ.items() if name.startswith("SERVESIM_")}
 
 
 class RayExecutor:
@@ -187,12 +242,26 @@ class RayExecutor:
         import ray
 
         if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
+            except ConnectionError as exc:
+                raise ClusterUnavailable(
+                    f"--ray-address {address}: no Ray cluster is reachable there ({str(exc).splitlines()[0]}); "
+                    "start one with `ray start --head`, pass its address (host:port), or omit --ray-address "
+                    "to start a local Ray instance") from None
         self._ray = ray
-        self._task = ray.remote(num_cpus=1, max_retries=0)(evaluate)
+        # SPREAD: candidates go to every node of the cluster, not first to fill the driver's node
+        options: dict[str, Any] = {"num_cpus": 1, "max_retries": 0, "max_calls": RAY_TASKS_PER_WORKER,
+                                   "scheduling_strategy": "SPREAD"}
+        if env := _servesim_environment():
+            options["runtime_env"] = {"env_vars": env}
+        self._task = ray.remote(**options)(_evaluate_on_node)
         self.size = max(1, parallelism)
         self.timeout_s = timeout_s
+        self.nodes: dict[str, int] = {}
+        """Candidates replayed per Ray node id."""
+        self.peak_rss_mb = 0.0
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[int, Outcome]]:
         ray = self._ray
@@ -208,9 +277,14 @@ class RayExecutor:
             for ref in done:
                 key, _ = running.pop(ref)
                 try:
-                    yield key, ray.get(ref)
+                    outcome = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - a lost task is a failed candidate
                     yield key, Outcome("failed", reason=f"Ray task failed: {type(exc).__name__}: {exc}")
+                else:
+                    if outcome.node is not None:
+                        self.nodes[outcome.node] = self.nodes.get(outcome.node, 0) + 1
+                    self.peak_rss_mb = max(self.peak_rss_mb, outcome.worker_rss_mb or 0.0)
+                    yield key, outcome
             now = time.monotonic()
             for ref, (key, started) in list(running.items()):
                 if started + self.timeout_s <= now:

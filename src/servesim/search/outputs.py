@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from servesim.search.run import SearchResult
+from servesim.search import score
 from servesim.search.score import REPORT_KEYS
 
 LEDGER_VERSION = 1
@@ -28,8 +29,10 @@ TABLE_ROWS = 10
 def write_recommendations(out_dir: Path, result: SearchResult) -> None:
     """`recommendations/NNNN.yaml` for every ranked candidate; sets each entry's config_path."""
     folder = out_dir / "recommendations"
-    folder.mkdir(parents=True, exist_ok=True)
-    for entry in result.ranked():
+    ranked = result.ranked()
+    if ranked:
+        folder.mkdir(parents=True, exist_ok=True)
+    for entry in ranked:
         path = folder / f"{entry['rank']:04d}.yaml"
         # the reference's recommended configs exactly under compat: reference (the key is the run's, not the file's)
         config = {k: v for k, v in result.configs[entry["trial"]].items() if k != "compat"}
@@ -48,7 +51,9 @@ def ledger(result: SearchResult) -> dict[str, Any]:
         "target": cfg.optimization.target,
         "objectives": ["throughput_per_gpu", "throughput_per_user"] if cfg.optimization.target == "pareto"
         else [cfg.optimization.target],
-        "min_goodput_rps": cfg.optimization.min_goodput_rps,
+        "min_goodput_rps": cfg.optimization.goodput_floor,
+        "strict_sla": cfg.optimization.strict_sla,
+        "sla_attainment": cfg.optimization.sla_attainment,
         "gpu_hour_price": cfg.optimization.gpu_hour_price,
         "sla": (cfg.evaluation or {}).get("sla"),
         "gpu_budget": {"min": cfg.optimization.constraints.min_candidate_gpus,
@@ -61,6 +66,10 @@ def ledger(result: SearchResult) -> dict[str, Any]:
         "screen_seconds": round(result.screen_seconds, 3),
         "statuses": dict(sorted(statuses.items())),
         "notes": result.notes,
+        "coverage": result.coverage,
+        "workers": result.workers,
+        "closest": None if result.feasible or result.closest() is None else result.closest()["trial"],  # type: ignore[index]
+        "sizing": result.sizing,
         "provenance": provenance(result),
         "candidates": result.entries,
     }
@@ -122,37 +131,99 @@ def ledger_csv(entries: list[dict[str, Any]], front: bool = False) -> str:
     return buffer.getvalue()
 
 
-def stdout_json(result: SearchResult) -> str:
-    """The reference's JSON rows (rank, score, objectives, used_gpus, config_path) plus metrics."""
+def stdout_json(result: SearchResult, out_dir: Path | None = None) -> str:
+    """The reference's JSON rows (rank, score, objectives, used_gpus, config_path as the
+    reference writes it: the output directory as given joined with the file) plus metrics."""
     pareto = result.config.optimization.target == "pareto"
     rows = [{"rank": e["rank"], "score": e["score"], "objectives": e["objectives"] if pareto else None,
-             "used_gpus": e["used_gpus"], "config_path": e["config_path"], "metrics": e["metrics"]}
+             "used_gpus": e["used_gpus"], "config_path": _shown_path(e, out_dir), "metrics": e["metrics"]}
             for e in result.ranked()]
     return json.dumps(rows, sort_keys=True, separators=(",", ":"))
 
 
+def _shown_path(entry: dict[str, Any], out_dir: Path | None) -> str | None:
+    path = entry["config_path"]
+    return str(out_dir / path) if path and out_dir is not None else path
+
+
 def stdout_table(result: SearchResult, out_dir: Path) -> str:
-    """The ranked table printed by ``--format table``."""
+    """The ranked table printed by ``--format table``: the picks (only candidates that meet the
+    target), the knobs that vary among them, the SLA percentiles, then the sizing answer."""
     cfg = result.config
     ranked = result.ranked()
     lines = [f"servesim recommendations — target {cfg.optimization.target}, algorithm {result.algorithm}"]
     lines.append(summary_line(result))
+    lines += [f"note: {note}" for note in result.notes if " of " in note and "evaluated" in note]
     if not ranked:
-        return "\n".join(lines + ["No feasible candidate found."]) + "\n"
+        lines.append("No candidate meets the target" + _closest_text(result))
+        lines += sizing_lines(result)
+        return "\n".join(lines) + "\n"
+    sla_keys = score.sla_keys((cfg.evaluation or {}).get("sla"))
+    varying = varying_knobs(ranked)
     target = cfg.optimization.target
-    score_head = "score" if target == "pareto" else target
-    cols = ["rank", score_head, "gpus", "mode", "backend", "parallelism", "tok/s/gpu", "tok/s/user",
-            "goodput tok/s", "mean TTFT ms", "config"]
-    if cfg.optimization.gpu_hour_price is not None:
-        cols.insert(-1, "$/M tok")
-    rows = [_row(e, out_dir, cfg.optimization.gpu_hour_price is not None) for e in ranked[:TABLE_ROWS]]
+    cols = ["rank", "score" if target == "pareto" else target, "gpus", "mode", "backend", "parallelism"]
+    cols += [name for name, _ in varying]
+    cols += ["tok/s/gpu", "tok/s/user", "goodput tok/s", "SLA req/s", "SLA met"]
+    cols += [key.replace("_ms", " ms").replace("_", " ") for key in sla_keys] or ["mean TTFT ms"]
+    priced = cfg.optimization.gpu_hour_price is not None
+    if priced:
+        cols.append("$/M tok")
+    cols.append("config")
+    rows = [_row(e, out_dir, priced, varying, sla_keys or ["mean_ttft_ms"]) for e in ranked[:TABLE_ROWS]]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
     if len(ranked) > TABLE_ROWS:
         lines.append(f"... {len(ranked) - TABLE_ROWS} more in {out_dir / 'recommendation.csv'}")
+    lines += sizing_lines(result)
     lines.append(f"Ledger of every candidate: {out_dir / 'recommendation.json'}")
     return "\n".join(lines) + "\n"
+
+
+def _closest_text(result: SearchResult) -> str:
+    closest = result.closest()
+    if closest is None:
+        return " (no candidate finished its replay)."
+    return (f"; closest: trial {closest['trial']} ({describe(closest)}), missing by "
+            f"{100 * closest['shortfall']:.0f} %: {'; '.join(closest['missed'])}.")
+
+
+def describe(entry: dict[str, Any]) -> str:
+    """``vllm, 4 GPUs, A 2x tp2``."""
+    return f"{entry['knobs']['engine.backend']}, {entry['used_gpus']} GPUs, {_shapes(entry)}"
+
+
+def sizing_lines(result: SearchResult) -> list[str]:
+    """The sizing answer: per shape, the fewest GPUs that meet the target and the capacity curve
+    (SLA-meeting request rate at the offered load, per GPU count replayed)."""
+    rows = result.sizing[:TABLE_ROWS]
+    if not rows:
+        return []
+    lines = ["Sizing — fewest GPUs that meet the target, per shape (curve: GPUs: SLA-meeting req/s, "
+             "ok = meets the target):"]
+    width = max(len(f"{r['mode'][:5]} {r['shape']}") for r in rows)
+    for r in rows:
+        fewest = f"{r['fewest_gpus']} GPUs" if r["fewest_gpus"] is not None else "none within budget"
+        misses = f", {r['misses_at']} miss" if r["misses_at"] is not None else ""
+        curve = "  ".join(f"{p['gpus']}: {_num(p['goodput_request_throughput_rps'])} "
+                          f"{'ok' if p['meets_target'] else 'miss'}" for p in r["curve"])
+        lines.append(f"  {(r['mode'][:5] + ' ' + r['shape']).ljust(width)}  {fewest}{misses}  |  {curve}")
+    return lines
+
+
+def varying_knobs(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(column name, knob) for every knob outside backend, mode and parallelism whose value
+    differs among `entries` (so rows that differ only there do not look alike)."""
+    keys = sorted({k for e in entries for k in e["knobs"]})
+    keys = [k for k in keys if k not in ("engine.mode", "engine.backend") and ".parallelism." not in k
+            and len({json.dumps(e["knobs"].get(k)) for e in entries}) > 1]
+    short = [k.rsplit(".", 1)[1] if k != "router.prefill_load_model.type" else "load_model" for k in keys]
+    out = []
+    for key, name in zip(keys, short, strict=True):
+        if short.count(name) > 1 and key.startswith("engine.workers."):
+            name = f"{key.split('.')[2][0].upper()} {name}"
+        out.append((name, key))
+    return out
 
 
 def summary_line(result: SearchResult) -> str:
@@ -164,18 +235,31 @@ def summary_line(result: SearchResult) -> str:
     return f"{len(result.entries)} candidates: {parts or 'none'}; wall {result.wall_seconds:,.1f} s{tail}"
 
 
-def _row(entry: dict[str, Any], out_dir: Path, priced: bool) -> list[str]:
+def _shapes(entry: dict[str, Any]) -> str:
+    return " | ".join(f"{role[0].upper()} " + _shape(entry["knobs"], role) for role in ("aggregated", "prefill", "decode")
+                      if f"engine.workers.{role}.parallelism.replicas" in entry["knobs"])
+
+
+def _row(entry: dict[str, Any], out_dir: Path, priced: bool, varying: list[tuple[str, str]],
+         latency_keys: list[str]) -> list[str]:
     m = entry["metrics"]
-    shapes = " | ".join(f"{role[0].upper()} " + _shape(entry["knobs"], role)
-                        for role in ("aggregated", "prefill", "decode")
-                        if f"engine.workers.{role}.parallelism.replicas" in entry["knobs"])
     row = [str(entry["rank"]), _num(entry["score"]), str(entry["used_gpus"]), entry["mode"][:5],
-           entry["knobs"]["engine.backend"], shapes, _num(m["throughput_per_gpu"]), _num(m["throughput_per_user"]),
-           _num(m.get("goodput_output_throughput_tok_s")), _num(m.get("mean_ttft_ms"))]
+           entry["knobs"]["engine.backend"], _shapes(entry)]
+    row += [_value(entry["knobs"].get(key)) for _, key in varying]
+    row += [_num(m["throughput_per_gpu"]), _num(m["throughput_per_user"]),
+            _num(m.get("goodput_output_throughput_tok_s")), _num(m.get("goodput_request_throughput_rps")),
+            "-" if m.get("sla_attainment") is None else f"{100 * m['sla_attainment']:.1f} %"]
+    row += [_num(m.get(key)) for key in latency_keys]
     if priced:
         row.append(_num(m.get("cost_per_million_output_tokens")))
     row.append(str(out_dir / entry["config_path"]) if entry["config_path"] else "-")
     return row
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return _num(value)
+    return "-" if value is None else str(value)
 
 
 def _shape(knobs: dict[str, Any], role: str) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ConfigError
-from servesim.search import facts
+from servesim.search import facts, sizing
 from servesim.search.algorithms import BayesianStrategy, GridStrategy, RandomStrategy, optuna_available
 from servesim.search.candidate import Materializer, Prepared
 from servesim.search.executors import LocalExecutor, Outcome, RayExecutor
@@ -48,10 +48,28 @@ class SearchResult:
     screen_seconds: float = 0.0
     """Spent estimating candidates before any replay (`screen.py`)."""
     notes: list[str] = field(default_factory=list)
+    sizing: list[dict[str, Any]] = field(default_factory=list)
+    """Per shape: the fewest GPUs that meet the target and the capacity curve (`sizing.py`)."""
+    workers: dict[str, Any] = field(default_factory=dict)
+    """The workers' memory: the peak resident MB after a candidate, how many were retired; under
+    Ray also `ray_nodes`, the candidates each node replayed."""
+    coverage: dict[str, Any] = field(default_factory=dict)
+    """How much of the space was evaluated: {"evaluated": n, "space": m or None (infinite)}."""
 
     @property
     def feasible(self) -> list[dict[str, Any]]:
+        """Replayed candidates that meet the target (the only ones ever recommended)."""
         return [e for e in self.entries if e["feasible"]]
+
+    @property
+    def replayed(self) -> list[dict[str, Any]]:
+        """Candidates with a report: those that meet the target and those that miss it."""
+        return [e for e in self.entries if e["metrics"] is not None and e["objectives"] is not None]
+
+    def closest(self) -> dict[str, Any] | None:
+        """When none meets the target: the replayed candidate that missed it by the least."""
+        missed = [e for e in self.replayed if not e["feasible"]]
+        return min(missed, key=lambda e: (e["shortfall"], e["used_gpus"], e["trial"]), default=None)
 
     def ranked(self) -> list[dict[str, Any]]:
         """The recommendations, best first: the Pareto front for `pareto`, else by score."""
@@ -81,8 +99,10 @@ class Search:
         self.cfg = cfg
         self.materializer = Materializer(cfg, base_dir)
         constraints = cfg.optimization.constraints
-        self.objective = Objective(cfg.optimization.target, min_goodput_rps=cfg.optimization.min_goodput_rps,
-                                   max_gpus=constraints.max_candidate_gpus)
+        opt = cfg.optimization
+        self.objective = Objective(opt.target, min_goodput_rps=opt.goodput_floor, max_gpus=constraints.max_candidate_gpus,
+                                   sla=(cfg.evaluation or {}).get("sla"), sla_attainment=opt.sla_attainment,
+                                   strict_sla=opt.strict_sla)
         moe = facts.is_moe(self.materializer.model)
         self.branches = build_branches(cfg, moe, self.materializer.shape_can_serve)
         self._check_pools(moe)
@@ -94,6 +114,7 @@ class Search:
         self.screen = Screen(self.objective, self.prepare)
         self._estimates: dict[Candidate, float] = {}
         self.result = SearchResult(cfg, cfg.optimizer.algorithm, [], {})
+        self.sizing_reserve = 0
 
     # -- static checks --------------------------------------------------------------------
 
@@ -165,7 +186,8 @@ class Search:
         opt = self.cfg.optimizer
         if algorithm == "grid":  # one budget for all branches (see _round)
             return [_BranchRun(b, GridStrategy(b), opt.max_trials) for b in self.branches]
-        base, extra = divmod(opt.max_trials, len(self.branches))
+        self.sizing_reserve = sizing.sizing_budget(opt.max_trials)
+        base, extra = divmod(opt.max_trials - self.sizing_reserve, len(self.branches))
         runs = []
         for index, branch in enumerate(self.branches):
             budget = base + (1 if index < extra else 0)
@@ -202,26 +224,72 @@ class Search:
         if self.executor_kind == "local":
             facts.warm_up(probes)
         executor = self._executor()
+        search_budget = self.cfg.optimizer.max_trials - self.sizing_reserve
         try:
             while any(r.active for r in runs):
                 for index, run in enumerate(runs):
                     if run.active:
-                        self._round(run, executor, self.cfg.optimizer.max_trials - sum(r.replayed for r in runs))
+                        self._round(run, executor, search_budget - sum(r.replayed for r in runs))
                         if not run.active:
                             _pass_on(runs, index)
+            self._size(executor, self.cfg.optimizer.max_trials - sum(r.replayed for r in runs))
         except KeyboardInterrupt:
             self.result.interrupted = True
         finally:
             executor.close()
+            self.result.workers = {"retired_for_memory": getattr(executor, "retired", 0),
+                                   "peak_rss_mb": round(getattr(executor, "peak_rss_mb", 0.0), 1)}
+            if getattr(executor, "nodes", None):
+                self.result.workers["ray_nodes"] = dict(sorted(executor.nodes.items()))
             self.result.wall_seconds = time.perf_counter() - started
             self._mark_front()
+            self._note_coverage()
         return self.result
+
+    def _size(self, executor: Any, budget: int) -> None:
+        """The sizing phase (`sizing.py`): bisect the best shapes' replica counts with the
+        replays left (a reserved fifth of max_trials plus what the search did not use)."""
+        if self.sizing_reserve == 0:
+            return
+        by_mode = {b.mode: b for b in self.branches}
+        max_gpus = self.cfg.optimization.constraints.max_candidate_gpus
+        spent = 0
+        for _ in range(64):
+            cands = sizing.proposals(self._by_candidate, max_gpus, lambda c: c in self._by_candidate)
+            cands = cands[:max(0, min(budget - spent, self.cfg.optimizer.parallelism))]
+            if not cands:
+                return
+            jobs = []
+            for cand in cands:
+                entry = self._new_entry(by_mode[cand.mode], cand)
+                entry["phase"] = "sizing"
+                if entry["status"] == "ready":
+                    jobs.append((entry["trial"], self.result.configs[entry["trial"]]))
+            for trial, outcome in executor.run(jobs):
+                self._record(self._entry(trial), outcome)
+            spent += len(jobs)
+            if self.on_round is not None:
+                self.on_round(self.result)
+
+    def _note_coverage(self) -> None:
+        """How much of the space was evaluated; a note when not all of a finite space was."""
+        evaluated = len(self._by_candidate)
+        space = sum(b.grid_size() for b in self.branches) if all(b.finite for b in self.branches) else None
+        self.result.coverage = {"evaluated": evaluated, "space": space}
+        self.result.sizing = sizing.sizing_table(self._by_candidate)
+        if space is not None and evaluated < space:
+            tried = {e["knobs"]["engine.backend"] for e in self.result.entries}
+            untried = [b for b in self.cfg.engine.backends if b not in tried]
+            tail = f"; never tried: {', '.join(untried)}" if untried else ""
+            self.result.notes.append(f"{evaluated} of {space} candidates evaluated (optimizer.max_trials "
+                                     f"{self.cfg.optimizer.max_trials}){tail}")
 
     def _executor(self) -> Any:
         opt = self.cfg.optimizer
         if self.executor_kind == "ray":
             return RayExecutor(opt.parallelism, opt.candidate_timeout_seconds, self.ray_address)
-        return LocalExecutor(min(opt.parallelism, os.cpu_count() or 1), opt.candidate_timeout_seconds)
+        return LocalExecutor(min(opt.parallelism, os.cpu_count() or 1), opt.candidate_timeout_seconds,
+                             opt.worker_memory_mb)
 
     def _round(self, run: _BranchRun, executor: Any, left: int) -> None:
         """One round of a branch: ask, reject or replay, tell. `left`: replays left overall."""
@@ -244,7 +312,7 @@ class Search:
             self._record(self._entry(trial), outcome)
         run.replayed += len(jobs)
         for cand, entry in order:
-            run.strategy.tell(cand, _told(entry))
+            run.strategy.tell(cand, _told(entry, self.objective))
         if run.strategy.exhausted or (not jobs and not cands):
             run.active = False
         if self.on_round is not None:
@@ -256,7 +324,7 @@ class Search:
             "trial": len(self.result.entries) + 1, "mode": cand.mode, "status": prepared.status,
             "feasible": False, "reason": prepared.reason, "knobs": cand.flat_knobs(), "used_gpus": cand.used_gpus,
             "metrics": None, "objectives": None, "score": None, "meets_target": None, "pareto": False,
-            "rank": None, "config_path": None, "eval_seconds": None, "warnings": [],
+            "rank": None, "config_path": None, "eval_seconds": None, "warnings": [], "missed": [], "shortfall": None, "phase": "search",
             "estimated_score": self._estimates.get(cand),
         }
         if prepared.config is not None:
@@ -287,8 +355,13 @@ class Search:
             except KeyError as exc:
                 entry.update(status="failed", reason=str(exc).strip("'\""), metrics=m)
             else:
-                entry.update(status="feasible", feasible=True, metrics=m, objectives=values,
-                             score=self.objective.score(m, values), meets_target=self.objective.qualifies(m))
+                missed = self.objective.misses(m)
+                entry.update(status="misses_target" if missed else "feasible", feasible=not missed, metrics=m,
+                             objectives=values, score=self.objective.score(m, values), meets_target=not missed,
+                             missed=[text for text, _ in missed],
+                             shortfall=max((miss for _, miss in missed), default=0.0))
+                if missed:
+                    entry["reason"] = "misses the target: " + "; ".join(text for text, _ in missed)
         if self.progress is not None:
             self.progress(self.result)
 
@@ -307,11 +380,16 @@ class Search:
                 entry.update(status="not_run", reason="the search was interrupted")
 
 
-def _told(entry: dict[str, Any]) -> dict[str, float] | None:
-    """What a strategy learns from an entry: its score and objective values, or None (failed)."""
-    if not entry["feasible"]:
+def _told(entry: dict[str, Any], objective: Objective) -> dict[str, float] | None:
+    """What a strategy learns from an entry: its score and objective values (below every
+    qualifying candidate's when it misses the target), or None (not replayed, or failed)."""
+    if entry["objectives"] is None or entry["score"] is None:
         return None
-    return {"score": entry["score"], **entry["objectives"]}
+    shortfall = entry.get("shortfall") or 0.0
+    if shortfall <= 0:
+        return {"score": entry["score"], **entry["objectives"]}
+    return {"score": objective.told(entry["score"], shortfall),
+            **{name: objective.told(value, shortfall) for name, value in entry["objectives"].items()}}
 
 
 def _pass_on(runs: list[_BranchRun], index: int) -> None:

@@ -11,16 +11,20 @@ two sections of its own::
     engine.workers.<role>.kv_cache         block_size: int domain; capacity.memory_fraction: float domain
     traffic.load                           concurrency / requests_per_second / sessions_per_second /
                                            speedup / fraction (type kv_capacity_fraction): domains
-    optimization                           target, hardware, constraints.{min,max}_candidate_gpus
-                                           (+ servesim: min_goodput_rps, gpu_hour_price)
+    optimization                           target, hardware, strict_sla, constraints.{min,max}_candidate_gpus,
+                                           constraints.min_goodput_rps (+ servesim: sla_attainment,
+                                           gpu_hour_price)
     optimizer                              algorithm, max_trials, parallelism,
                                            candidate_timeout_seconds, seed
+    router                                 policy: value or {choices}; for kv_router overlap_score_credit,
+                                           prefill_load_scale, temperature, prefill_load_model.type
+                                           (omitted: upstream AISimulate 0.13's default domains)
 
 A domain is a value, ``{choices: [v, ...]}`` or ``{range: {min, max, step, scale}}`` (integer
 ranges need a step unless ``scale: log``; log ranges take no step and need min > 0).
 
 Everything that is not searchable (timing, startup_seconds, speculative, the SGLang knobs,
-evaluation, router, planner, ...) is passed to every candidate as written and validated by the
+evaluation, the router's other keys, planner, ...) is passed to every candidate as written and validated by the
 `predict` schema itself (see `servesim.search.space.SearchSpace.probe`).
 """
 
@@ -39,6 +43,7 @@ from servesim.search.domains import (
     RangeSpec,
     domain_validator,
     check_fraction,
+    check_non_negative_number,
     check_positive_number,
     check_positive_int,
     domain_parser,
@@ -268,6 +273,8 @@ class TrafficDomains(_Model):
 class Constraints(_Model):
     min_candidate_gpus: PositiveInt | None = None
     max_candidate_gpus: PositiveInt = 32
+    min_goodput_rps: PositiveNumber | None = None
+    """Target min_gpus: the SLA-meeting request rate a candidate must sustain (upstream's key)."""
 
     @model_validator(mode="after")
     def _order(self) -> Constraints:
@@ -283,9 +290,29 @@ class Optimization(_Model):
     """The GPU when engine.hardware is 'auto'."""
     constraints: Constraints = Constraints()
     min_goodput_rps: PositiveNumber | None = None
-    """servesim extension (target min_gpus): the SLA-meeting request rate a candidate must sustain."""
+    """servesim extension, the same as constraints.min_goodput_rps (give one of them)."""
+    strict_sla: Annotated[bool, Strict()] = False
+    """Upstream's key: a candidate must also keep the SLA's bounds on the *means* (TTFT, TPOT,
+    E2E) to be recommended; needs an evaluation.sla bound."""
+    sla_attainment: OpenFraction | None = 0.9
+    """servesim extension: with evaluation.sla, a candidate is recommended only if at least this
+    share of its requests meets the SLA (the per-request test goodput counts; an unfinished request
+    misses); null = no attainment gate (the reference's behaviour)."""
     gpu_hour_price: NonNegativeNumber | None = None
     """servesim extension: price of one GPU-hour; adds cost per million output tokens to every candidate."""
+
+    @property
+    def goodput_floor(self) -> float | None:
+        """min_goodput_rps, wherever it was given."""
+        return self.constraints.min_goodput_rps if self.constraints.min_goodput_rps is not None \
+            else self.min_goodput_rps
+
+    @model_validator(mode="after")
+    def _one_floor(self) -> Optimization:
+        if self.min_goodput_rps is not None and self.constraints.min_goodput_rps is not None:
+            raise ValueError("give min_goodput_rps once: constraints.min_goodput_rps (upstream) or "
+                             "optimization.min_goodput_rps, not both")
+        return self
 
     @field_validator("hardware")
     @classmethod
@@ -302,9 +329,73 @@ class Optimizer(_Model):
     parallelism: PositiveInt = 16
     candidate_timeout_seconds: PositiveNumber = 600.0
     seed: NonNegativeInt = 42
+    worker_memory_mb: PositiveNumber | None = 4096.0
+    """servesim extension: a local worker whose resident memory exceeds this after a candidate is
+    replaced by a fresh one (null: never); bounds a search's memory whatever its length."""
     screen: bool = True
     """servesim: rank the candidates by an analytic estimate before any replay and start the
     model-guided search from the best (no trial spent); false = a spread-out random start."""
+
+
+ROUTER_POLICIES = ("round_robin", "kv_router", "random", "least_loaded")
+ROUTER_KV_KNOBS = ("overlap_score_credit", "prefill_load_scale", "temperature")
+ROUTER_KV_DEFAULTS = {"overlap_score_credit": (0.0, 0.5, 1.0),
+                      "prefill_load_scale": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
+                      "temperature": (0.0, 0.2, 0.5, 1.0)}
+"""The values upstream AISimulate 0.13 searches for a KV-router knob a recommend config leaves out."""
+
+
+class PrefillLoadModelDomain(_Model):
+    type: Any = None
+    """'none' | 'ais' or {choices: [...]}; omitted: both (only 'none' when the policy is round_robin only)."""
+
+    _type = field_validator("type")(classmethod(
+        lambda cls, v: None if v is None else _mode_or_backend(("none", "ais"))(v)))
+
+
+class RouterDomains(_Model):
+    """The `router:` section of a recommend config, as upstream AISimulate 0.13 reads it: the policy
+    and the KV router's knobs are domains. An omitted policy searches round_robin and kv_router; an
+    omitted KV-router knob searches upstream's default values (`ROUTER_KV_DEFAULTS`) and its
+    prefill load model both types, whenever kv_router is among the policies. A candidate whose
+    policy is not kv_router carries none of those knobs. Other keys (servesim extensions) are
+    passed to every candidate as written."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    policy: Any = Field(default_factory=lambda: Choices(choices=["round_robin", "kv_router"]))
+    prefill_load_model: PrefillLoadModelDomain = PrefillLoadModelDomain()
+    overlap_score_credit: FloatDomain = None
+    prefill_load_scale: FloatDomain = None
+    temperature: FloatDomain = None
+
+    _policy = field_validator("policy")(classmethod(lambda cls, v: _mode_or_backend(ROUTER_POLICIES)(v)))
+    _kv_knobs = domain_validator(*ROUTER_KV_KNOBS, kind=float, check=check_non_negative_number)
+
+    @property
+    def policies(self) -> list[str]:
+        return list(self.policy.choices) if isinstance(self.policy, Choices) else [self.policy]
+
+    @property
+    def load_models(self) -> list[str]:
+        kind = self.prefill_load_model.type
+        if kind is None:
+            return ["none", "ais"] if "kv_router" in self.policies else ["none"]
+        return list(kind.choices) if isinstance(kind, Choices) else [kind]
+
+    @model_validator(mode="after")
+    def _upstream_rules(self) -> RouterDomains:
+        kv_knobs = [k for k in ROUTER_KV_KNOBS if getattr(self, k) is not None]
+        if "kv_router" not in self.policies:
+            if self.load_models != ["none"]:
+                raise ValueError(f"router.policy {'/'.join(self.policies)} rejects prefill_load_model.type "
+                                 f"{self.load_models}; only 'none' is allowed (it is a kv_router knob)")
+            if kv_knobs:
+                raise ValueError(f"router.policy {'/'.join(self.policies)} rejects the KV-router knobs {kv_knobs}")
+        elif len(self.policies) > 1 and "none" not in self.load_models:
+            raise ValueError("a router.policy domain with policies other than kv_router requires "
+                             "prefill_load_model.type to include 'none'")
+        return self
 
 
 class RecommendConfig(_Model):
@@ -315,7 +406,7 @@ class RecommendConfig(_Model):
     evaluation: dict[str, Any] = Field(default_factory=dict)
     optimization: Optimization = Optimization()
     optimizer: Optimizer = Optimizer()
-    router: dict[str, Any] | None = None
+    router: RouterDomains | None = None
     planner: dict[str, Any] | None = None
     compat: Literal["reference"] | None = None
     """servesim extension: 'reference' = as the reference — every candidate replayed with the
@@ -328,14 +419,24 @@ class RecommendConfig(_Model):
         if self.engine.hardware == "auto" and opt.hardware is None:
             raise ValueError("engine.hardware 'auto' requires optimization.hardware")
         sla = self.evaluation.get("sla") or {}
-        complete = sla.get("e2e_ms") is not None or (sla.get("ttft_ms") is not None and sla.get("itl_ms") is not None)
+        given = {key for key, value in sla.items() if isinstance(value, (int, float))}  # per-request ones
+        complete = "e2e_ms" in given or {"ttft_ms", "itl_ms"} <= given
         if opt.target in ("goodput", "goodput_per_gpu", "min_gpus") and not complete:
             raise ValueError(f"optimization.target '{opt.target}' requires a complete evaluation.sla "
                              "(ttft_ms + itl_ms, or e2e_ms)")
-        if opt.target == "min_gpus" and opt.min_goodput_rps is None:
-            raise ValueError("optimization.target 'min_gpus' requires optimization.min_goodput_rps")
-        if opt.target != "min_gpus" and opt.min_goodput_rps is not None:
-            raise ValueError("optimization.min_goodput_rps is only used with target 'min_gpus'")
+        if opt.strict_sla and not complete:
+            raise ValueError("optimization.strict_sla requires an evaluation.sla bound")
+        floor = opt.goodput_floor
+        if opt.target != "min_gpus" and floor is not None:
+            raise ValueError("optimization.constraints.min_goodput_rps is only used with target 'min_gpus'")
+        load = self.traffic.load if self.traffic is not None else None
+        if opt.target == "min_gpus" and floor is None and (load is None or load.type != "concurrency"):
+            raise ValueError("optimization.target 'min_gpus' with request-rate traffic requires "
+                             "optimization.constraints.min_goodput_rps")
+        offered = load.requests_per_second if load is not None and load.type in ("poisson", "constant_rate") else None
+        if floor is not None and isinstance(offered, int | float) and floor > offered:
+            raise ValueError(f"optimization.constraints.min_goodput_rps ({floor:g}) cannot exceed the offered "
+                             f"request rate ({offered:g} req/s)")
         if self.traffic is not None and self.traffic.load.type == "kv_capacity_fraction" \
                 and self.traffic.source.get("type") == "trace":
             raise ValueError("load type 'kv_capacity_fraction' needs a synthetic source")

@@ -22,7 +22,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from servesim.search.schema import PARALLEL_KEYS, Choices, Range, RecommendConfig, WorkerDomains
+from servesim.search.schema import (
+    PARALLEL_KEYS,
+    ROUTER_KV_DEFAULTS,
+    ROUTER_KV_KNOBS,
+    Choices,
+    Range,
+    RecommendConfig,
+    WorkerDomains,
+)
 
 GPUS_PER_WORKER_LADDER = (1, 2, 4, 8, 16)
 """GPUs per worker the default pool tries (the reference's ladder)."""
@@ -147,6 +155,8 @@ class Candidate:
         for role, shape in self.shapes:
             out.update({f"engine.workers.{role}.parallelism.{k}": v for k, v in shape.as_dict().items()})
         out.update(self.knobs)
+        if out.get("router.policy", "kv_router") != "kv_router":  # the KV router's knobs do not apply
+            out = {k: v for k, v in out.items() if k == "router.policy" or not k.startswith("router.")}
         return out
 
 
@@ -339,4 +349,14 @@ def _knob_dims(cfg: RecommendConfig, roles: tuple[str, ...]) -> tuple[list[Dim],
     if load is not None and load.searched_key is not None:
         key = load.searched_key
         add(f"traffic.load.{key}", getattr(load, key), integer=key == "concurrency")
+    router = cfg.router
+    if router is not None:
+        add("router.policy", Choices(choices=router.policies) if len(router.policies) > 1 else router.policies[0],
+            integer=False)
+        if "kv_router" in router.policies:
+            models = router.load_models
+            add("router.prefill_load_model.type", Choices(choices=models) if len(models) > 1 else models[0],
+                integer=False)
+            for knob in ROUTER_KV_KNOBS:
+                add(f"router.{knob}", getattr(router, knob), integer=False, default=ROUTER_KV_DEFAULTS[knob])
     return dims, fixed

@@ -99,7 +99,8 @@ def _serve(args: argparse.Namespace) -> int:
         from servesim.cli.predict import _print_report, _write_outputs
 
         written = argparse.Namespace(capture_per_request=True, per_request_format="jsonl", report=args.report,
-                                     config=args.config, format=args.format, stdout_per_request=False)
+                                     config=args.config, format=args.format, stdout_per_request=False,
+                                     reference_fields=False)
         _write_outputs(outputs, report, written)
     print(f"servesim serve: stopped; {report.summary['num_requests']} requests recorded in {out_dir}",
           file=sys.stderr)

@@ -14,6 +14,8 @@ from servesim.report.html.charts import cdf_chart, lines_chart, within
 from servesim.report.html.page import Page, plotly_modules
 from servesim.report.html.planner import planner_section
 from servesim.report.latency import METRICS, SUMMARY_NAMES, LatencySamples, rate_per_second
+from servesim.report.headline import headline_items
+from servesim.report.sla import achieved_text, margin_text, overall_line, status, target_label, within_text
 from servesim.report.summary import Sla
 
 if TYPE_CHECKING:
@@ -29,7 +31,8 @@ def write_run_report(report: Report, path: Path, title: str = "servesim predicti
     if report.timeseries is None or report.latency is None:
         raise ValueError("the HTML report needs the run's time series: simulate(..., timeseries=True)")
     plotly_modules()  # fail early, with the install hint, if plotly is missing
-    run_page(report.summary, report.latency, report.timeseries, report.sla, title).write(path)
+    run_page(report.summary, report.latency, report.timeseries, report.sla, title,
+             deployment=report.deployment, provenance=getattr(report, "provenance", None)).write(path)
 
 
 def sla_targets(sla: Sla | None) -> dict[str, float | None]:
@@ -41,12 +44,20 @@ def sla_targets(sla: Sla | None) -> dict[str, float | None]:
 
 
 def run_page(summary: Mapping[str, Any], latency: LatencySamples, series: TimeSeries,
-             sla: Sla | None, title: str) -> Page:
-    """The page of one run."""
+             sla: Sla | None, title: str, deployment: Mapping[str, str] | None = None,
+             provenance: Mapping[str, Any] | None = None) -> Page:
+    """The page of one run (`deployment`, `provenance`: what was simulated, for the headline)."""
     subtitle = (f"{summary['num_requests']:,} requests · {summary['duration_ms'] / 1000:,.1f} s simulated · "
                 f"{summary['gpu_hours']:.3g} GPU-hours")
+    if deployment:
+        subtitle = " · ".join(deployment[k] for k in ("model", "gpu", "deployment", "load") if k in deployment) \
+            + " · " + subtitle
     page = Page(title, subtitle)
+    if deployment or provenance:
+        simulated(page, deployment or {}, summary, provenance)
     headline(page, summary, latency, sla)
+    if isinstance(summary.get("sla"), Mapping):
+        verdicts_section(page, summary["sla"])
     page.section("Latency distributions")
     page.note("Empirical CDFs over completed requests; dashed lines mark the SLA targets "
               "(the ITL target bounds each request's TPOT, its mean inter-token gap).")
@@ -75,10 +86,16 @@ def headline(page: Page, summary: Mapping[str, Any], latency: LatencySamples, sl
     if "goodput_completed_requests" in summary:
         good = summary["goodput_completed_requests"]
         share = good / done if done else 0.0
-        rows.insert(2, ("Goodput (every SLA target met)",
+        rows.insert(2, ("Goodput (every per-request SLA target met)",
                         f"{good:,} requests ({share:.1%}) · {summary['goodput_request_throughput_rps']:,.2f} req/s"
                         f" · {summary['goodput_output_throughput_tok_s']:,.1f} tok/s"))
-    page.table(("", "value"), rows)
+    row_classes = [["", ""] for _ in rows]
+    block = summary.get("sla")
+    if isinstance(block, Mapping):
+        rows.insert(0, ("SLA verdict", f"{status(block['met'])} — {block['targets_met']} of "
+                                       f"{len(block['targets'])} targets met (see SLA verdicts)"))
+        row_classes.insert(0, ["", "good" if block["met"] else "bad"])
+    page.table(("", "value"), rows, row_classes)
     targets = sla_targets(sla)
     table, classes = [], []
     for metric in METRICS:
@@ -95,6 +112,32 @@ def headline(page: Page, summary: Mapping[str, Any], latency: LatencySamples, sl
         verdict = "" if target is None else ("good" if summary[f"p90_{key}"] <= target else "bad")
         classes.append(["", "", "", verdict, "", "", "", ""])
     page.table(("latency", "mean", "p50", "p90", "p99", "max", "SLA", "within SLA"), table, classes)
+
+
+def simulated(page: Page, deployment: Mapping[str, str], summary: Mapping[str, Any],
+              provenance: Mapping[str, Any] | None) -> None:
+    """What was simulated: the deployment, the offered load and where the numbers come from."""
+    page.section("What was simulated")
+    rows = headline_items(deployment, summary)
+    rows += [(f"Provenance: {key}", str(value)) for key, value in (provenance or {}).items()]
+    page.table(("", "value"), rows)
+
+
+def verdicts_section(page: Page, block: Mapping[str, Any]) -> None:
+    """Every SLA target: met or missed, the value achieved and the margin (report/sla.py)."""
+    page.section("SLA verdicts")
+    page.note(overall_line(block) + ". Margin = target − achieved (positive: headroom). A per-request "
+              "target is met when every request is within it (achieved: the worst request); a "
+              "percentile target when that statistic of the run is within it.")
+    rows, classes = [], []
+    for target in block["targets"]:
+        pct = target["margin_pct"]
+        rows.append([target_label(target), status(target["met"]), achieved_text(target),
+                     margin_text(target).split(" (")[0], "—" if pct is None else f"{pct:+,.1f}%".replace("-", "−"),
+                     within_text(target) or "—"])
+        verdict = "good" if target["met"] else "bad"
+        classes.append(["", verdict, "", verdict, verdict, ""])
+    page.table(("target", "verdict", "achieved", "margin", "margin %", "requests within"), rows, classes)
 
 
 def over_time(page: Page, latency: LatencySamples, series: TimeSeries) -> None:
