@@ -182,8 +182,8 @@ def _resolve(node: Any, outer: tuple[float, ...], depth: int, s: np.ndarray,
     keys = list(node)
     if c < keys[0] or c > keys[-1]:
         return np.zeros(count), np.full(count, _OUT)
-    idx = bisect_left(keys, c)
-    k_lo, k_hi = keys[idx - 1], keys[idx]
+    pos = bisect_left(keys, c)
+    k_lo, k_hi = keys[pos - 1], keys[pos]
     v_lo, st_lo = _resolve(node[k_lo], outer, depth + 1, s, sol)
     v_hi, st_hi = _resolve(node[k_hi], outer, depth + 1, s, sol)
     ok_lo, ok_hi = st_lo == _OK, st_hi == _OK
