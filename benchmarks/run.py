@@ -7,12 +7,12 @@ same machine; the table gives wall time, the servesim / reference ratio and peak
     python3 benchmarks/run.py                 # all cases, best of 3
     python3 benchmarks/run.py -n 5 p1         # cases whose name contains "p1"
     python3 benchmarks/run.py --write-readme  # also refresh the table in benchmarks/README.md
-    python3 benchmarks/run.py --cold p3       # servesim's AIC timing cache empty for every run
+    python3 benchmarks/run.py --cold p3       # servesim cold only (AIC timing cache emptied every run)
 
-servesim runs with a timing cache of its own (`servesim.perf.timingcache`) in a temporary folder:
-primed by one untimed run of the case first ("warm", what a user's second run sees), or emptied
-before every run with ``--cold`` (a first run). The table's last column says which; "—" for a
-case without AIConfigurator timing, which the cache does not concern.
+servesim runs with a timing cache of its own (`servesim.perf.timingcache`) in a temporary folder,
+timed both ways in each round: **cold** (the cache emptied before the run: a first run), then
+the reference, then **warm** (the cache that cold run left: a user's second run of the config).
+A case without AIConfigurator timing leaves no cache entry and has a cold column only.
 
 The reference is AISimulate 0.1.0.dev2, installed by ../shared/reference/install.sh; without
 it only servesim is timed. Cases whose inputs are missing (e.g. ../shared/data) are skipped.
@@ -76,42 +76,59 @@ def predict(tool: list[str], config: Path, out: Path) -> list[str]:
     return tool + ["predict", "-c", config.name, "--output-dir", str(out), "--overwrite", "--format", "json"]
 
 
-def run_case(config: Path, repeats: int, reference: list[str] | None, cold: bool = False) -> dict:
+def run_case(config: Path, repeats: int, reference: list[str] | None, modes: tuple[str, ...] = ("cold", "warm")) -> dict:
+    """Best wall time and peak RSS of servesim `modes` and the reference, alternating.
+
+    Each round runs servesim cold (its timing cache emptied first: a first run), the reference,
+    then servesim warm (the cache the cold run left: a second run of the same config). A case
+    whose run leaves no cache entry (no AIConfigurator timing) is timed once per round ("cold").
+    """
     servesim = [sys.executable, "-m", "servesim"]
     best: dict[str, tuple[float, float]] = {}
+
+    def keep(name: str, wall: float, rss: float) -> None:
+        if name not in best or wall < best[name][0]:
+            best[name] = (wall, max(rss, best.get(name, (0, 0))[1]))
+
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "timing-cache"
         env = dict(_ENV, SERVESIM_TIMING_CACHE=str(cache))
-        if not cold:
-            timed(predict(servesim, config, Path(tmp) / "priming"), config.parent, env)
+        used = None
         for _ in range(repeats):
-            for name, tool in (("servesim", servesim), ("reference", reference)):
-                if tool is None:
-                    continue
-                if cold:
-                    shutil.rmtree(cache, ignore_errors=True)
-                wall, rss = timed(predict(tool, config, Path(tmp) / name), config.parent,
-                                  env if name == "servesim" else None)
-                if name not in best or wall < best[name][0]:
-                    best[name] = (wall, max(rss, best.get(name, (0, 0))[1]))
-        used = any(cache.glob("*.aictc"))
-    row = {"case": config.stem, "servesim_s": best["servesim"][0], "servesim_mb": best["servesim"][1],
-           "timing_cache": ("cold" if cold else "warm") if used else "—"}
+            if "cold" in modes or used is None:
+                shutil.rmtree(cache, ignore_errors=True)
+                wall, rss = timed(predict(servesim, config, Path(tmp) / "cold"), config.parent, env)
+                used = any(cache.glob("*.aictc"))
+                if "cold" in modes or not used:
+                    keep("cold", wall, rss)
+            if reference is not None:
+                keep("reference", *timed(predict(reference, config, Path(tmp) / "reference"), config.parent))
+            if used and "warm" in modes:
+                keep("warm", *timed(predict(servesim, config, Path(tmp) / "warm"), config.parent, env))
+    row: dict = {"case": config.stem, "aic": bool(used)}
+    for name in ("cold", "warm", "reference"):
+        if name in best:
+            row[f"{name}_s"], row[f"{name}_mb"] = best[name]
     if "reference" in best:
-        row.update(reference_s=best["reference"][0], reference_mb=best["reference"][1],
-                   ratio=best["servesim"][0] / best["reference"][0])
+        for name in ("cold", "warm"):
+            if name in best:
+                row[f"{name}_ratio"] = best[name][0] / best["reference"][0]
     return row
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| case | servesim (s) | reference (s) | ratio | servesim peak MB | reference peak MB | AIC timing cache |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    """The results as a markdown table ("—" where a column does not apply)."""
+    def cell(row: dict, name: str, spec: str) -> str:
+        return format(row[name], spec) if name in row else "—"
+
+    lines = ["| case | servesim cold (s) | servesim warm (s) | reference (s) | cold ratio | warm ratio "
+             "| servesim peak MB | reference peak MB |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        ref = f"{r['reference_s']:.2f}" if "reference_s" in r else "—"
-        ratio = f"{r['ratio']:.2f}" if "ratio" in r else "—"
-        ref_mb = f"{r['reference_mb']:.0f}" if "reference_mb" in r else "—"
-        lines.append(f"| {r['case']} | {r['servesim_s']:.2f} | {ref} | {ratio} | {r['servesim_mb']:.0f} | {ref_mb} "
-                     f"| {r['timing_cache']} |")
+        peak = max(r.get("cold_mb", 0), r.get("warm_mb", 0))
+        lines.append(f"| {r['case']} | {cell(r, 'cold_s', '.2f')} | {cell(r, 'warm_s', '.2f')} "
+                     f"| {cell(r, 'reference_s', '.2f')} | {cell(r, 'cold_ratio', '.2f')} "
+                     f"| {cell(r, 'warm_ratio', '.2f')} | {peak:.0f} | {cell(r, 'reference_mb', '.0f')} |")
     return "\n".join(lines)
 
 
@@ -129,8 +146,9 @@ def main() -> int:
     parser.add_argument("-n", "--repeats", type=int, default=3, help="runs per tool, best kept (default 3)")
     parser.add_argument("--no-reference", action="store_true", help="time servesim only")
     parser.add_argument("--write-readme", action="store_true", help="refresh the table in benchmarks/README.md")
-    parser.add_argument("--cold", action="store_true",
-                        help="empty servesim's AIC timing cache before every run (default: prime it first: warm)")
+    parser.add_argument("--cold", action="store_true", help="time servesim cold only (its AIC timing cache "
+                        "emptied before every run; default: cold and warm)")
+    parser.add_argument("--warm", action="store_true", help="time servesim warm only (the cache a first run left)")
     args = parser.parse_args()
     reference = None if args.no_reference else reference_command()
     if reference is None:
@@ -143,7 +161,9 @@ def main() -> int:
             print(f"{config.stem}: inputs missing, skipped", file=sys.stderr)
             continue
         print(f"{config.stem} ...", file=sys.stderr, flush=True)
-        rows.append(run_case(config, args.repeats, reference, args.cold))
+        modes = ("cold",) if args.cold and not args.warm else ("warm",) if args.warm and not args.cold \
+            else ("cold", "warm")
+        rows.append(run_case(config, args.repeats, reference, modes))
     text = table(rows)
     print(text)
     if args.write_readme:

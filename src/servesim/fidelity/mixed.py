@@ -76,6 +76,7 @@ class FusedAic:
         self._timing = timing
         self.prefill = timing.prefill
         self.decode = timing.decode
+        _series_of(self, timing)
         self.label = f"{timing.label}, fused mixed passes"
         memo = getattr(timing, "_memo", None)
         self._memo = memo
@@ -134,6 +135,14 @@ class FusedAic:
         return clamp_fused(fused, p, d, self._factor)
 
 
+def _series_of(wrapper: Any, timing: Any) -> None:
+    """Give `wrapper` the `decode_series` of `timing`, when it has one: decode-only passes are
+    `timing`'s own, so the whole series is asked at once (`pass_time.decode_durations`)."""
+    series = getattr(timing, "decode_series", None)
+    if series is not None:
+        wrapper.decode_series = series
+
+
 def _non_attention(names: list[str]) -> list[int]:
     """Indices of the operations that do not depend on the context length, logits excluded."""
     return [i for i, name in enumerate(names) if not name.endswith("attention") and "logits" not in name]
@@ -147,6 +156,7 @@ class FusedRoofline:
         self._factor = attention_factor
         self.prefill = timing.prefill
         self.decode = timing.decode
+        _series_of(self, timing)
         self.label = f"{timing.label}, fused mixed passes"
 
     def mixed(self, batch: int, mean_isl: int, mean_prefix: int, n: int, active_kv_tokens: int,

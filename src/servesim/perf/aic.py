@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -254,7 +255,7 @@ def aic_engine(key: AicKey) -> Any:
     except ImportError as exc:  # pragma: no cover - it is a dependency
         raise AicUnavailable(f"aiconfigurator-core cannot be imported ({exc})") from None
     model = aic_model_name(key.model)
-    with quiet_aic():
+    with quiet_aic(), _spec_captured() as captured:
         try:
             spec = compile_engine(
                 model, key.system, key.backend, backend_version=key.version, tp_size=key.tp,
@@ -268,7 +269,53 @@ def aic_engine(key: AicKey) -> Any:
     if not all(p == p and 0.0 < p < float("inf") for p in probes):
         raise AicUnavailable(f"the database returns {probes} for a probe pass")
     _ENGINES[key] = engine
+    if captured:
+        _SPECS[key] = captured[-1]
     return engine
+
+
+_SPECS: dict[AicKey, str] = {}
+"""The JSON each engine was compiled from (what `servesim.perf.aicdecode` reads its ops from)."""
+
+
+@contextlib.contextmanager
+def _spec_captured() -> Iterator[list[str]]:
+    """Keep the engine-spec JSON `compile_engine` hands to the extension (it returns only bytes)."""
+    import aiconfigurator_core
+
+    captured: list[str] = []
+    original = aiconfigurator_core.engine_spec_bincode_from_json
+
+    def keep(spec_json: str) -> Any:
+        captured.append(spec_json)
+        return original(spec_json)
+
+    aiconfigurator_core.engine_spec_bincode_from_json = keep
+    try:
+        yield captured
+    finally:
+        aiconfigurator_core.engine_spec_bincode_from_json = original
+
+
+_LOOKUPS: dict[AicKey, Any] = {}
+
+
+def decode_lookup(key: AicKey) -> Any:
+    """The batched exact decode lookup of `key`'s compiled engine (`servesim.perf.aicdecode`),
+    or None when it does not apply (then every decode question goes to the engine)."""
+    if key in _LOOKUPS:
+        return _LOOKUPS[key]
+    found = None
+    spec = _SPECS.get(key)
+    if spec is not None and key.systems_path and os.environ.get("SERVESIM_AIC_BATCHED", "1") != "0":
+        import json
+
+        from servesim.perf import aicdecode
+
+        systems = Path(key.systems_path)
+        found = aicdecode.build(_ENGINES[key], json.loads(spec), systems, _data_dir(systems, key.system))
+    _LOOKUPS[key] = found
+    return found
 
 
 def _first_line(exc: BaseException) -> str:
@@ -277,6 +324,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 # -- the timing model ----------------------------------------------------------------------------
+
+BATCHED_AFTER_S = 0.5
+"""Engine seconds of decode questions after which a run switches to the batched lookup
+(`servesim.perf.aicdecode`): setting it up costs ~0.3 s, which only long-context runs repay.
+Either way the answers are the engine's, bit for bit."""
+
 
 class AicTiming:
     """Pass times from an AIC engine, memoised on the call's integer arguments.
@@ -303,6 +356,8 @@ class AicTiming:
         self.label = label
         self.calls = 0
         """Questions put to the engine (those no memo answered)."""
+        self._engine_decode_s = 0.0
+        """Seconds the engine took over decode questions asked one by one."""
 
     @property
     def engine(self) -> Any:
@@ -343,11 +398,31 @@ class AicTiming:
         key = (batch, ctx)
         raw = self._raw_decode.get(key)
         if raw is None:
-            self.calls += 1
-            raw = self._raw_decode[key] = self._checked(
-                self.engine.predict_decode_latency(batch, ctx, 2), f"decode({batch}, {ctx}, 2)")
-            self._memo.fresh_decode.append(key)
+            self._ask_decode(batch, [ctx])
+            raw = self._raw_decode[key]
         return raw
+
+    def _ask_decode(self, batch: int, contexts: list[int]) -> None:
+        """Put `predict_decode_latency(batch, c, 2)` to the engine for each c of `contexts`
+        (none in the memo): through its batched lookup where one applies."""
+        engine = self.engine
+        lookup = self._lookup() if self._engine_decode_s >= BATCHED_AFTER_S else None
+        if lookup is not None:
+            values = lookup.decode(batch, contexts)
+        else:
+            start = time.perf_counter()
+            values = [engine.predict_decode_latency(batch, c, 2) for c in contexts]
+            self._engine_decode_s += time.perf_counter() - start
+        raw_decode, fresh = self._raw_decode, self._memo.fresh_decode
+        for ctx, value in zip(contexts, values, strict=True):
+            raw_decode[(batch, ctx)] = self._checked(value, f"decode({batch}, {ctx}, 2)")
+            fresh.append((batch, ctx))
+        self.calls += len(contexts)
+
+    def _lookup(self) -> Any:
+        if self._key is None or self._key not in _ENGINES:
+            return None
+        return decode_lookup(self._key)
 
     def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
         memo = self._decode.get(batch)
@@ -368,6 +443,11 @@ class AicTiming:
         contexts = range(first, first + len(active))
         series = list(map(memo.get, contexts))
         if None in series:
+            if self._bucket is None:
+                raw = self._raw_decode
+                asked = [c for c, ms in zip(contexts, series, strict=True) if ms is None and (batch, c) not in raw]
+                if asked:
+                    self._ask_decode(batch, asked)
             for i, ms in enumerate(series):
                 if ms is None:
                     c = contexts[i]
