@@ -39,16 +39,22 @@ def os_reason(exc: OSError) -> str:
     return os.strerror(exc.errno) if exc.errno else str(exc)
 
 
-def prepare_folder(path: Path, overwrite: bool) -> None:
+def prepare_folder(path: Path, overwrite: bool, subfolders: Iterable[str] = ()) -> None:
     """Create the output folder if needed and check that results can be written there.
 
     Raises ConfigError (exit 2) naming the folder and the reason when it is not a usable
-    location, or when it already holds files and `overwrite` is off.
+    location, when it already holds files and `overwrite` is off, or when one of the
+    `subfolders` the run writes into is a symbolic link or not a directory (results are written
+    inside the output folder only).
     """
     where = f"--output-dir {path}"
     try:
         if path.exists() and not path.is_dir():
             raise ConfigError(f"{where}: not a directory")
+        for name in subfolders:
+            problem = _subfolder_problem(path, name)
+            if problem is not None:
+                raise ConfigError(f"{where}: {problem}")
         if path.is_dir() and any(path.iterdir()) and not overwrite:
             raise ConfigError(f"{where} is not empty; use --overwrite to replace its outputs")
         path.mkdir(parents=True, exist_ok=True)
@@ -57,6 +63,17 @@ def prepare_folder(path: Path, overwrite: bool) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise ConfigError(f"{where}: {os_reason(exc)}") from None
+
+
+def _subfolder_problem(folder: Path, name: str) -> str | None:
+    """Why results cannot go into `folder/name` (None: they can — it is absent or a directory of
+    the folder's own, not a symbolic link out of it)."""
+    sub = folder / name
+    if sub.is_symlink():
+        return f"{name} is a symbolic link; servesim writes only inside the output folder"
+    if sub.exists() and not sub.is_dir():
+        return f"{name} is not a directory"
+    return None
 
 
 def clear_outputs(path: Path) -> None:
@@ -68,11 +85,11 @@ def clear_outputs(path: Path) -> None:
         raise ConfigError(f"--output-dir {path}: {os_reason(exc)}") from None
 
 
-def owned_files(folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS) -> list[str]:
-    """servesim's files in the folder: its outputs and numbered recommendations."""
-    names = [name for name in owned if (folder / name).is_file()]
+def owned_files(folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS, numbered: bool = True) -> list[str]:
+    """servesim's files in the folder: its outputs and (`numbered`) numbered recommendations."""
+    names = [name for name in owned if (folder / name).is_file() or (folder / name).is_symlink()]
     recommendations = folder / "recommendations"
-    if recommendations.is_dir():
+    if numbered and recommendations.is_dir() and not recommendations.is_symlink():  # never a link out of the folder
         names += [f"recommendations/{item.name}" for item in sorted(recommendations.iterdir())
                   if _RECOMMENDATION.match(item.name)]
     return names
@@ -85,9 +102,10 @@ class OutputSet:
     on exit.
     """
 
-    def __init__(self, folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS) -> None:
+    def __init__(self, folder: Path, owned: Iterable[str] = KNOWN_OUTPUTS, numbered: bool = True) -> None:
         self.folder = folder
         self.owned = tuple(owned)
+        self.numbered = numbered  # the numbered recommendations are among the files it replaces
         self._staged: dict[str, Path] = {}
         self._scratch: list[Path] = []
 
@@ -121,6 +139,10 @@ class OutputSet:
         that file to disk."""
         target = self.folder / name
         try:
+            if target.parent != self.folder:
+                problem = _subfolder_problem(self.folder, target.parent.name)
+                if problem is not None:
+                    raise OutputError(f"cannot write {target}: {problem}")
             target.parent.mkdir(exist_ok=True)
             with _signals_held():  # an interrupt here must not leave an unregistered temporary file
                 handle, temp = create_hidden(target.parent, ".tmp", mode=0o666)  # the umask applies
@@ -136,7 +158,7 @@ class OutputSet:
 
         Either all of it happens or none of it: a failure restores the previous files.
         """
-        stale = [name for name in owned_files(self.folder, self.owned) if name not in self._staged]
+        stale = [name for name in owned_files(self.folder, self.owned, self.numbered) if name not in self._staged]
         with _signals_held():
             backups = self._move_aside(list(self._staged) + stale)
             placed: list[Path] = []
@@ -164,7 +186,7 @@ class OutputSet:
         try:
             for name in names:
                 target = self.folder / name
-                if target.exists():
+                if target.exists() or target.is_symlink():  # a link itself is moved, never its target
                     backup = target.with_name(f"{_TEMP_PREFIX}{target.name}.{os.getpid()}.previous")
                     os.replace(target, backup)
                     backups[target] = backup

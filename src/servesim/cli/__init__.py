@@ -74,6 +74,8 @@ def _apply_global_compat(args: argparse.Namespace) -> str | None:
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C."""
 
+    signum = signal.SIGTERM
+
 
 def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated()

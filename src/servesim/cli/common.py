@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import AbstractContextManager
-from pathlib import Path
 
 from servesim.errors import ConfigError
-from servesim.outputs import clear_outputs, prepare_folder
 from servesim.runtime.collection import collection_paused
 
 DEFAULT_OUTPUT_DIR = "servesim-output"
@@ -67,10 +65,19 @@ def config_error(config: str, exc: ConfigError) -> int:
     return exc.exit_code
 
 
-def prepare_output_dir(path: Path, overwrite: bool) -> None:
-    """Create the output directory (or check the one there) and, with `overwrite`, clear
-    servesim's outputs from it at once (`recommend`, whose ledger grows during the search;
-    `predict` replaces its results only once the new ones are complete, `servesim.outputs`)."""
-    prepare_folder(path, overwrite)
-    if overwrite:
-        clear_outputs(path)
+
+
+def write_stdout(command: str, text: str) -> int:
+    """Print a command's result on stdout: 0, or 1 when stdout cannot take it (a reader that
+    stopped early, `| head`, says nothing; a full device is named)."""
+    from servesim.outputs import os_reason
+
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return 1
+    except OSError as exc:
+        print(f"servesim {command} failed: cannot write to stdout: {os_reason(exc)}", file=sys.stderr)
+        return 1
+    return 0

@@ -58,7 +58,9 @@ def _check_stack(cfg: Any, stack: str | None) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from servesim.cli.common import compat_overrides, config_error, prepare_output_dir
+    from servesim.cli.common import compat_overrides, config_error
+    from servesim.errors import RunError
+    from servesim.outputs import owned_files, prepare_folder
     from servesim.search import outputs
     from servesim.search.run import Search, progress_line
 
@@ -66,10 +68,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = load_recommend_config(args.config, compat_overrides(args), allow_duplicate_keys=args.allow_duplicate_keys)
         _check_stack(cfg, args.stack)
-        prepare_output_dir(out_dir, args.overwrite)
+        prepare_folder(out_dir, args.overwrite, subfolders=("recommendations",))
+        # previous results (--overwrite) stay until this search has run to its end; only into a
+        # folder without any is the ledger written after each round (as the search goes)
+        previous = bool(owned_files(out_dir))
         search = Search(cfg, base_dir=Path(args.config).resolve().parent, executor=args.executor,
                         ray_address=args.ray_address, progress=progress_line() if sys.stderr.isatty() else None,
-                        on_round=lambda result: outputs.write_ledger(out_dir, result))
+                        on_round=None if previous else (lambda result: outputs.write_ledger(out_dir, result)))
     except ConfigError as exc:
         return config_error(args.config, exc)
     except ImportError as exc:
@@ -84,22 +89,32 @@ def main(args: argparse.Namespace) -> int:
     except ClusterUnavailable as exc:
         print(f"servesim: error: {exc}", file=sys.stderr)
         return 2
+    except RunError as exc:  # a round's ledger could not be written
+        print(f"servesim recommend failed: {exc}", file=sys.stderr)
+        return exc.exit_code
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     for note in result.notes:
         print(f"servesim: note: {note}", file=sys.stderr)
-    outputs.write_recommendations(out_dir, result)
-    outputs.write_ledger(out_dir, result)
-    if args.report:
-        from servesim.report.html.search import write_search_report
-
-        write_search_report(out_dir / "recommendation.json", out_dir / "report.html")
+    signal_code = 128 + result.interrupt_signal
+    if result.interrupted and previous:
+        print(f"servesim: interrupted; the previous results in {out_dir} are kept", file=sys.stderr)
+        return signal_code
+    try:
+        _write_outputs(out_dir, result, args.report)
+    except RunError as exc:
+        print(f"servesim recommend failed: {exc}", file=sys.stderr)
+        return exc.exit_code
     if result.interrupted:
         print(f"servesim: interrupted; ledger of the finished candidates in {out_dir / 'recommendation.json'}",
               file=sys.stderr)
-        return 130
-    sys.stdout.write(outputs.stdout_json(result, Path(args.output_dir)) + "\n" if args.format == "json"
-                     else outputs.stdout_table(result, out_dir))
+        return signal_code
+    from servesim.cli.common import write_stdout
+
+    code = write_stdout("recommend", outputs.stdout_json(result, Path(args.output_dir)) + "\n"
+                        if args.format == "json" else outputs.stdout_table(result, out_dir))
+    if code:
+        return code
     if not result.feasible:
         closest = result.closest()
         where = (f"; closest: trial {closest['trial']} ({outputs.describe(closest)}), missing by "
@@ -107,3 +122,20 @@ def main(args: argparse.Namespace) -> int:
         print(f"servesim: no candidate meets the target{where}; no recommendation written", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_outputs(out_dir: Path, result: Any, report: bool) -> None:
+    """The recommendations, the ledger and (with --report) report.html, replacing the folder's
+    previous results only once all of them are written (`servesim.outputs.OutputSet`)."""
+    from servesim.outputs import OutputSet
+    from servesim.search import outputs
+
+    with OutputSet(out_dir) as staged:
+        outputs.write_recommendations(out_dir, result, staged)
+        outputs.write_ledger(out_dir, result, staged)
+        if report:
+            from servesim.report.html.search import write_search_report
+
+            document = outputs.ledger(result)
+            staged.stage_file("report.html", lambda path: write_search_report(document, path, base_dir=out_dir))
+        staged.commit()

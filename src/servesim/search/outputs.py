@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from servesim.outputs import OutputSet
 from servesim.search.run import SearchResult
 from servesim.search import score
 from servesim.search.score import REPORT_KEYS
@@ -26,18 +27,26 @@ LEDGER_VERSION = 1
 TABLE_ROWS = 10
 
 
-def write_recommendations(out_dir: Path, result: SearchResult) -> None:
-    """`recommendations/NNNN.yaml` for every ranked candidate; sets each entry's config_path."""
-    folder = out_dir / "recommendations"
-    ranked = result.ranked()
-    if ranked:
-        folder.mkdir(parents=True, exist_ok=True)
-    for entry in ranked:
-        path = folder / f"{entry['rank']:04d}.yaml"
+LEDGER_FILES = ("recommendation.json", "recommendation.csv", "pareto.csv")
+"""The files the ledger is written to (after each round, and at the end with the rest)."""
+
+
+def write_recommendations(out_dir: Path, result: SearchResult, outputs: OutputSet | None = None) -> None:
+    """`recommendations/NNNN.yaml` for every ranked candidate; sets each entry's config_path.
+
+    Staged in `outputs` (committed by the caller with the rest), or written at once."""
+    if outputs is None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with OutputSet(out_dir, owned=(), numbered=False) as own:
+            write_recommendations(out_dir, result, own)
+            own.commit()
+        return
+    for entry in result.ranked():
+        name = f"recommendations/{entry['rank']:04d}.yaml"
         # the reference's recommended configs exactly under compat: reference (the key is the run's, not the file's)
         config = {k: v for k, v in result.configs[entry["trial"]].items() if k != "compat"}
-        path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-        entry["config_path"] = str(path.relative_to(out_dir))
+        outputs.stage(name, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+        entry["config_path"] = name
 
 
 def ledger(result: SearchResult) -> dict[str, Any]:
@@ -97,15 +106,22 @@ def provenance(result: SearchResult) -> dict[str, str]:
             "calibration": "none"}
 
 
-def write_ledger(out_dir: Path, result: SearchResult) -> None:
-    """recommendation.json and recommendation.csv (and pareto.csv for target pareto)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(ledger(result), indent=1, allow_nan=False, default=_finite) + "\n"
-    (out_dir / "recommendation.json.tmp").write_text(text)
-    (out_dir / "recommendation.json.tmp").replace(out_dir / "recommendation.json")
-    (out_dir / "recommendation.csv").write_text(ledger_csv(result.entries))
+def write_ledger(out_dir: Path, result: SearchResult, outputs: OutputSet | None = None) -> None:
+    """recommendation.json and recommendation.csv (and pareto.csv for target pareto).
+
+    Staged in `outputs` (committed by the caller with the rest), or — the ledger after a round —
+    committed at once, replacing only the previous ledger files (never through a symbolic link:
+    `servesim.outputs.OutputSet`)."""
+    if outputs is None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with OutputSet(out_dir, owned=LEDGER_FILES, numbered=False) as own:
+            write_ledger(out_dir, result, own)
+            own.commit()
+        return
+    outputs.stage("recommendation.json", json.dumps(ledger(result), indent=1, allow_nan=False, default=_finite) + "\n")
+    outputs.stage("recommendation.csv", ledger_csv(result.entries))
     if result.config.optimization.target == "pareto":
-        (out_dir / "pareto.csv").write_text(ledger_csv([e for e in result.entries if e["pareto"]], front=True))
+        outputs.stage("pareto.csv", ledger_csv([e for e in result.entries if e["pareto"]], front=True))
 
 
 def _finite(value: Any) -> Any:

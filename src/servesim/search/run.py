@@ -44,6 +44,8 @@ class SearchResult:
     configs: dict[int, dict[str, Any]]
     """Trial number -> the concrete predict config of every replayed candidate."""
     interrupted: bool = False
+    interrupt_signal: int = 2
+    """The signal that interrupted the search (SIGINT 2, SIGTERM 15): the exit code is 128 + it."""
     wall_seconds: float = 0.0
     screen_seconds: float = 0.0
     """Spent estimating candidates before any replay (`screen.py`)."""
@@ -233,8 +235,9 @@ class Search:
                         if not run.active:
                             _pass_on(runs, index)
             self._size(executor, self.cfg.optimizer.max_trials - sum(r.replayed for r in runs))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self.result.interrupted = True
+            self.result.interrupt_signal = int(getattr(exc, "signum", 2))
         finally:
             executor.close()
             self.result.workers = {"retired_for_memory": getattr(executor, "retired", 0),

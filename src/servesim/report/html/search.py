@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -258,6 +259,21 @@ def varying(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
              else name, k) for k, name in zip(keys, short, strict=True)]
 
 
+_SAFE_LINK = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*")
+
+
+def _config_link(link: Any, link_prefix: str) -> str:
+    """A link to a candidate's recommended config: only a plain path relative to the ledger's
+    folder becomes a link (a ledger is input: no `javascript:` or other scheme, no absolute
+    path, no way up out of the folder); anything else is shown as text."""
+    if not link:
+        return "—"
+    text = str(link)
+    if not _SAFE_LINK.fullmatch(text) or ".." in text.split("/"):
+        return html.escape(text)
+    return f'<a href="{html.escape(link_prefix + text)}">{html.escape(Path(text).name)}</a>'
+
+
 def _top_table(feasible: Sequence[Mapping[str, Any]], link_prefix: str) -> tuple[list[str], list[list[str]]]:
     """The best TOP_N: shape and the knobs that vary, then the metrics (compact columns)."""
     top = sorted(feasible, key=_rank_key)[:TOP_N]
@@ -269,9 +285,7 @@ def _top_table(feasible: Sequence[Mapping[str, Any]], link_prefix: str) -> tuple
     rows = []
     for c in top:
         metrics, knobs = c.get("metrics") or {}, c.get("knobs") or {}
-        link = c.get("recommendation", c.get("config_path"))
-        config = (f'<a href="{html.escape(link_prefix + link)}">{html.escape(Path(link).name)}</a>'
-                  if link else "—")
+        config = _config_link(c.get("recommendation", c.get("config_path")), link_prefix)
         row = [html.escape(str(c.get("rank", "—"))), html.escape(str(_gpus(c)))]
         if structured:
             row += [html.escape(str(c.get("mode", knobs.get("engine.mode", "")))[:5]),
