@@ -79,12 +79,18 @@ def test_a_symlinked_recommendations_folder_is_refused_and_its_target_untouched(
     assert (elsewhere / "0001.yaml").read_text() == "precious: 1\n"
 
 
-def test_a_planted_temporary_symlink_is_not_written_through(tmp_path: Path) -> None:
-    victim = tmp_path / "victim.txt"
+def _planted_link(tmp_path: Path, name: str, victim_name: str) -> tuple[Path, Path]:
+    """An output folder `out` whose `name` is a symbolic link to a file outside it: (victim, out)."""
+    victim = tmp_path / victim_name
     victim.write_text("do not touch\n")
     out = tmp_path / "out"
     out.mkdir()
-    (out / "recommendation.json.tmp").symlink_to(victim)
+    (out / name).symlink_to(victim)
+    return victim, out
+
+
+def test_a_planted_temporary_symlink_is_not_written_through(tmp_path: Path) -> None:
+    victim, out = _planted_link(tmp_path, "recommendation.json.tmp", "victim.txt")
     done = _recommend(tmp_path, SMALL, "--overwrite")
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == "do not touch\n"
@@ -94,11 +100,7 @@ def test_a_planted_temporary_symlink_is_not_written_through(tmp_path: Path) -> N
 
 
 def test_a_planted_result_symlink_is_replaced_not_its_target(tmp_path: Path) -> None:
-    victim = tmp_path / "victim.csv"
-    victim.write_text("do not touch\n")
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "recommendation.csv").symlink_to(victim)
+    victim, out = _planted_link(tmp_path, "recommendation.csv", "victim.csv")
     assert _recommend(tmp_path, SMALL, "--overwrite").returncode == 0
     assert victim.read_text() == "do not touch\n"
     assert not (out / "recommendation.csv").is_symlink()

@@ -8,9 +8,9 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servesim.cli.common import add_common_arguments, compat_overrides, config_error, start_up
+from servesim.cli.common import add_common_arguments, compat_overrides, config_error, start_up, write_stdout
 from servesim.errors import ConfigError, RunError
-from servesim.outputs import OutputSet, os_reason, prepare_folder
+from servesim.outputs import OutputSet, prepare_folder
 
 if TYPE_CHECKING:
     from servesim.api import Report
@@ -201,15 +201,7 @@ def _print_report(report: Report, args: argparse.Namespace, prediction: Path) ->
         text = report_line(data)
     else:
         text = render_table(data, str(prediction), _headline(report, args))
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return 1
-    except OSError as exc:
-        print(f"servesim predict failed: cannot write to stdout: {os_reason(exc)}", file=sys.stderr)
-        return 1
-    return 0
+    return write_stdout("predict", text)
 
 
 

@@ -266,15 +266,21 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _check_head(path: str, line: int | None, where: str, item: dict[str, Any], keys: tuple[str, ...],
+                kind: str, name: str) -> None:
+    """A request's or subagent's required fields, its timestamp `t` and its non-empty `name`."""
+    for key in keys:
+        if key not in item:
+            raise TraceError(path, line, f"{where}: {'' if kind == 'request' else kind + ' is '}missing field {key!r}")
+    if not _number(item["t"]) or item["t"] < 0:
+        raise TraceError(path, line, f"{where}: invalid {kind} timestamp t={item['t']!r} (finite, >= 0)")
+    if not isinstance(item[name], str) or not item[name].strip():
+        raise TraceError(path, line, f"{where}: empty {kind} {name}")
+
+
 def _check_request(path: str, line: int | None, where: str, r: dict[str, Any]) -> str:
     """Check one model request; its model."""
-    for key in ("t", "model", "in", "out"):
-        if key not in r:
-            raise TraceError(path, line, f"{where}: missing field {key!r}")
-    if not _number(r["t"]) or r["t"] < 0:
-        raise TraceError(path, line, f"{where}: invalid request timestamp t={r['t']!r} (finite, >= 0)")
-    if not isinstance(r["model"], str) or not r["model"].strip():
-        raise TraceError(path, line, f"{where}: empty request model")
+    _check_head(path, line, where, r, ("t", "model", "in", "out"), "request", "model")
     for key in ("in", "out"):
         if not _uint(r[key]):
             raise TraceError(path, line, f"{where}: {key} must be a non-negative integer (got {r[key]!r})")
@@ -292,13 +298,7 @@ def _check_request(path: str, line: int | None, where: str, r: dict[str, Any]) -
 
 
 def _check_subagent(path: str, line: int | None, where: str, s: dict[str, Any]) -> None:
-    for key in ("t", "agent_id", "status", "requests", "subagent_type"):
-        if key not in s:
-            raise TraceError(path, line, f"{where}: subagent is missing field {key!r}")
-    if not _number(s["t"]) or s["t"] < 0:
-        raise TraceError(path, line, f"{where}: invalid subagent timestamp t={s['t']!r} (finite, >= 0)")
-    if not isinstance(s["agent_id"], str) or not s["agent_id"].strip():
-        raise TraceError(path, line, f"{where}: empty subagent agent_id")
+    _check_head(path, line, where, s, ("t", "agent_id", "status", "requests", "subagent_type"), "subagent", "agent_id")
     duration = s.get("duration_ms")
     if duration is not None and (not isinstance(duration, int) or isinstance(duration, bool) or duration < 0):
         raise TraceError(path, line, f"{where}: duration_ms of subagent {s['agent_id']} must be a non-negative "
