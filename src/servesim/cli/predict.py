@@ -8,7 +8,8 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servesim.cli.common import add_common_arguments, compat_overrides, config_error, start_up, write_stdout
+from servesim.cli.common import add_common_arguments, compat_overrides, config_error, start_up
+from servesim.cli.outputs import RunOutputs, print_report, unreleased_warning, write_outputs
 from servesim.errors import ConfigError, RunError
 from servesim.outputs import OutputSet, prepare_folder
 
@@ -91,14 +92,14 @@ def _predict(args: argparse.Namespace) -> int:
             _check_outcome(report, args)
             if args.reference_fields:
                 report = report.reference_fields_only()
-            _write_outputs(outputs, report, args)
+            write_outputs(outputs, report, RunOutputs.of_predict(args))
     except ConfigError as exc:  # found while building (an unknown backend_version)
         return config_error(args.config, exc)
     except RunError as exc:
         print(f"servesim predict failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exc.exit_code
     _warn_unreleased(report, out_dir)
-    return _print_report(report, args, out_dir / "prediction.json")
+    return print_report(report, RunOutputs.of_predict(args), out_dir / "prediction.json")
 
 
 def _check_outcome(report: Report, args: argparse.Namespace) -> None:
@@ -128,83 +129,7 @@ def _spool(outputs: OutputSet, args: argparse.Namespace) -> AbstractContextManag
     return RecordSpool(outputs.scratch(), drop=SERVESIM_RECORD_FIELDS if args.reference_fields else ())
 
 
-def _document(report: Report, args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
-    """`data` with the run's provenance block (none under compat: reference, whose fields only)."""
-    if report.provenance and not args.reference_fields:
-        data["provenance"] = report.provenance
-    return data
-
-
-def _write_outputs(outputs: OutputSet, report: Report, args: argparse.Namespace) -> None:
-    """prediction.json, with capture the per-request records and workers.json, unreleased.json and
-    report.html when there are any — replacing the previous set only once all of them are
-    written."""
-    from servesim.report.render import report_json, write_records_jsonl, write_report_json
-
-    extensions = report.extensions or {}
-    spool = report.spool
-    document = _document(report, args, report.to_dict())
-    if spool is not None:
-        outputs.stage_file("prediction.json", lambda path: spool.write_report_json(document, path))
-    else:
-        outputs.stage_file("prediction.json", lambda path: write_report_json(document, path))
-    if args.capture_per_request:
-        if args.per_request_format == "parquet":
-            from servesim.report.tables import write_parquet
-
-            outputs.stage_file("requests.parquet", lambda path: write_parquet(report.per_request or [], path))
-        elif spool is not None:
-            outputs.stage_file("requests.jsonl", spool.write_jsonl)
-        else:
-            outputs.stage_file("requests.jsonl", lambda path: write_records_jsonl(report.per_request or [], path))
-        if "workers" in extensions:
-            outputs.stage("workers.json", report_json({"workers": extensions["workers"]}))
-    if _unreleased_warning(report) is not None:
-        outputs.stage("unreleased.json", report_json({"unreleased": extensions["unreleased"]}))
-    if args.report:
-        title = f"servesim prediction: {Path(args.config).name}"
-        outputs.stage_file("report.html", lambda path: report.write_html(path, title=title))
-    outputs.commit()
-
-
-def _unreleased_warning(report: Report) -> str | None:
-    """The warning of an agentic run that left requests unreleased (None: it left none)."""
-    from servesim.report.trajectories import unreleased_warning
-
-    unreleased = (report.extensions or {}).get("unreleased")
-    return unreleased_warning(unreleased) if unreleased is not None else None
-
-
 def _warn_unreleased(report: Report, out_dir: Path) -> None:
-    warning = _unreleased_warning(report)
+    warning = unreleased_warning(report)
     if warning is not None:
         print(f"servesim: warning: {warning}; see {out_dir / 'unreleased.json'}", file=sys.stderr)
-
-
-def _headline(report: Report, args: argparse.Namespace) -> list[str]:
-    """The table's headline: what was simulated (none under `--compat reference`)."""
-    if args.reference_fields:
-        return []
-    from servesim.fidelity.resolve import header_line
-    from servesim.report.headline import headline_lines
-
-    lines = headline_lines(report.deployment, report.summary)
-    return [*lines, header_line(report.provenance).rstrip()] if report.provenance else lines
-
-
-def _print_report(report: Report, args: argparse.Namespace, prediction: Path) -> int:
-    """The table or the JSON line on stdout; 1 when stdout cannot take it."""
-    from servesim.report.render import render_table, report_line
-
-    data = _document(report, args, report.to_dict() if args.stdout_per_request else dict(report.summary))
-    if args.format == "json":
-        text = report_line(data)
-    else:
-        text = render_table(data, str(prediction), _headline(report, args))
-    return write_stdout("predict", text)
-
-
-
-
-
-

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.cli.common import DEFAULT_OUTPUT_DIR, config_error, start_up
+from servesim.cli.outputs import RunOutputs, print_report, write_outputs
 from servesim.errors import ConfigError, RunError
 from servesim.outputs import OutputSet, prepare_folder
 
@@ -95,16 +96,13 @@ def _serve(args: argparse.Namespace) -> int:
         server = _server(args, config.engine.model, live, sock)
     asyncio.run(server.serve(sockets=[sock]))
     report = live.finish()
+    written = RunOutputs(command="serve", config=args.config, capture_per_request=True,
+                         report_html=args.report, format=args.format)
     with OutputSet(out_dir) as outputs:
-        from servesim.cli.predict import _print_report, _write_outputs
-
-        written = argparse.Namespace(capture_per_request=True, per_request_format="jsonl", report=args.report,
-                                     config=args.config, format=args.format, stdout_per_request=False,
-                                     reference_fields=False)
-        _write_outputs(outputs, report, written)
+        write_outputs(outputs, report, written)
     print(f"servesim serve: stopped; {report.summary['num_requests']} requests recorded in {out_dir}",
           file=sys.stderr)
-    return _print_report(report, written, out_dir / "prediction.json")
+    return print_report(report, written, out_dir / "prediction.json")
 
 
 def _bind(host: str, port: int) -> socket.socket:
