@@ -34,7 +34,7 @@ from servesim.report.summary import (
     summarize,
 )
 from servesim.report.tally import RequestTally
-from servesim.runtime.collection import collection_paused
+from servesim.runtime.collection import collector_left_alone
 from servesim.runtime.isolated import IsolatedReplay
 from servesim.runtime.replay import ReplayLoop
 from servesim.traffic.driver import Driver, RequestDriver
@@ -198,7 +198,7 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | Path, *, capture_per_
     reference = config.compat == "reference"
     run = lower(config, unservable=unservable or ("fail" if reference else "reject"))
     try:
-        with collection_paused(stay_frozen=False):
+        with collector_left_alone():
             report = _replay(run, capture_per_request=capture_per_request, progress=progress, fast=fast,
                              scaling=scaling, workload=workload, timeseries=timeseries, spool=spool)
         return report.reference_fields_only() if reference else report

@@ -1,6 +1,6 @@
 """servesim's own default-KV-capacity formula against the reference's block counts.
 
-Expected values: spec/engine.md §6.4 (the reference's `estimate_num_gpu_blocks`, identical for
+Expected values: the reference's own (its `estimate_num_gpu_blocks`, identical for
 vLLM 0.19.0 and 0.24.0) and the cases' lowered specs (replay 03: 12,226; engine 07: 3,904;
 timing 01: 11,528; timing 02: 15,510). The system constants come from the installed
 aiconfigurator-core package's system files (same constants as the reference's copy).

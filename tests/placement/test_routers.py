@@ -44,7 +44,7 @@ def test_removing_a_worker_clears_its_blocks():
 
 
 def test_cost_matches_dynamos_worked_example():
-    """spec/router-planner.md §1.6: B = 64, isl = 2560, c = s = 1."""
+    """The reference's worked example : B = 64, isl = 2560, c = s = 1."""
     router = _kv(2)
     prefix = list(range(100, 132))              # 32 shared blocks
     request = _req(99, prefix + list(range(200, 208)))

@@ -1,4 +1,4 @@
-"""The SGLang scheduling core of one rank (the reference wheel's behaviour, spec/engine.md §5).
+"""The SGLang scheduling core of one rank (the reference wheel's behaviour).
 
 One call to `run_pass` is one scheduler iteration:
 

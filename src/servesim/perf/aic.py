@@ -11,9 +11,10 @@ value is bit-identical to a direct call. The raw answers persist across processe
 `servesim.perf.timingcache`; an engine whose cache file exists is compiled only when a run asks
 something the file lacks. With ``interpolate_context: B`` (opt-in) the decode latency is
 instead interpolated linearly between the exact values at the multiples of B tokens of context
-(spec/timing.md §2.5: ≤ 0.21 % error at B = 256; docs/timing.md).
+(decode latency is smooth in the context length; the error it costs is measured in docs/timing.md,
+'Interpolation along the context length').
 
-The engine is compiled as the reference compiles it (engine.md §6.3)::
+The engine is compiled as the reference compiles it (docs/timing.md)::
 
     compile_engine(model, hardware, backend, backend_version=V, tp_size, pp_size,
                    attention_dp_size, moe_tp_size, moe_ep_size, nextn=0,

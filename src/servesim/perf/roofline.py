@@ -2,7 +2,7 @@
 
 For models or GPUs the AIConfigurator database lacks. Each operation of a pass costs
 ``max(FLOPs / (peak x eta_compute), bytes / (bandwidth x eta_memory)) + launch`` (a GEMM at least
-`gemm_floor_us`), summed over the layers (spec/timing.md §5.1):
+`gemm_floor_us`), summed over the layers (docs/timing.md, 'Roofline against the database'):
 
 * per layer, on T tokens: the q/k/v, o, gate+up and down GEMMs (weights in the checkpoint's
   format, FP8/FP4 peaks where the GPU has them), or for a mixture of experts a 16-bit router
@@ -33,7 +33,7 @@ from servesim.perf.timing import quantize_ms
 
 @dataclass(frozen=True)
 class RooflineParams:
-    """Efficiency knobs of the roofline (defaults: spec/timing.md §5.1 'Default' variant; a GPU
+    """Efficiency knobs of the roofline (defaults: the analytic model's uncalibrated values; a GPU
     whose efficiencies were measured gets those, `for_gpu`)."""
 
     gemm_efficiency: float = 0.7

@@ -1,4 +1,4 @@
-"""Text and JSON renderings of a report, byte-compatible with the reference (runtime.md §8.6).
+"""Text and JSON renderings of a report, byte-compatible with the reference (docs/metrics.md).
 
 * ``render_table``  -- the AIPerf-style console table printed by ``--format table``.
 * ``report_line``   -- the compact one-line JSON printed by ``--format json``.

@@ -1,4 +1,4 @@
-"""Distribution statistics of the report (runtime.md §8.3-§8.4).
+"""Distribution statistics of the report (docs/metrics.md, 'Latency distributions').
 
 Two flavours, both returning the nine ``STAT_NAMES``:
 

@@ -204,7 +204,7 @@ def _goodput(sla: Sla) -> bool:
 
 
 def _good(tl: Timelines, checks: dict[str, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """Which requests are good: within every per-request bound (runtime.md §8.5); one without
+    """Which requests are good: within every per-request bound (docs/metrics.md, 'Goodput'); one without
     tokens only under an end-to-end bound without a TTFT bound, on its terminal time."""
     ok = np.ones(len(tl.count), dtype=bool)
     for _, within in checks.values():

@@ -4,7 +4,7 @@ The reference draws all of its randomness (Poisson arrival gaps, synthetic prefi
 planned output token ids, speculative-decoding acceptance) from Rust ``rand`` 0.9 ``StdRng``
 seeded with ``seed_from_u64``.  :class:`StdRng` reproduces that generator's output stream and the
 derived samplers servesim needs, value for value, so that runs are reproducible against the
-reference (see spec/runtime.md §2.2 and spec/engine.md §8).
+reference (tests/runtime/test_rng.py pins the streams value for value).
 """
 
 from __future__ import annotations

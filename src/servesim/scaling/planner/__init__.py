@@ -1,4 +1,4 @@
-"""Dynamo's planner (autoscaler) as a servesim scaling policy (spec/router-planner.md §3).
+"""Dynamo's planner (autoscaler) as a servesim scaling policy (docs/scaling.md).
 
 `settings` (resolved options), `observed` (what it saw), `load` (load scaling), `capacity`
 (predictions and throughput capacity), `budget` (the GPU band), `policy` (`DynamoPlanner`).
