@@ -84,11 +84,13 @@ def mixtral_moe(systems: str | None = None) -> list[tuple[int, float, float, flo
     """(tokens, balanced ms, power-law 1.2 ms, expected busiest-expert load ÷ mean) per MoE layer."""
     import pyarrow.parquet as pq  # noqa: PLC0415 - only this check reads a table directly
 
-    from servesim.perf.hardware import systems_dir
+    from servesim.perf.hardware import ready_systems_dir, systems_dir
 
+    path, how = systems_dir(systems)
+    ready_systems_dir(path, how, "h100_sxm")
     shape = {"hidden_size": 4096, "inter_size": 14336, "num_experts": 8, "topk": 2, "moe_dtype": "bfloat16",
              "moe_tp_size": 2, "moe_ep_size": 1}
-    rows = pq.read_table(systems_dir(systems)[0] / "data" / "h100_sxm" / "moe" / "vllm" / "0.19.0" / "moe_perf.parquet",
+    rows = pq.read_table(path / "data" / "h100_sxm" / "moe" / "vllm" / "0.19.0" / "moe_perf.parquet",
                          columns=[*shape, "num_tokens", "distribution", "latency"],
                          filters=[(k, "=", v) for k, v in shape.items()]).to_pylist()
     latency = {(r["num_tokens"], r["distribution"]): r["latency"] for r in rows}
