@@ -278,7 +278,7 @@ AFFINITY = _knob("session affinity: placed one by one", BULK_ROUTING, STEADY)
 ATTENTION_DP = _knob("attention DP: ranks pass behind a barrier and are routed to one by one",
                      RUN_AHEAD, RUN_ON, BULK_ROUTING, STEADY)
 BUDGET = _knob("the steady lane needs max_sequences ≤ max_batched_tokens and the KV pool never to bind", STEADY)
-FIFO = _knob("FIFO preemption: a victim could be a cohort member", COHORT, STEADY)
+FIFO = _knob("FIFO preemption: a victim could be a cohort member", COHORT)
 DRAFTS = _knob("speculative decoding: a burst could touch a cohort member", COHORT, STEADY)
 TIMEOUTS = _knob("client timeouts: requests leave on their own clock", ISOLATED, RUN_ON, BULK_ROUTING, STEADY)
 
