@@ -111,8 +111,9 @@ class Report:
     spool=...)` used it; `per_request` is then None."""
     provenance: dict[str, str] = field(default_factory=dict)
     """What the run resolved, as flat text: servesim_version, compat, backend, backend_version,
-    hardware, timing_model, fidelity, calibration (written to prediction.json's `provenance`
-    and above the table, except under `compat: reference`)."""
+    hardware, timing_model, fidelity, calibration, and the paths it took: replay_loop and
+    fast_paths (`servesim.runtime.paths`) — written to prediction.json's `provenance` and above
+    the table, except under `compat: reference`."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""

@@ -57,9 +57,10 @@ class ReplayPaths:
 
     allowed: frozenset[str]
     refused: tuple[tuple[str, str], ...]
-    """(path, why), in `PATHS` order; a refused cohort names its role."""
+    """(path, why), in `PATHS` order."""
     cohort_roles: frozenset[str] = frozenset()
-    """The pool roles whose vLLM-core ranks keep a decode cohort."""
+    """The pool roles whose ranks keep a decode cohort (the cohort is allowed when one does; a
+    role missing here keeps none, `cohort_refusal` says why)."""
 
     def allows(self, path: str) -> bool:
         """Whether the run may take `path`."""
@@ -229,8 +230,10 @@ def steady_pool_refusal(pool: PoolSpec, prompt: int, output: int) -> str | None:
     speculative decoding, fused mixed-pass timing, forward-pass metrics, a context length or KV
     pool that all running requests together could reach."""
     config = pool.rank_config
-    if config.backend != "vllm" or config.role != "aggregated":
+    if config.backend != "vllm":
         return f"backend {config.backend} (the steady lane replays vLLM's core and admission)"
+    if config.role != "aggregated":
+        return "a disaggregated role"
     if pool.async_scheduling:
         return "asynchronous scheduling"
     if config.speculative is not None or config.record_metrics or isinstance(pool.timing, MixedPassTiming):
