@@ -36,6 +36,7 @@ from servesim.report.summary import (
 from servesim.report.tally import RequestTally
 from servesim.runtime.collection import collector_left_alone
 from servesim.runtime.isolated import IsolatedReplay
+from servesim.runtime.paths import ISOLATED, SHARED, STEADY, CallFacts, ReplayPaths, decide
 from servesim.runtime.replay import ReplayLoop
 from servesim.traffic.driver import Driver, RequestDriver
 from servesim.traffic.workload import Workload
@@ -110,8 +111,9 @@ class Report:
     spool=...)` used it; `per_request` is then None."""
     provenance: dict[str, str] = field(default_factory=dict)
     """What the run resolved, as flat text: servesim_version, compat, backend, backend_version,
-    hardware, timing_model, fidelity, calibration (written to prediction.json's `provenance`
-    and above the table, except under `compat: reference`)."""
+    hardware, timing_model, fidelity, calibration, and the paths it took: replay_loop and
+    fast_paths (`servesim.runtime.paths`) — written to prediction.json's `provenance` and above
+    the table, except under `compat: reference`."""
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's `prediction.json` object (with a `planner` section when one ran)."""
@@ -216,17 +218,21 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
 
         scaling = DynamoPlanner(run.planner)
     stages = _Stages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
-    now = _steady_replay(run, stages, progress) if fast else None
+    paths = stages.paths
+    now = _steady_replay(stages, progress) if paths.steady else None
+    left_steady = stages.left_steady
+    loop = STEADY
     if now is None:
         if stages.spent:
             stages.cluster.release()
             stages = _Stages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
-        now = _general_replay(run, stages, progress, fast)
+        now = _general_replay(run, stages, progress)
+        loop = ISOLATED if paths.isolated else SHARED
     wall_ms = (time.perf_counter() - started) * 1000
     report = _report(run, stages.cluster, stages.collector, stages.tally, now, wall_ms,
                      capture_per_request and stages.spool is None, stages.sampling)
     report.spool = stages.spool
-    report.provenance = dict(run.provenance)
+    report.provenance = {**run.provenance, **paths.provenance(loop, left_steady)}
     stages.cluster.release()  # the run's memory returns with its last reference (no full collection)
     return report
 
@@ -245,6 +251,8 @@ class _Stages:
         self.tally = RequestTally()
         self.whole_records = whole_records = run.disaggregated or _agentic(driver) is not None
         """Whether the report needs every request's whole record to the end."""
+        self.paths: ReplayPaths = decide(run, driver, CallFacts(fast, scaling is not None, timeseries, whole_records))
+        """Which fast paths the replay may take (`servesim.runtime.paths`)."""
         if not capture_per_request or whole_records:
             spool = None
         self.spool = spool
@@ -254,9 +262,9 @@ class _Stages:
             from servesim.cluster.disaggregated import DisaggregatedCluster
 
             self.cluster: AggregatedCluster | DisaggregatedCluster = DisaggregatedCluster(
-                run, driver, self.collector, fast=fast, scaling=scaling)
+                run, driver, self.collector, paths=self.paths, scaling=scaling)
         else:
-            self.cluster = AggregatedCluster(run, driver, self.collector, fast=fast, scaling=scaling)
+            self.cluster = AggregatedCluster(run, driver, self.collector, paths=self.paths, scaling=scaling)
         self.sampling: StateSampling | None = None
         if timeseries:
             from servesim.cluster.sampling import StateSampling
@@ -265,19 +273,19 @@ class _Stages:
             self.cluster.observers.append(self.sampling)
         self.spent = False
         """Whether a replay started on these stages (a second one needs new ones)."""
+        self.left_steady: str | None = None
+        """Why the steady replay on these stages stopped (None: it did not)."""
 
 
-def _steady_replay(run: LoweredRun, stages: _Stages, progress: bool) -> float | None:
-    """Replay the run as arrays when it is that simple (`servesim.cluster.steady`); the last
-    instant, or None when it is not (or turns out not to be) that simple."""
+def _steady_replay(stages: _Stages, progress: bool) -> float | None:
+    """Replay a run whose paths allow it as arrays (`servesim.cluster.steady`); the last
+    instant, or None when a pass turns out not to be that simple (`stages.left_steady` says
+    why)."""
     cluster = stages.cluster
-    if not isinstance(cluster, AggregatedCluster) or stages.whole_records:
-        return None
+    assert isinstance(cluster, AggregatedCluster)
     from servesim.cluster.steady import NotSteady, SteadyReplay, steady_shapes
 
-    shapes = steady_shapes(cluster, run.time_cap_ms)
-    if shapes is None:
-        return None
+    shapes = steady_shapes(cluster)
     stages.spent = True
     kept: list[RequestRecord] = []
     keep: Callable[[RequestRecord], None] | None
@@ -289,7 +297,8 @@ def _steady_replay(run: LoweredRun, stages: _Stages, progress: bool) -> float | 
     meter = ProgressMeter(stages.driver.total_requests, stages.collector) if progress else None
     try:
         now = SteadyReplay(cluster, shapes, tally, keep, meter).run()
-    except NotSteady:
+    except NotSteady as exc:
+        stages.left_steady = str(exc)
         return None
     finally:
         if meter is not None:
@@ -299,18 +308,20 @@ def _steady_replay(run: LoweredRun, stages: _Stages, progress: bool) -> float | 
     return now
 
 
-def _general_replay(run: LoweredRun, stages: _Stages, progress: bool, fast: bool) -> float:
-    """Replay the run with the general engine (per worker when it can); the last instant."""
-    cluster, driver = stages.cluster, stages.driver
+def _general_replay(run: LoweredRun, stages: _Stages, progress: bool) -> float:
+    """Replay the run with the general engine (per worker when its paths allow); the last
+    instant."""
+    cluster, driver, paths = stages.cluster, stages.driver, stages.paths
     meter = ProgressMeter(driver.total_requests, stages.collector) if progress else None
     pools = list(cluster.pools.values())
     stages.spent = True
     driver.start(0.0)
-    if fast and isinstance(cluster, AggregatedCluster) and cluster.isolated:
+    if paths.isolated:
+        assert isinstance(cluster, AggregatedCluster)
         loop: ReplayLoop | IsolatedReplay = IsolatedReplay(pools, cluster, run.time_cap_ms, progress=meter,
-                                                           watched=bool(cluster.observers))
+                                                           run_ahead=paths.run_ahead, run_on=paths.run_on)
     else:
-        loop = ReplayLoop(driver, pools, cluster, run.time_cap_ms, progress=meter)
+        loop = ReplayLoop(driver, pools, cluster, run.time_cap_ms, progress=meter, run_ahead=paths.run_ahead)
     loop.run()
     if meter is not None:
         meter.close()

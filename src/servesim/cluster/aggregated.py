@@ -16,17 +16,16 @@ from servesim.traffic.driver import Arrival, RequestDriver
 from servesim.traffic.timeouts import spans_until
 
 if TYPE_CHECKING:
+    from servesim.runtime.paths import ReplayPaths
     from servesim.scaling.contract import ScalingPolicy
 
 
 class AggregatedCluster(Cluster):
     """Places every request on a worker of the one pool."""
 
-    isolated_workers = True
-
-    def __init__(self, run: LoweredRun, driver: RequestDriver, collector: Collector, *, fast: bool = True,
+    def __init__(self, run: LoweredRun, driver: RequestDriver, collector: Collector, *, paths: ReplayPaths,
                  scaling: ScalingPolicy | None = None) -> None:
-        super().__init__(run, driver, collector, fast=fast, scaling=scaling)
+        super().__init__(run, driver, collector, paths=paths, scaling=scaling)
         self.pool = self._add_pool("decode", "agg", run.pool("aggregated"))
         self.router = self.pool.router
         self.fleet = self.pool.fleet
@@ -34,13 +33,6 @@ class AggregatedCluster(Cluster):
         timeout = run.traffic.client_timeout_ms
         self.timeouts = ClientTimeouts(timeout) if timeout is not None else None
         self._start_scaling()
-
-    @property
-    def isolated(self) -> bool:
-        """Whether each worker's timeline depends only on the requests routed to it, which are
-        known before the run (see `servesim.runtime.isolated`)."""
-        return (self.driver.fixed_arrivals and self.router.state_free and self.scaler is None
-                and self.timeouts is None)
 
     def release_arrivals(self, now: float) -> list[Worker]:
         arrivals = self.driver.release(now)
@@ -65,7 +57,7 @@ class AggregatedCluster(Cluster):
         routed: list[tuple[float, Worker, int, EngineRequest]] = []
         driver, route, keep = self.driver, self._route, routed.append
         lag = driver.frontend_ms
-        in_bulk = self._places_in_bulk()
+        in_bulk = self.paths.bulk_routing
         while True:
             instant = driver.next_ready_time()
             if instant > until or instant == INF:
@@ -79,12 +71,6 @@ class AggregatedCluster(Cluster):
             for arrival in arrivals:
                 seen = arrival.arrival_ms + lag
                 keep((seen, *route(arrival, seen)))
-
-    def _places_in_bulk(self) -> bool:
-        """Whether the router can place requests without seeing them (`_route_in_bulk`)."""
-        router = self.router
-        return (isinstance(router, StateFreeRouter) and router.places_in_bulk and not router.wants_kv_events
-                and self.scaler is None and self.timeouts is None)
 
     def _route_in_bulk(self, arrivals: list[Arrival], lag: float) -> list[tuple[float, Worker, int, EngineRequest]]:
         """`_route` of requests arriving together, placed at once (`StateFreeRouter.place_many`):

@@ -19,6 +19,7 @@ from servesim.scaling.fleet import Fleet, Transition
 from servesim.traffic.driver import Arrival, RequestDriver
 
 if TYPE_CHECKING:  # imported when a run scales (start-up time)
+    from servesim.runtime.paths import ReplayPaths
     from servesim.scaling.contract import ScalingPolicy
     from servesim.scaling.scaler import PoolTraits, Scaler
 
@@ -111,16 +112,13 @@ def route_request(request: EngineRequest, session_id: str, block_size: int, with
 class Cluster:
     """The replay loop's handler, minus what depends on the topology."""
 
-    isolated_workers = True
-    """Whether a worker's work changes only through arrivals, timers and ticks (see
-    `servesim.runtime.replay.Handler`)."""
-
-    def __init__(self, run: LoweredRun, driver: RequestDriver, collector: Collector, *, fast: bool = True,
+    def __init__(self, run: LoweredRun, driver: RequestDriver, collector: Collector, *, paths: ReplayPaths,
                  scaling: ScalingPolicy | None = None) -> None:
         self.run = run
         self.driver = driver
         self.collector = collector
-        self.fast = fast
+        self.paths = paths
+        """The fast paths the run may take (`servesim.runtime.paths`)."""
         self._scaling = scaling
         self._open: dict[int, tuple[Arrival, RequestRecord]] = {}
         self._kv_events: dict[Worker, list[KvEvents]] = {}
@@ -164,7 +162,7 @@ class Cluster:
         listen = router.wants_kv_events
 
         def make(w: int) -> Worker:
-            worker = Worker(w, spec.make_ranks(w, lazy_decode=self.fast), w * spec.dp_size, index,
+            worker = Worker(w, spec.make_ranks(w, lazy_decode=self.paths.cohort(spec.role)), w * spec.dp_size, index,
                             async_scheduling=spec.async_scheduling)
             if listen:
                 self._listen_for_kv_events(worker)

@@ -29,6 +29,7 @@ from servesim.engine.interface import HandoffRank
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
 from servesim.placement.base import Placement
+from servesim.runtime.paths import ReplayPaths
 from servesim.scaling.contract import ScalingPolicy
 from servesim.traffic.driver import RequestDriver
 
@@ -79,12 +80,11 @@ DESTINATION_FIRST = HandoffOrder(on_arrival=Action.RESERVE_DESTINATION, on_reser
 class DisaggregatedCluster(Cluster):
     """Prefill and decode pools with KV transfer between them (source- or destination-first)."""
 
-    isolated_workers = False
-    """Handoffs reach decode workers at their pass boundaries: every pass must be an event."""
-
-    def __init__(self, run: LoweredRun, driver: RequestDriver, collector: Collector, *, fast: bool = True,
+    def __init__(self, run: LoweredRun, driver: RequestDriver, collector: Collector, *, paths: ReplayPaths,
                  scaling: ScalingPolicy | None = None) -> None:
-        super().__init__(run, driver, collector, fast=fast, scaling=scaling)
+        """(Handoffs reach decode workers at their pass boundaries, so every pass is an event:
+        `runtime.paths` refuses running ahead and the per-worker replays.)"""
+        super().__init__(run, driver, collector, paths=paths, scaling=scaling)
         self.prefill = self._add_pool("prefill", "prefill", run.pool("prefill"), flat=True)
         self.decode = self._add_pool("decode", "decode", run.pool("decode"), flat=True, decode=True)
         assert run.transfer is not None

@@ -1,10 +1,10 @@
 """The steady replay: an aggregated run of plain requests replayed as arrays, not objects.
 
-It applies when the per-worker replay does (`servesim.runtime.isolated`: open-loop single-turn
-arrivals, a state-free router, no scaling, no client timeouts) and besides: no time cap, nobody
-watching passes, every request alike and sharing nothing (`Driver.plain_lengths`), a router
-that can place requests in bulk, and workers of one rank whose passes `servesim.engine.steady`
-can replay exactly. Requests are then released as send times, placed a window at a time, each
+It applies when `servesim.runtime.paths` allows it: when the per-worker replay does
+(`servesim.runtime.isolated`: open-loop single-turn arrivals, a state-free router, no scaling,
+no client timeouts) and besides: no time cap, nobody watching passes, every request alike and
+sharing nothing (`Driver.plain_lengths`), a router that can place requests in bulk, and workers
+of one rank whose passes `servesim.engine.steady` can replay exactly. Requests are then released as send times, placed a window at a time, each
 worker's timeline is run as counts per pass (`SteadyLane`), and the requests each window
 finishes go to the report's tally as columns and, with per-request capture, as records to the
 spool (or the collector). Workers, pools, driver and collector end as the general replay leaves
@@ -33,23 +33,14 @@ INF = float("inf")
 NAN = float("nan")
 
 
-def steady_shapes(cluster: AggregatedCluster, time_cap_ms: float | None) -> list[SteadyShape] | None:
-    """Each worker's steady shape, when the whole run can be replayed steadily (see the module);
-    else None."""
+def steady_shapes(cluster: AggregatedCluster) -> list[SteadyShape]:
+    """Each worker's steady shape, for a run whose paths allow the steady lane
+    (`ReplayPaths.steady`)."""
     driver = cluster.driver
-    if (time_cap_ms is not None or cluster.observers or not cluster.isolated or not isinstance(driver, Driver)
-            or not isinstance(cluster.router, StateFreeRouter) or not cluster.router.places_in_bulk):
-        return None
+    assert cluster.paths.steady and isinstance(driver, Driver)
     lengths = driver.plain_lengths()
-    if lengths is None:
-        return None
-    shapes = []
-    for worker in cluster.pool.fleet.by_id.values():
-        shape = steady_shape(worker.ranks[0], *lengths) if len(worker.ranks) == 1 else None
-        if shape is None or worker.async_scheduling:
-            return None
-        shapes.append(shape)
-    return shapes
+    assert lengths is not None
+    return [steady_shape(worker.ranks[0], *lengths) for worker in cluster.pool.fleet.by_id.values()]
 
 
 class SteadyReplay:

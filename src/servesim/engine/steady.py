@@ -53,22 +53,12 @@ class SteadyShape:
         self.max_sequences = max_sequences
 
 
-def steady_shape(rank: object, prompt: int, output: int) -> SteadyShape | None:
+def steady_shape(rank: object, prompt: int, output: int) -> SteadyShape:
     """The shape of `rank` serving only requests of `prompt` → `output` tokens that share no
-    prefix, or None when its passes are not that simple: another core or admission policy,
-    speculative decoding, fused mixed-pass timing, forward-pass metrics, a context length or KV
-    pool that all running requests together could reach."""
-    if type(rank) is not VllmRank or type(rank.policy) is not VllmPolicy or rank.mixed is not None:
-        return None
+    prefix, on a run whose paths allow the steady lane (`servesim.runtime.paths` checks that
+    its passes are that simple: `steady_pool_refusal`)."""
+    assert type(rank) is VllmRank and type(rank.policy) is VllmPolicy and rank.mixed is None
     config = rank.config
-    if (config.role != "aggregated" or config.speculative is not None or config.record_metrics
-            or prompt < 1 or output < 1 or config.max_sequences > config.max_batched_tokens):
-        return None
-    if config.max_model_len is not None and prompt + output > config.max_model_len:
-        return None  # a request would stop at (or be rejected for) the context length
-    blocks = -(-(prompt + output) // config.block_size)
-    if config.max_sequences * blocks > config.num_blocks:
-        return None  # the KV pool could bind (admission test, allocation, preemption)
     return SteadyShape(prompt, output, rank.timing, rank.total_kv_tokens, config.max_batched_tokens,
                        config.max_sequences)
 

@@ -32,6 +32,7 @@ from servesim.engine.request import EngineRequest
 from servesim.engine.speculative import DraftSampler
 from servesim.engine.vllm_ahead import VllmRunAhead
 from servesim.engine.vllm_handoff import VllmHandoff
+from servesim.runtime.paths import cohort_refusal
 
 
 class Scheduled(IntEnum):
@@ -56,9 +57,9 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         self.policy = policy if policy is not None else VllmPolicy(config)
         spec = config.speculative
         self.drafts = DraftSampler(spec, sampler_seed) if spec is not None else None
-        self.lazy_decode = lazy_decode and spec is None and not config.preempt_first
-        """Whether steady decoders join the cohort; off when a burst or a FIFO victim could
-        touch a cohort member."""
+        self.lazy_decode = lazy_decode and cohort_refusal(config) is None
+        """Whether steady decoders join the cohort (`runtime.paths.cohort_refusal`: off when a
+        burst or a FIFO victim could touch a cohort member)."""
         self.pool = BlockPool(config.num_blocks, config.prefix_caching)
         self.waiting: deque[EngineRequest] = deque()
         self.running: dict[EngineRequest, None] = {}

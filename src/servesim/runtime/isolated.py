@@ -106,13 +106,15 @@ class IsolatedReplay(Generic[IW, O]):
     """Run every worker's timeline separately; same results as `ReplayLoop`."""
 
     def __init__(self, pools: Sequence[Pool[IW]], handler: IsolatedHandler[IW, O], time_cap_ms: float | None = None,
-                 progress: Callable[[float | None], None] | None = None, *, watched: bool = False) -> None:
-        """`watched`: someone observes every pass's outcome (so passes are handed over one by
-        one, except those of a decode-only run ahead)."""
+                 progress: Callable[[float | None], None] | None = None, *, run_ahead: bool = False,
+                 run_on: bool = False) -> None:
+        """`run_ahead`: a lone decode-only rank may run passes ahead to its next arrival;
+        `run_on`: a full pass may open such a run (nobody watches passes one by one, and no time
+        cap can fall inside the run, which would cut the full pass's admissions off with it).
+        `runtime.paths` decides both."""
         self.pools = list(pools)
-        self._run_on = not watched and time_cap_ms is None
-        """A full pass may open a run ahead: nobody watches passes one by one, and no time cap
-        can fall inside the run (the cap would cut the full pass's admissions off with it)."""
+        self._run_ahead = run_ahead
+        self._run_on = run_on
         self.handler = handler
         self.time_cap_ms = time_cap_ms
         self.now = 0.0
@@ -175,7 +177,7 @@ class IsolatedReplay(Generic[IW, O]):
                 _, _, rank, request = deliveries.popleft()
                 worker.enqueue(rank, request)
             if pending is None:
-                horizon = deliveries[0][0] if deliveries else bound
+                horizon = (deliveries[0][0] if deliveries else bound) if self._run_ahead else now
                 pending = self._start_passes(worker, now, horizon if horizon < cap else cap)
             steps += 1
             if progress is not None and not steps & 0x3FF:

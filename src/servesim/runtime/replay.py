@@ -34,9 +34,7 @@ INF = math.inf
 
 
 class Source(Protocol):
-    fixed_arrivals: bool
-    """Whether every request's arrival time is known in advance (open loop, single turns):
-    no completion can make a request arrive earlier than `next_ready_time()` says."""
+    """Says when the next request becomes ready."""
 
     def next_ready_time(self) -> float: ...
 
@@ -95,11 +93,6 @@ O_contra = TypeVar("O_contra", bound=PassOutcome, contravariant=True)
 
 
 class Handler(Protocol[W, O_contra]):
-    isolated_workers: bool
-    """Whether a worker's work can change only through requests released by the source and
-    the handler's timers and ticks — so, with fixed arrivals, a worker may run passes ahead
-    up to the next such moment (see `Worker.start_pass`)."""
-
     def release_arrivals(self, now: float) -> Iterable[W]:
         """Register and place every request ready at `now`; returns the workers given work."""
 
@@ -145,8 +138,12 @@ class ReplayLoop(Generic[W, O]):
 
     def __init__(self, source: Source, pools: Sequence[Pool[W]], handler: Handler[W, O],
                  time_cap_ms: float | None = None,
-                 progress: Callable[[float | None], None] | None = None) -> None:
+                 progress: Callable[[float | None], None] | None = None, *, run_ahead: bool = False) -> None:
+        """`run_ahead`: a worker's work can change only through requests the source releases
+        (at times known in advance) and the handler's timers and ticks, so a worker may run
+        passes ahead up to the next such moment (`Worker.start_pass`; `runtime.paths` decides)."""
         self.source = source
+        self.run_ahead = run_ahead
         self.pools = list(pools)
         self.handler = handler
         self.time_cap_ms = time_cap_ms
@@ -274,7 +271,7 @@ class ReplayLoop(Generic[W, O]):
 
     def _horizon(self, now: float) -> float:
         """The earliest moment something outside a worker could change its work."""
-        if not (self.handler.isolated_workers and self.source.fixed_arrivals):
+        if not self.run_ahead:
             return now
         at = min(self.source.next_ready_time(), self.handler.next_timer(), self.handler.next_control())
         if self.time_cap_ms is not None and self.time_cap_ms < at:
