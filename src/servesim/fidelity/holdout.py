@@ -5,7 +5,8 @@ fused mode:
 
 * **load** — a calibration is fitted to the first third of a run's requests (sent while the
   server was filling up) and predicts the other two thirds (sent into a saturated server:
-  queueing TTFT, full batches); the whole run is replayed in both cases;
+  queueing TTFT, full batches); the whole run is replayed in both cases, on its own trace
+  (the prompt prefixes its requests share included, for the fit too);
 * **model** — a calibration fitted to one run predicts another run on the same GPU type (a
   different model and parallelism); the KV capacity is not carried over.
 
