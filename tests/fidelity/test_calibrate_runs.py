@@ -137,9 +137,13 @@ def test_a_first_third_calibration_predicts_the_rest_better_on_every_metric():
     assert row.mean_abs(row.calibrated) < 0.6 * row.mean_abs(row.uncalibrated)
 
 
-def test_docs_accuracy_holdout_rows_improve_where_there_is_an_error_to_fix():
-    """docs/accuracy.md's first-third hold-out: every row whose uncalibrated mean absolute error
-    is above 3 % improves on every metric; the rows already within 3 % stay within 3.5 %."""
+def test_docs_accuracy_holdout_rows_improve():
+    """docs/accuracy.md's first-third hold-out: on every row TTFT improves and the mean absolute
+    error does not grow; every metric improves, except where it stays within 0.5 % of the
+    measurement both before and after (the two small over-corrections the file's prose
+    explains: the model's light-load scheduling wait and its batch-dependent TPOT error, which
+    no calibration parameter represents); a row whose uncalibrated mean absolute error is above
+    3 % improves on every metric."""
     import re
     from pathlib import Path
 
@@ -149,8 +153,9 @@ def test_docs_accuracy_holdout_rows_improve_where_there_is_an_error_to_fix():
     for line in rows:
         pairs = [(float(a), float(b)) for a, b in re.findall(r"([+-]?\d+\.\d) → ([+-]?\d+\.\d) %", line)]
         assert len(pairs) == 4, line
-        *metrics, (plain_mae, _) = pairs
-        if plain_mae > 3.0:
-            assert all(abs(after) < abs(before) for before, after in metrics), line
-        else:
-            assert all(abs(after) <= 3.5 for _, after in metrics), line
+        (ttft, *others), (plain_mae, tuned_mae) = pairs[:3], pairs[3]
+        assert abs(ttft[1]) < abs(ttft[0]), line
+        assert tuned_mae <= plain_mae, line
+        for before, after in (ttft, *others):
+            improves = abs(after) < abs(before)
+            assert improves or (plain_mae <= 3.0 and max(abs(before), abs(after)) <= 0.5), line

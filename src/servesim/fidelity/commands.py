@@ -48,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     calibrate.add_argument("-o", "--output", required=True, help="calibration file to write (YAML)")
     add_compat_argument(calibrate)
     calibrate.add_argument("--keep-traffic", action="store_true",
-                           help="replay the config's own traffic section instead of the measured requests")
+                           help="replay the config's own traffic section (the measured requests in their order, e.g. a "
+                                "trace with the prompt prefixes they share) instead of the measured requests, "
+                                "each with a private prompt")
     calibrate.add_argument("--no-holdout", action="store_true",
                            help="skip the hold-out check (a fit on part of the data predicting the rest)")
     calibrate.set_defaults(run_command=_calibrate)

@@ -5,7 +5,8 @@ fused mode:
 
 * **load** — a calibration is fitted to the first third of a run's requests (sent while the
   server was filling up) and predicts the other two thirds (sent into a saturated server:
-  queueing TTFT, full batches); the whole run is replayed in both cases;
+  queueing TTFT, full batches); the whole run is replayed in both cases, on its own trace
+  (the prompt prefixes its requests share included, for the fit too);
 * **model** — a calibration fitted to one run predicts another run on the same GPU type (a
   different model and parallelism); the KV capacity is not carried over.
 
@@ -60,9 +61,15 @@ def _errors(config: dict, real: dict[str, np.ndarray], keep: np.ndarray | None =
 
 def _fitted(run: openruns.OpenRun, data: Path, timing: dict, systems: str | None, path: Path,
             fit: np.ndarray | None = None, keep_kv: bool = True) -> Path:
-    """Write the calibration fitted to `run` (its `fit` requests) to `path`."""
+    """Write the calibration fitted to `run` (its `fit` requests) to `path`.
+
+    The fit replays the run's own trace (`keep_traffic`): the measured requests in their order,
+    with the prompt prefixes they share, exactly the workload the calibration then predicts. A
+    replay of the measurements alone gives every prompt its own blocks, so the fit would see
+    no prefix-cache hits and fold the missing ones into the prefill scale.
+    """
     config = parse_config(openruns.config(run, data, timing, systems))
-    fitted = calibrate(config, openruns.measured(run, data, "client"), fit=fit).calibration
+    fitted = calibrate(config, openruns.measured(run, data, "client"), fit=fit, keep_traffic=True).calibration
     path.write_text((fitted if keep_kv else replace(fitted, kv_tokens=None)).to_yaml())
     return path
 
