@@ -88,7 +88,7 @@ def provenance(result: SearchResult) -> dict[str, str]:
     """What the candidates' replays resolved, as flat text (as `Report.provenance`): servesim's
     version, compat, the backend versions and the fidelity modes."""
     from servesim import __version__
-    from servesim.fidelity.resolve import resolved_mixed_pass
+    from servesim.build.resolve import resolved_mixed_pass
     from servesim.perf.aicdata import DEFAULT_BACKEND_VERSIONS
 
     compat = result.config.compat

@@ -6,7 +6,7 @@ four states: free, in the tree and unlocked (*evictable*), in the tree and locke
 only ever holds whole pages.
 
 Token content is never expanded into per-token objects. A request's tokens are a `TokenSeq`: its
-runs (`engine.token_seq`; ``(v, c > 0)`` = c copies of v, ``(v, -c)`` = v, v+1, …)
+runs (`engine.cache.token_seq`; ``(v, c > 0)`` = c copies of v, ``(v, -c)`` = v, v+1, …)
 with cumulative start offsets. A tree edge is a short list of *segments* ``(seq, start, end)``
 naming token ranges of the sequences that inserted them, so an edge of 10 000 tokens is one
 tuple. Edges are compared run by run (`TokenSeq.common`), which is O(runs), not O(tokens).
@@ -31,7 +31,7 @@ child), which orders events exactly as the reference's monotonic host clock does
 
 **KV events.** With a `listener` (the KV router's indexer), the cache reports every page that
 enters the tree (``("stored", key)``) and every page it evicts (``("removed", key)``), at page
-granularity. A page's key is the chained block key (`servesim.engine.blocks`) of the tree path
+granularity. A page's key is the chained block key (`servesim.engine.cache.blocks`) of the tree path
 up to and including it, which is the inserting sequence's own key for that page — a node's
 tokens sit at the same depth as they do in the sequence that inserted them — so the keys are
 exactly those the router computes for a request's blocks. Pages beyond a sequence's
@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import heapq
 
-from servesim.engine.kv import KvListener
-from servesim.engine.token_seq import Segment, TokenSeq, segs_common, segs_split
+from servesim.engine.cache.kv import KvListener
+from servesim.engine.cache.token_seq import Segment, TokenSeq, segs_common, segs_split
 
 
 def _append_tokens(node: Node, seq: TokenSeq, start: int, end: int) -> None:

@@ -15,7 +15,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 
-from servesim.engine.cohort import DecodeCohort
+from servesim.engine.vllm.cohort import DecodeCohort
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.metrics import vllm_metrics
 from servesim.engine.pass_time import TimingModel, decode_durations
@@ -32,7 +32,7 @@ LONGEST_STRETCH = 4096
 
 
 class VllmRunAhead:
-    """`Rank`'s run-ahead part of `engine.vllm.VllmRank` (a mixin over the rank's settings,
+    """`Rank`'s run-ahead part of `engine.vllm.core.VllmRank` (a mixin over the rank's settings,
     cohort, queues and timing)."""
 
     config: RankConfig

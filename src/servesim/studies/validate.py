@@ -1,7 +1,7 @@
 """`servesim validate`: servesim against the open real vLLM runs, under `compat: reference` and
 with servesim's defaults.
 
-For each run of `servesim.fidelity.openruns` the run's config is simulated twice — under
+For each run of `servesim.studies.openruns` the run's config is simulated twice — under
 ``compat: reference`` (the reference's timing model: ``mixed_pass: sum``) and with no fidelity
 key set (servesim's defaults: fused mixed passes, async scheduling, front-end latency) — and the mean, p50, p90 and p99 of TTFT, TPOT and E2E are compared with the measured
 ones (client anchor). The result is a Markdown table, printed and optionally written into a
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.fidelity import openruns
+from servesim.studies import openruns
 
 METRICS = ("ttft", "tpot", "e2e")
 STATS = ("mean", "p50", "p90", "p99")

@@ -12,7 +12,7 @@ from bisect import bisect_right
 from itertools import accumulate
 from operator import itemgetter
 
-from servesim.engine.blocks import ROOT_KEY, chain_keys
+from servesim.engine.cache.blocks import ROOT_KEY, chain_keys
 from servesim.traffic.workload import Run
 
 

@@ -10,7 +10,7 @@ request's token timeline is the passes [first token, first token + output), and 
 pass shows the timing model follows from the counts: its prompt chunks, and its decoders' total
 length, Σ (prompt + passes since the first token). `SteadyLane` computes the pass ends and the
 first tokens of each pass with the same arithmetic (integer sums and floor means, float
-additions) as `servesim.engine.vllm.VllmRank` and `servesim.engine.worker.Worker`.
+additions) as `servesim.engine.vllm.core.VllmRank` and `servesim.engine.worker.Worker`.
 
 What cannot be ruled out before the run — a pass of no duration, a clock beyond `MAX_MS` —
 raises `NotSteady` when it happens; the caller then replays the run with the general engine.
@@ -25,8 +25,8 @@ from typing import NamedTuple
 import numpy as np
 
 from servesim.engine.pass_time import TimingModel, constant_phases
-from servesim.engine.policy import VllmPolicy
-from servesim.engine.vllm import VllmRank
+from servesim.engine.vllm.policy import VllmPolicy
+from servesim.engine.vllm.core import VllmRank
 from servesim.limits import MAX_MS
 
 

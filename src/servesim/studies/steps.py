@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servesim.fidelity import openruns
+from servesim.studies import openruns
 
 BANDS = ((1, 5), (5, 15), (15, 40), (40, 90), (90, 150), (150, 200), (200, 257))
 """Bands of running requests (all DP ranks) the seconds are grouped by."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from servesim.engine.radix import RadixCache
+from servesim.engine.cache.radix import RadixCache
 from servesim.engine.rank import LPM_PREFIX, SglangSettings, lpm_span
-from servesim.engine.sglang_kv import SgRequest
+from servesim.engine.sglang.kv import SgRequest
 
 LPM_MAX_WAITING = 128
 """LPM falls back to FIFO above this many waiting requests."""

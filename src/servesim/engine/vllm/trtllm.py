@@ -1,6 +1,6 @@
 """TensorRT-LLM's GUARANTEED_NO_EVICT policy on the vLLM core.
 
-Same passes, budget, chunking, KV pool and timing as `engine.vllm`, except:
+Same passes, budget, chunking, KV pool and timing as `engine.vllm.core`, except:
 
 * at enqueue the requested output is clamped to what the pool can ever hold
   (``pool tokens − prompt``, when that leaves room for at least one token);
@@ -12,8 +12,8 @@ Same passes, budget, chunking, KV pool and timing as `engine.vllm`, except:
 
 from __future__ import annotations
 
-from servesim.engine.kv import Block, BlockPool
-from servesim.engine.policy import VllmPolicy
+from servesim.engine.cache.kv import Block, BlockPool
+from servesim.engine.vllm.policy import VllmPolicy
 from servesim.engine.request import EngineRequest
 
 

@@ -34,7 +34,7 @@ def apply_calibration_settings(config: SimConfig) -> SimConfig:
         path = getattr(worker.timing, "calibration", None)
         if path is None:
             continue
-        from servesim.fidelity.calibration import load_calibration
+        from servesim.perf.calibration import load_calibration
 
         calibration = load_calibration(path)
         with_ = calibration.fitted_with or {}

@@ -58,12 +58,12 @@ from collections import deque
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.metrics import sglang_metrics
 from servesim.engine.pass_time import TimingModel
-from servesim.engine.radix import RadixCache
+from servesim.engine.cache.radix import RadixCache
 from servesim.engine.rank import DecodePass, DecodeRun, RankConfig, RankPass, decode_one_by_one
 from servesim.engine.request import EngineRequest
-from servesim.engine.sglang_admission import lpm_order, never_admissible
-from servesim.engine.sglang_handoff import SglangHandoff
-from servesim.engine.sglang_kv import PageLeases, SgRequest
+from servesim.engine.sglang.admission import lpm_order, never_admissible
+from servesim.engine.sglang.handoff import SglangHandoff
+from servesim.engine.sglang.kv import PageLeases, SgRequest
 from servesim.engine.speculative import DraftSampler
 from servesim.errors import RunError
 

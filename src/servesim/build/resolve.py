@@ -4,7 +4,7 @@ A role's `timing.mixed_pass` omitted means "resolve": under `compat: reference` 
 model (``sum``: a mixed pass is a prefill pass plus a decode pass, no front-end latency, no DP
 step synchronisation, no async scheduling), otherwise servesim's best estimate for the role's
 backend (`BEST_MIXED_PASS`; docs/timing.md, *Which model runs where*). Everything that derives
-from the mode — front-end latency, DP sync, async scheduling (`servesim.fidelity.apply`) — then
+from the mode — front-end latency, DP sync, async scheduling (`servesim.build.apply`) — then
 follows the resolved value. Only the data-backed kinds (default, roofline) have the key: fixed
 and polynomial timing are the user's or the reference's formulas and always run as the
 reference runs them.

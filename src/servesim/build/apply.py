@@ -5,7 +5,7 @@ Five answers for `servesim.build`:
 
 * `timing_with_fidelity` — the role's timing model with fused mixed passes, calibrated phase
   times and/or the DP ranks' step synchronisation;
-* `dp_sync_ms` — that synchronisation's per-pass cost (`servesim.fidelity.dpsync`);
+* `dp_sync_ms` — that synchronisation's per-pass cost (`servesim.perf.dpsync`);
 * `calibrated_kv_blocks` — the KV capacity a calibration file measured (default capacity only);
 * `frontend_ms` — the per-request front-end latency of the deployment;
 * `async_scheduling` — whether a role's workers plan their next pass during the running one.
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from servesim.config.schema import EngineConfig, WorkerConfig
     from servesim.engine.pass_time import TimingModel
-    from servesim.fidelity.calibration import Calibration
+    from servesim.perf.calibration import Calibration
 
 API_SERVER_MS = 3.0
 """Front-end latency of a one-GPU worker in fused mode (ms)."""
@@ -54,7 +54,7 @@ def _calibration(timing: Any) -> Calibration | None:
     path = getattr(timing, "calibration", None)
     if path is None:
         return None
-    from servesim.fidelity.calibration import load_calibration
+    from servesim.perf.calibration import load_calibration
 
     return load_calibration(path)
 
@@ -62,17 +62,17 @@ def _calibration(timing: Any) -> Calibration | None:
 def timing_with_fidelity(model: TimingModel, engine: EngineConfig, worker: WorkerConfig) -> TimingModel:
     """`model` as the role's `timing` section asks: fused mixed passes, calibrated phases."""
     if _fused(worker):
-        from servesim.fidelity.mixed import fused
+        from servesim.perf.mixed import fused
 
         model = fused(model, _mixed_attention_factor(engine, worker), vllm=engine.backend == "vllm")
     calibration = _calibration(worker.timing)
     if calibration is not None:
-        from servesim.fidelity.calibration import calibrated
+        from servesim.perf.calibration import calibrated
 
         model = calibrated(model, calibration)
     sync = dp_sync_ms(engine, worker)
     if sync > 0:
-        from servesim.fidelity.dpsync import dp_synced
+        from servesim.perf.dpsync import dp_synced
 
         model = dp_synced(model, sync)
     return model
@@ -88,7 +88,7 @@ def dp_sync_ms(engine: EngineConfig, worker: WorkerConfig) -> float:
         return float(explicit)
     if not _fused(worker) or engine.backend != "vllm" or not _is_moe(engine):
         return 0.0
-    from servesim.fidelity.dpsync import DEFAULT_MS
+    from servesim.perf.dpsync import DEFAULT_MS
 
     return DEFAULT_MS
 
@@ -103,9 +103,9 @@ def _is_moe(engine: EngineConfig) -> bool:
 
 
 def _mixed_attention_factor(engine: EngineConfig, worker: WorkerConfig) -> float:
-    """k of `servesim.fidelity.mixed` for the role: 1 unless vLLM runs a grouped-query model
+    """k of `servesim.perf.mixed` for the role: 1 unless vLLM runs a grouped-query model
     with FlashAttention-2."""
-    from servesim.fidelity.mixed import FA2_GPUS, mixed_attention_factor
+    from servesim.perf.mixed import FA2_GPUS, mixed_attention_factor
 
     gpu = getattr(worker.timing, "gpu", None) or engine.hardware
     if engine.backend != "vllm" or gpu not in FA2_GPUS:

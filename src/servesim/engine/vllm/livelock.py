@@ -18,7 +18,7 @@ from servesim.errors import RunError
 if TYPE_CHECKING:
     from servesim.engine.rank import RankPass
     from servesim.engine.request import EngineRequest
-    from servesim.engine.vllm import VllmRank
+    from servesim.engine.vllm.core import VllmRank
 
 
 class LivelockGuard:

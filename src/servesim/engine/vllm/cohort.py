@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from servesim.engine.kv import BlockPool
+from servesim.engine.cache.kv import BlockPool
 from servesim.engine.rank import RankConfig
 from servesim.engine.request import EngineRequest
 

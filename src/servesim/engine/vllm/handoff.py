@@ -8,13 +8,13 @@ from collections import deque
 from collections.abc import Callable
 
 from servesim.engine.handoff import RankHandoff
-from servesim.engine.kv import BlockPool
+from servesim.engine.cache.kv import BlockPool
 from servesim.engine.rank import RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 
 
 class VllmHandoff:
-    """`HandoffRank`'s part of `engine.vllm.VllmRank` (a mixin over the rank's settings, KV
+    """`HandoffRank`'s part of `engine.vllm.core.VllmRank` (a mixin over the rank's settings, KV
     pool and queues)."""
 
     config: RankConfig

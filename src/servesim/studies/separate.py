@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from servesim.fidelity.calibration import Calibration
+    from servesim.perf.calibration import Calibration
 
 COLLINEAR = 0.98
 """Cosine above which the prefill scale's and the front-end latency's effects are one direction."""

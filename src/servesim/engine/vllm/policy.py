@@ -1,9 +1,9 @@
 """vLLM's admission rules on the vLLM core: rejection gates, cache-hit limits, the fit test
-and the preemption victim. `engine.trtllm` swaps in TensorRT-LLM's rules."""
+and the preemption victim. `engine.vllm.trtllm` swaps in TensorRT-LLM's rules."""
 
 from __future__ import annotations
 
-from servesim.engine.kv import Block, BlockPool
+from servesim.engine.cache.kv import Block, BlockPool
 from servesim.engine.rank import RankConfig
 from servesim.engine.request import EngineRequest
 from servesim.errors import RunError

@@ -8,7 +8,7 @@ A calibration file is YAML::
     frontend_ms: 14.0        # per-request front-end latency; null = not measured
     kv_tokens: 41408         # KV capacity per scheduler rank; null = not measured
     mixed_pass: fused        # the mode it was fitted in
-    fitted_with:             # every other setting of the fit (servesim.fidelity.settings)
+    fitted_with:             # every other setting of the fit (servesim.config.calibration)
       timing: {type: default, dp_sync_ms: 0.0}
       scheduler: {async_scheduling: true}
       engine: {model: ..., hardware: ..., backend: vllm, backend_version: 0.19.0}
@@ -20,7 +20,7 @@ to whole nanoseconds. `kv_tokens` replaces a default KV capacity (``kv_tokens //
 blocks); a fixed capacity in the config wins.
 
 A config that names the file gets the settings it was fitted with (`mixed_pass` and
-`fitted_with`, see `servesim.fidelity.settings`): as if written in the config, and a key written
+`fitted_with`, see `servesim.config.calibration`): as if written in the config, and a key written
 there that contradicts one is a configuration error.
 """
 

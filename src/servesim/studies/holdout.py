@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from servesim.config import SimConfig, parse_config
-from servesim.fidelity import openruns
-from servesim.fidelity.calibrate import calibrate, predict_errors
-from servesim.fidelity.calibration import Calibration
+from servesim.studies import openruns
+from servesim.studies.calibrate import calibrate, predict_errors
+from servesim.perf.calibration import Calibration
 from servesim.measured import Measured
-from servesim.fidelity.validate import METRICS, simulated_latencies
+from servesim.studies.validate import METRICS, simulated_latencies
 
 TIMINGS = {"AIConfigurator": {"type": "default", "mixed_pass": "fused"},
            "roofline": {"type": "roofline", "mixed_pass": "fused"}}

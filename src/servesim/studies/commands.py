@@ -60,7 +60,7 @@ def _fail(code: int, message: str) -> int:
 
 
 def _selected_runs(text: str | None):
-    from servesim.fidelity.openruns import RUNS
+    from servesim.studies.openruns import RUNS
 
     if text is None:
         return RUNS
@@ -75,7 +75,7 @@ def _selected_runs(text: str | None):
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from servesim.fidelity import openruns, validate
+    from servesim.studies import openruns, validate
 
     data = openruns.data_folder(args.data)
     try:
@@ -89,7 +89,7 @@ def _validate(args: argparse.Namespace) -> int:
         results = validate.validate(data, args.aic_systems_path, runs, progress=sys.stderr.isatty())
         text = validate.render(results, detail=not args.summary)
         if args.components:
-            from servesim.fidelity import components, decode, profiles, steps
+            from servesim.studies import components, decode, profiles, steps
 
             text += "\n" + components.render(components.check(data.parent, args.aic_systems_path))
             text += "\n" + profiles.render(profiles.check(data / "profiler" / "perf", args.aic_systems_path))
@@ -98,7 +98,7 @@ def _validate(args: argparse.Namespace) -> int:
                      for band in steps.compare(run, data, args.aic_systems_path, waiting)]
             text += "\n" + steps.render(bands)
         if args.holdout:
-            from servesim.fidelity import holdout
+            from servesim.studies import holdout
 
             progress = sys.stderr.isatty()
             text += "\n" + holdout.render(holdout.by_load(data, args.aic_systems_path, runs, progress),
@@ -117,7 +117,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from servesim.cli.common import compat_overrides
     from servesim.config import load_config
-    from servesim.fidelity.calibrate import calibrate
+    from servesim.studies.calibrate import calibrate
     from servesim.measured import load_measured
 
     try:
@@ -129,7 +129,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         measured = [load_measured(path, args.format) for path in args.measurements]
         progress = sys.stderr.isatty()
         if not args.no_holdout:
-            from servesim.fidelity import holdout
+            from servesim.studies import holdout
 
             sys.stdout.write(holdout.render_check(holdout.check(config, measured, args.keep_traffic, progress)))
         result = calibrate(config, measured, keep_traffic=args.keep_traffic, progress=progress)

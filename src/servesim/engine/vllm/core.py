@@ -1,5 +1,5 @@
 """The vLLM scheduling core of one rank: running-first passes, chunked prefill, prefix caching,
-recompute preemption and the rejection gates (vLLM's or TensorRT-LLM's, `engine.policy`).
+recompute preemption and the rejection gates (vLLM's or TensorRT-LLM's, `engine.vllm.policy`).
 
 One call to `run_pass` plans and applies a whole forward pass: the running requests are
 scheduled first (one token each when decoding, the rest of the prompt when mid-prefill), then
@@ -7,7 +7,7 @@ waiting requests are admitted in FCFS order while slots remain; the pass time is
 time of the batch's prompt chunks plus the decode time of the requests that emit a token (or,
 with a `MixedPassTiming` model, one fused forward pass: `PassPlan.fused_ms`).
 
-Steady decoders form a *cohort* (`engine.cohort`) that is advanced implicitly. The cohort
+Steady decoders form a *cohort* (`engine.vllm.cohort`) that is advanced implicitly. The cohort
 always precedes the other ("explicit") running requests in running order, so scheduling it
 first is exactly the running-first walk. When the cohort cannot be advanced as a whole (token
 budget or KV blocks short), it is dissolved into explicit requests for that pass.
@@ -19,19 +19,19 @@ from __future__ import annotations
 from collections import deque
 from enum import IntEnum
 
-from servesim.engine.cohort import DecodeCohort
+from servesim.engine.vllm.cohort import DecodeCohort
 from servesim.engine.handoff import RankHandoff
-from servesim.engine.kv import Block, BlockPool
-from servesim.engine.livelock import LivelockGuard
+from servesim.engine.cache.kv import Block, BlockPool
+from servesim.engine.vllm.livelock import LivelockGuard
 from servesim.engine.metrics import vllm_metrics
 from servesim.engine.pass_time import MixedPassTiming, TimingModel
-from servesim.engine.plan import PassPlan
-from servesim.engine.policy import VllmPolicy
+from servesim.engine.vllm.plan import PassPlan
+from servesim.engine.vllm.policy import VllmPolicy
 from servesim.engine.rank import RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.speculative import DraftSampler
-from servesim.engine.vllm_ahead import VllmRunAhead
-from servesim.engine.vllm_handoff import VllmHandoff
+from servesim.engine.vllm.ahead import VllmRunAhead
+from servesim.engine.vllm.handoff import VllmHandoff
 
 
 class Scheduled(IntEnum):
@@ -71,7 +71,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         self._next_order = 0
         watch = config.preempt_first and config.role == "aggregated" and config.stop_livelocks
         self.livelock = LivelockGuard() if watch else None
-        """FIFO preemption can make two requests evict each other for ever (see `engine.livelock`)."""
+        """FIFO preemption can make two requests evict each other for ever (see `engine.vllm.livelock`)."""
 
     # -- queue interface --------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from servesim.fidelity.components import _aic_engine, model_folder
+from servesim.studies.components import _aic_engine, model_folder
 
 BATCHES = (1, 8, 16, 32, 64)
 

@@ -9,9 +9,9 @@ finishes, release on retraction or rejection — with the page accounting they n
 from __future__ import annotations
 
 from servesim.engine.handoff import RankHandoff
-from servesim.engine.radix import Node, RadixCache
+from servesim.engine.cache.radix import Node, RadixCache
 from servesim.engine.request import EngineRequest
-from servesim.engine.token_seq import TokenSeq
+from servesim.engine.cache.token_seq import TokenSeq
 from servesim.traffic.workload import output_runs
 
 

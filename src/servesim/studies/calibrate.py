@@ -14,7 +14,7 @@ deployment, and four parameters are fitted to all of them at once:
    per-pass DP synchronisation ``s`` (`timing.dp_sync_ms`), which the scale does not touch:
    ``b`` is multiplied by (measured − s) / (simulated − s) mean TPOT until they agree;
 3. **prefill scale** ``a`` and **front-end latency** ``f`` — together, when the data can tell
-   them apart (`servesim.fidelity.separate`): the requests are grouped by run and by prompt
+   them apart (`servesim.studies.separate`): the requests are grouped by run and by prompt
    length (terciles), and ``a`` is found by a golden-section search on a log scale that
    minimises the groups' squared relative TTFT error, ``f`` (≥ 0) being for each trial ``a``
    the least-squares offset (a front-end delay shifts every TTFT by itself under replayed
@@ -26,7 +26,7 @@ deployment, and four parameters are fitted to all of them at once:
 Steps 2-3 are repeated (the search window halving each round) until a round moves neither
 scale by 0.5 %, at most 8 times. Scales stay within 0.2-5, so a run whose TTFT does not react
 to prefill cost keeps ``a`` near 1. The file records every setting of the fit (`fitted_with`:
-the mode, timing type, scheduling, backend version; `servesim.fidelity.settings`).
+the mode, timing type, scheduling, backend version; `servesim.config.calibration`).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ import numpy as np
 from servesim.config import SimConfig
 from servesim.config.schema import DefaultTiming, RooflineTiming
 from servesim.errors import ConfigError
-from servesim.fidelity.apply import async_scheduling, dp_sync_ms
-from servesim.fidelity.calibration import Calibration
-from servesim.fidelity.resolve import resolve_backend_version, resolved_mixed_pass
-from servesim.fidelity.separate import Separability, group_labels, separability
+from servesim.build.apply import async_scheduling, dp_sync_ms
+from servesim.perf.calibration import Calibration
+from servesim.build.resolve import resolve_backend_version, resolved_mixed_pass
+from servesim.studies.separate import Separability, group_labels, separability
 from servesim.measured import Measured
 
 SCALE_BOUNDS = (0.2, 5.0)
@@ -108,7 +108,7 @@ class _Replay:
             self.bases.append(run_base)
         self.real = self._select([m.latencies() for m in self.runs])
         self.groups = group_labels([m.input_tokens for m in self.runs], self.fits)
-        """Run × prompt-length tercile of every selected request (`servesim.fidelity.separate`)."""
+        """Run × prompt-length tercile of every selected request (`servesim.studies.separate`)."""
         par = worker.parallelism
         self.ranks = par.replicas * par.attention_data
         self.max_sequences = worker.scheduler.max_sequences_for(self.role)
@@ -120,7 +120,7 @@ class _Replay:
 
     def run(self, calibration: Calibration) -> dict[str, np.ndarray]:
         """The selected requests' latencies of every run, simulated with `calibration`."""
-        from servesim.fidelity.validate import simulated_latencies
+        from servesim.studies.validate import simulated_latencies
 
         self.count += 1
         path = self.folder / f"trial-{self.count}.yaml"
@@ -275,8 +275,8 @@ GOLDEN = (math.sqrt(5) - 1) / 2
 
 def _fit_prefill_frontend(replay: _Replay, current: Calibration, width: float, steps: int = 8) -> Calibration:
     """Golden-section search on log(prefill scale), within ±`width` of the current one, for the
-    least grouped TTFT misfit, the front-end latency profiled out (`servesim.fidelity.separate`)."""
-    from servesim.fidelity.separate import frontend_and_misfit
+    least grouped TTFT misfit, the front-end latency profiled out (`servesim.studies.separate`)."""
+    from servesim.studies.separate import frontend_and_misfit
 
     lo = max(math.log(SCALE_BOUNDS[0]), math.log(current.prefill_scale) - width)
     hi = min(math.log(SCALE_BOUNDS[1]), math.log(current.prefill_scale) + width)

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.rank import RankConfig, RankPass
 from servesim.engine.request import EngineRequest
-from servesim.engine.sglang_kv import PageLeases, SgRequest
+from servesim.engine.sglang.kv import PageLeases, SgRequest
 
 
 class SglangHandoff:
-    """`HandoffRank`'s part of `engine.sglang.SglangRank` (a mixin over the rank's settings,
+    """`HandoffRank`'s part of `engine.sglang.core.SglangRank` (a mixin over the rank's settings,
     leases and queues)."""
 
     config: RankConfig
