@@ -117,7 +117,7 @@ def provenance(config: SimConfig, timing_labels: dict[str, str]) -> dict[str, st
     the ledger, the table's header): backend and version, timing model per role, fidelity mode,
     calibration, servesim version, compat. `config` is resolved (`resolve_fidelity`,
     `resolve_backend_version`); `timing_labels` are the roles' built timing models' labels."""
-    from servesim import __version__
+    from servesim.version import __version__
     from servesim.config.timing import DefaultTiming
 
     engine = config.engine

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from servesim.config import SimConfig
+from servesim.config.schema import SimConfig
 from servesim.errors import ConfigError
 
 _NOTED: set[tuple[str, str]] = set()

@@ -1,14 +1,12 @@
-"""servesim's fidelity extensions: how a simulated server is made to resemble a real one.
+"""servesim's studies of real servers, and the commands that run them.
 
-Nothing here is used by the reference's defaults. It holds
+How well the simulated server resembles a real one (none of it runs in a simulation; what a
+run's timing uses lives in `servesim.perf`: `mixed`, `dpsync`, `calibration`):
 
-* `mixed` — the cost of a fused mixed pass (`timing.mixed_pass: fused`);
-* `apply` — what a role's fidelity keys change for `servesim.build` (the fused and calibrated
-  timing model, the front-end latency and async-scheduling defaults, a measured KV capacity);
-* `calibration` — calibration files (`timing.calibration`) and how they scale a timing model;
 * `openruns`, `validate` — the sim-vs-real table on the open LLMServingSim runs;
-* `calibrate` — fitting a calibration file to a user's measurements; `holdout` — how well a
-  calibration predicts requests it was not fitted on;
+* `calibrate` — fitting a calibration file to a user's measurements (`separate`: which of its
+  parameters the measurements tell apart); `holdout` — how well a calibration predicts requests
+  it was not fitted on;
 * `components` — what the splitwise and Vidur step/operator measurements say of the timing model;
   `profiles` — the roofline efficiencies vLLM's own per-layer profiles of a GPU measure; `decode`
   — whether decode at large batch × context is under-costed (three checks);

@@ -11,14 +11,28 @@ servesim stops with an error instead (docs/design.md, "Where servesim differs fr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Protocol
 
 from servesim.errors import RunError
 
 if TYPE_CHECKING:
-    from servesim.engine.rank import RankPass
+    from servesim.engine.cache.kv import BlockPool
+    from servesim.engine.rank import RankConfig, RankPass
     from servesim.engine.request import EngineRequest
-    from servesim.engine.vllm.core import VllmRank
+
+
+class WatchedRank(Protocol):
+    """What the guard reads of a vLLM rank (`servesim.engine.vllm.core.VllmRank`)."""
+
+    @property
+    def config(self) -> RankConfig: ...
+    @property
+    def pool(self) -> BlockPool: ...
+    @property
+    def running(self) -> Collection[EngineRequest]: ...
+    @property
+    def waiting(self) -> Collection[EngineRequest]: ...
 
 
 class LivelockGuard:
@@ -34,7 +48,7 @@ class LivelockGuard:
         if self.seen:
             self.seen.clear()
 
-    def after_pass(self, rank: VllmRank, result: RankPass) -> None:
+    def after_pass(self, rank: WatchedRank, result: RankPass) -> None:
         """Remember a futile pass's end state; fail if the rank was in it before."""
         if result.emitted or result.finished or result.rejected or not result.preemptions:
             self.forget()
@@ -48,7 +62,7 @@ class LivelockGuard:
         self.seen.add(state)
 
 
-def fingerprint(rank: VllmRank) -> tuple:
+def fingerprint(rank: WatchedRank) -> tuple:
     """Everything a vLLM rank's next passes depend on when no token is emitted."""
     return (tuple(map(_request_state, rank.running)), tuple(map(_request_state, rank.waiting)),
             rank.pool.fingerprint())
