@@ -18,6 +18,7 @@ of one key may exist; lookups use the oldest one.
 Blocks are counted, pinned, released and evicted a *span* at a time: the blocks of consecutive
 positions stored (or kept) together and held by the same requests. A request holds whole spans
 only: pinning part of a span splits it first, so one reference count serves all its blocks.
+The blocks, spans and the LRU queue with its span surgery are `servesim.engine.cache.spans`.
 """
 
 from __future__ import annotations
@@ -29,84 +30,7 @@ from itertools import islice, repeat, takewhile
 from operator import is_not
 from typing import cast
 
-
-class Block:
-    """A block holding cached content: `span` is the span it belongs to (`EVICTED` once a
-    private block is evicted)."""
-
-    __slots__ = ("span",)
-
-    def __init__(self, span: Span) -> None:
-        self.span = span
-
-    @property
-    def key(self) -> int | None:
-        """The content's key; None for content private to one request."""
-        span = self.span
-        return None if span.keys is None else span.keys[span.blocks.index(self)]
-
-    @property
-    def refs(self) -> int:
-        """Requests holding the block; -1 for a private block that was evicted."""
-        return self.span.refs
-
-
-class Span:
-    """Blocks of consecutive positions (in position order), held by the same `refs` requests,
-    and their `keys` (None for content private to one request).
-
-    While free (``refs == 0``) the span waits in the LRU: `run` is the run holding its live
-    entry (None while held); eviction takes its blocks from the last one down.
-    """
-
-    __slots__ = ("blocks", "keys", "refs", "run")
-
-    def __init__(self, blocks: list[Block], keys: list[int] | None, refs: int) -> None:
-        self.blocks = blocks
-        self.keys = keys
-        self.refs = refs
-        self.run: Run | None = None
-
-
-EVICTED = Span([], None, -1)
-"""The span of every evicted private block."""
-
-
-class Gap:
-    """A run of free blocks whose content nobody can reuse, in the LRU."""
-
-    __slots__ = ("count",)
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-
-class Run:
-    """Free spans released together, in eviction order, in the LRU; `start` is the next one.
-
-    An entry is live while its span is free and names this run.
-    """
-
-    __slots__ = ("spans", "start")
-
-    def __init__(self) -> None:
-        self.spans: list[Span] = []
-        self.start = 0
-
-
-def _common_length(first: list[int], second: list[int], at: int, most: int) -> int:
-    """How many leading entries of `first` equal those of `second` from `at` on (at most `most`)."""
-    if first[:most] == second[at:at + most]:
-        return most
-    lo, hi = 0, most - 1  # first[:lo] matches; first[:hi + 1] does not
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if first[:mid] == second[at:at + mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
+from servesim.engine.cache.spans import EVICTED, Block, Gap, Run, Span, SpanQueue, common_length
 
 _is_block = partial(is_not, None)
 _bare_block = object.__new__
@@ -115,7 +39,7 @@ KvListener = Callable[[str, int], None]
 """Called with ("stored", key) when a key becomes resident and ("removed", key) when it leaves."""
 
 
-class BlockPool:
+class BlockPool(SpanQueue):
     """The blocks of one rank and the prefix-cache index over them.
 
     Free cached spans wait in a queue of runs and gaps in LRU order (head first); each release
@@ -188,7 +112,7 @@ class BlockPool:
             m = len(members) if len(members) < n - i else n - i
             if m > 1 and members[0] is block:
                 assert span.keys is not None
-                m = _common_length(span.keys, keys, i, m) or 1
+                m = common_length(span.keys, keys, i, m) or 1
                 hits += members[:m]
                 i += m
             else:
@@ -431,100 +355,6 @@ class BlockPool:
             self._compact()
         own.reverse()
         return [block for blocks in own for block in blocks]
-
-    def _held_span(self, lease: list[Block | None], i: int) -> Span:
-        """The span of ``lease[i]``, which the lease holds whole up to `i` (split off if the
-        lease holds only part of it)."""
-        block = lease[i]
-        assert block is not None
-        span = block.span
-        members = span.blocks
-        k = len(members)
-        if members[-1] is block and k <= i + 1 and lease[i - k + 1:i + 1] == members:
-            return span
-        q = members.index(block)
-        t = 1
-        while t <= q and t <= i and lease[i - t] is members[q - t]:
-            t += 1
-        return self._isolate(span, q - t + 1, q + 1)
-
-    def _carve(self, blocks: list[Block], i: int) -> Span:
-        """The span holding ``blocks[i]`` and the blocks after it in `blocks` that follow it in
-        its span, split off as a span of its own."""
-        block = blocks[i]
-        span = block.span
-        members = span.blocks
-        q = members.index(block)
-        m = min(len(blocks) - i, len(members) - q)
-        if blocks[i:i + m] != members[q:q + m]:  # another copy takes over within the span
-            m = 1
-            while blocks[i + m] is members[q + m]:
-                m += 1
-        return self._isolate(span, q, q + m)
-
-    def _isolate(self, span: Span, first: int, stop: int) -> Span:
-        """Split `span` so its blocks [first, stop) form a span of their own; returns it."""
-        if stop < len(span.blocks):
-            self._split(span, stop)
-        return self._split(span, first) if first else span
-
-    def _split(self, span: Span, at: int) -> Span:
-        """Move `span`'s blocks from `at` on to a new span in the same state; returns it. In the
-        LRU it goes just before `span` (a span is evicted from its last block down)."""
-        members, keys = span.blocks, span.keys
-        upper = Span(members[at:], None if keys is None else keys[at:], span.refs)
-        del members[at:]
-        if keys is not None:
-            del keys[at:]
-        for block in upper.blocks:
-            block.span = upper
-        run = span.run
-        if run is not None:
-            upper.run = run
-            run.spans.insert(run.spans.index(span, run.start), upper)
-            self._queued += 1
-        return upper
-
-    def _push(self, run: Run, gap: int) -> int:
-        """Append a run of spans, then a gap of `gap` anonymous blocks, at the LRU's tail;
-        returns how many free blocks that adds."""
-        lru = self._lru
-        added = gap
-        if run.spans:
-            lru.append(run)
-            self._queued += len(run.spans)
-            for span in run.spans:
-                added += len(span.blocks)
-        if gap:
-            last = lru[-1] if lru else None
-            if type(last) is Gap:
-                last.count += gap
-            else:
-                lru.append(Gap(gap))
-        return added
-
-    def _compact(self) -> None:
-        """Drop the queue's stale entries (keeping its order)."""
-        live: deque[Run | Gap] = deque()
-        queued = 0
-        for entry in self._lru:
-            if type(entry) is Run:
-                old = entry
-                spans = [span for span in old.spans[old.start:] if span.run is old]
-                if not spans:
-                    continue
-                entry = Run()
-                entry.spans = spans
-                for span in spans:
-                    span.run = entry
-                queued += len(spans)
-            last = live[-1] if live else None
-            if type(entry) is Gap and type(last) is Gap:
-                last.count += entry.count
-            else:
-                live.append(entry)
-        self._lru = live
-        self._queued = queued
 
     def _forget(self, block: Block, key: int) -> None:
         """Remove an evicted or uncached copy of `key` from the index."""
