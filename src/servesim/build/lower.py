@@ -23,7 +23,7 @@ from servesim.errors import RunError
 from servesim.build.apply import async_scheduling, frontend_ms
 from servesim.build.resolve import provenance, resolve_backend_version, resolve_fidelity
 from servesim.placement.factory import RouterSpec
-from servesim.report.summary import Sla
+from servesim.report.sla import Sla
 from servesim.traffic.spec import TrafficSpec
 
 if TYPE_CHECKING:
