@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from servesim.fidelity.components import model_folder  # noqa: E402
-from servesim.fidelity.validate import simulated_latencies  # noqa: E402
+from servesim.studies.components import model_folder  # noqa: E402
+from servesim.studies.validate import simulated_latencies  # noqa: E402
 
 MODELS = [("Llama-2-7B", "Llama-2-7b-hf", 1), ("CodeLlama-34B", "CodeLlama-34b-hf", 2), ("Llama-2-70B", "Llama-2-70b-hf", 4)]
 RATES = (5, 10, 15, 20)

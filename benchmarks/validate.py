@@ -257,7 +257,7 @@ def main() -> int:
     else:
         reference_note = (f"numbers recorded on {cache['recorded']} from {cache['reference']} "
                           f"(`benchmarks/{CACHE.name}`)")
-    from servesim.fidelity.validate import write_section
+    from servesim.studies.validate import write_section
 
     write_section(args.output, "reference parity", render(results, systems_note, reference_note))
     print(f"[validate] wrote {args.output}", file=sys.stderr)

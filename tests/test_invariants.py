@@ -22,8 +22,8 @@ from conftest import canonical
 
 from servesim import simulate
 from servesim.config import parse_config
-from servesim.engine.sglang import SglangRank
-from servesim.engine.vllm import VllmRank
+from servesim.engine.sglang.core import SglangRank
+from servesim.engine.vllm.core import VllmRank
 from servesim.errors import ServesimError
 
 

@@ -40,7 +40,7 @@ NOT_FOR_A_SHORT_RUN = (
     # tempfile (with random): the output folder makes its own hidden files (servesim.outputs)
     "tempfile",
     # the other subcommands (servesim.cli builds only the parser of the one named)
-    "servesim.search.cli", "servesim.fidelity.commands", "servesim.cli.tools",
+    "servesim.search.cli", "servesim.studies.commands", "servesim.cli.tools",
     # what only other kinds of runs use
     "numpy.ma", "servesim.cluster.disaggregated", "servesim.collect.sampler", "servesim.scaling.planner.settings",
     "servesim.placement.routers", "servesim.perf.roofline", "servesim.perf.capacity", "servesim.report.html",

@@ -8,6 +8,7 @@ Public API::
 """
 
 from servesim.errors import ConfigError, RunError, ServesimError, SimulationError, TraceError
+from servesim.version import __version__ as __version__
 
 __all__ = [
     "ConfigError",
@@ -20,8 +21,6 @@ __all__ = [
     "load_config",
     "simulate",
 ]
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.engine.blocks import ROOT_KEY, KeyMemo, chain_keys
+from servesim.engine.cache.blocks import ROOT_KEY, KeyMemo, chain_keys
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
 

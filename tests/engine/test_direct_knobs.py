@@ -18,10 +18,10 @@ from direct_specs import assert_matches_reference, run_spec
 from servesim import simulate
 from servesim.engine.rank import RankConfig, SpeculativeSettings
 from servesim.engine.request import EngineRequest
-from servesim.engine.sglang import SglangRank
+from servesim.engine.sglang.core import SglangRank
 from servesim.perf.timing import FixedTiming
 from servesim.engine.factory import make_rank
-from servesim.engine.vllm import VllmRank
+from servesim.engine.vllm.core import VllmRank
 from servesim.errors import ConfigError, RunError
 from servesim.traffic.workload import GENERATED_BASE
 

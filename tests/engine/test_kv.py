@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.engine.kv import BlockPool
+from servesim.engine.cache.kv import BlockPool
 
 
 def _hold(pool, keys):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.engine.plan import PassPlan
+from servesim.engine.vllm.plan import PassPlan
 from servesim.engine.request import EngineRequest
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from servesim.engine.rank import LONG_SUMS, DecodePass, DecodeRun, RankConfig, running_sums
 from servesim.engine.request import EngineRequest
-from servesim.engine.vllm import VllmRank
+from servesim.engine.vllm.core import VllmRank
 from servesim.engine.worker import Worker
 from servesim.perf.timing import FixedTiming, PolynomialTiming
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids

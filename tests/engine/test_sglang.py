@@ -17,10 +17,10 @@ from servesim import simulate
 from servesim.build import lower
 from servesim.config import parse_config
 from servesim.errors import RunError
-from servesim.engine.radix import RadixCache, TokenSeq
+from servesim.engine.cache.radix import RadixCache, TokenSeq
 from servesim.engine.rank import RankConfig, SglangSettings
 from servesim.engine.request import EngineRequest
-from servesim.engine.sglang import SglangRank
+from servesim.engine.sglang.core import SglangRank
 from servesim.perf.timing import FixedTiming
 from servesim.errors import ConfigError
 from servesim.traffic.workload import GENERATED_BASE

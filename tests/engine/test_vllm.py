@@ -7,7 +7,7 @@ import pytest
 from servesim.engine.request import EngineRequest
 from servesim.perf.timing import FixedTiming
 from servesim.engine.rank import RankConfig
-from servesim.engine.vllm import VllmRank
+from servesim.engine.vllm.core import VllmRank
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
 

@@ -11,8 +11,8 @@ import yaml
 from servesim.cli import main
 from servesim.config import parse_config
 from servesim.errors import ConfigError
-from servesim.fidelity.calibrate import calibrate
-from servesim.fidelity.calibration import Calibration, load_calibration
+from servesim.studies.calibrate import calibrate
+from servesim.perf.calibration import Calibration, load_calibration
 from simulated_runs import measured_from
 
 MODEL = "Qwen/Qwen3-8B"
@@ -128,7 +128,7 @@ def test_a_first_third_calibration_predicts_the_rest_better_on_every_metric():
     """Issue 27's done-when on a real run: the roofline misses the RTX 4090 run by ~4 %; a
     calibration fitted on its first third of requests (light, rising load) predicts the other
     two thirds (saturated) better on TTFT, TPOT and E2E."""
-    from servesim.fidelity import holdout, openruns
+    from servesim.studies import holdout, openruns
 
     (row,) = holdout.by_load(openruns.PACK, runs=[openruns.RUNS[0]])
     assert row.timing == "roofline"

@@ -14,12 +14,12 @@ from servesim import simulate
 from servesim.cli import main
 from servesim.config import load_config, parse_config
 from servesim.errors import TraceError
-from servesim.fidelity.calibrate import calibrate, measured_kv_tokens
+from servesim.studies.calibrate import calibrate, measured_kv_tokens
 from servesim.engine.pass_time import MixedPassTiming
-from servesim.fidelity.calibration import Calibration, calibrated, load_calibration
+from servesim.perf.calibration import Calibration, calibrated, load_calibration
 from servesim.measured import Measured
 from simulated_runs import measured_from
-from servesim.fidelity.validate import simulated_latencies
+from servesim.studies.validate import simulated_latencies
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "llmservingsim-vllm-validation"
 MODEL = "Qwen/Qwen3-8B"

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servesim.fidelity import decode
+from servesim.studies import decode
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 

@@ -10,11 +10,11 @@ from servesim.build import lower
 from servesim.config import parse_config
 from servesim.engine.pass_time import MixedPassTiming
 from servesim.errors import ConfigError
-from servesim.fidelity.apply import dp_sync_ms
-from servesim.fidelity.calibrate import calibrate
-from servesim.fidelity.calibration import Calibration
-from servesim.fidelity.dpsync import DEFAULT_MS, dp_synced
-from servesim.fidelity.validate import simulated_latencies
+from servesim.build.apply import dp_sync_ms
+from servesim.studies.calibrate import calibrate
+from servesim.perf.calibration import Calibration
+from servesim.perf.dpsync import DEFAULT_MS, dp_synced
+from servesim.studies.validate import simulated_latencies
 from simulated_runs import measured_from
 
 MOE = "Qwen/Qwen3-30B-A3B"
@@ -139,7 +139,7 @@ def test_calibrate_fits_a_dp_deployment_with_the_sync(tmp_path):
 
 
 def test_calibrate_knows_the_sync_of_the_mode_it_replays(tmp_path):
-    from servesim.fidelity.calibrate import _Replay
+    from servesim.studies.calibrate import _Replay
 
     measured = measured_from(_config({"type": "roofline", "mixed_pass": "fused"}, requests=6))
     # no mixed_pass given: calibrate replays in fused mode, so the fused default applies

@@ -11,8 +11,8 @@ from servesim.config import parse_config
 from servesim.perf.hardware import resolve_gpu
 from servesim.perf.models import resolve_model
 from servesim.perf.roofline import RooflineTiming
-from servesim.fidelity.apply import default_frontend_ms
-from servesim.fidelity.mixed import FusedAic, FusedRoofline, mixed_attention_factor
+from servesim.build.apply import default_frontend_ms
+from servesim.perf.mixed import FusedAic, FusedRoofline, mixed_attention_factor
 
 LLAMA = "meta-llama/Meta-Llama-3.1-8B"
 
@@ -92,7 +92,7 @@ def test_attention_factor_follows_the_query_head_groups_and_the_gpu():
     assert mixed_attention_factor(4) == pytest.approx(1.75)
     assert mixed_attention_factor(8) == pytest.approx(2.75)
     from servesim.config import parse_config as parse
-    from servesim.fidelity.apply import _mixed_attention_factor
+    from servesim.build.apply import _mixed_attention_factor
 
     for hardware, backend, expected in [("rtx_pro_6000_server", "vllm", 1.75), ("h100_sxm", "vllm", 1.0),
                                         ("rtx_pro_6000_server", "trtllm", 1.0)]:

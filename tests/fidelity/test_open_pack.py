@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from servesim.cli import main
-from servesim.fidelity import openruns
+from servesim.studies import openruns
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data" / "llmservingsim-vllm-validation"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from servesim.fidelity import profiles
+from servesim.studies import profiles
 from servesim.perf.hardware import resolve_gpu, systems_dir
 from servesim.perf.models import resolve_model
 from servesim.perf.roofline import RooflineParams, RooflineTiming

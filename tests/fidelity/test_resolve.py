@@ -12,8 +12,8 @@ import yaml
 from servesim.cli import main
 from servesim.config import parse_config
 from servesim.errors import ConfigError
-from servesim.fidelity.apply import async_scheduling, frontend_ms
-from servesim.fidelity.resolve import fidelity_mode, resolve_fidelity
+from servesim.build.apply import async_scheduling, frontend_ms
+from servesim.build.resolve import fidelity_mode, resolve_fidelity
 from servesim.perf import aic
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from servesim import simulate
 from servesim.cli import main
 from servesim.config import parse_config
-from servesim.engine.vllm import VllmRank
+from servesim.engine.vllm.core import VllmRank
 from servesim.errors import ConfigError
 
 HOST_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from servesim.cli import main
-from servesim.fidelity import components, openruns, validate
+from servesim.studies import components, openruns, validate
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 DATA = SHARED / "llmservingsim-vllm-validation"
@@ -115,7 +115,7 @@ def _write_run(folder: Path) -> None:
 
 
 def test_drain_seconds_measure_the_step(tmp_path):
-    from servesim.fidelity import steps
+    from servesim.studies import steps
 
     _write_run(tmp_path / "vllm")
     seconds = steps.drain_seconds(tmp_path / "vllm")
@@ -127,7 +127,7 @@ def test_drain_seconds_measure_the_step(tmp_path):
 
 @needs_data
 def test_drain_steps_single_out_the_dp_ep_run():
-    from servesim.fidelity import steps
+    from servesim.studies import steps
 
     gaps = {run.name: [b.measured_ms - b.model_ms for b in steps.compare(run, DATA)]
             for run in openruns.RUNS[1:]}
@@ -145,7 +145,7 @@ def test_kv_bound_seconds_hold_time_outside_the_model():
     """The RTX 4090 run: its decode steps match the roofline (the card's measured efficiencies)
     in the drain, and are 15-20 % longer in the seconds it waits for KV and preempts; the RTX
     PRO 6000 runs, whose queues wait for sequence slots, show no such split."""
-    from servesim.fidelity import steps
+    from servesim.studies import steps
 
     def gaps(run, waiting):
         return [(b.measured_ms - b.model_ms) / b.model_ms for b in steps.compare(run, DATA, None, waiting)]
@@ -161,7 +161,7 @@ def test_fused_mode_takes_part_of_the_kv_bound_gap_with_vllms_decode_attention()
     """The RTX 4090 run in fused mode (vLLM's measured decode attention): the KV-bound seconds'
     gap shrinks by more than half a millisecond but stays above 2 ms (the preempted requests'
     recompute, outside the decode step); the drain steps stay within 2.5 ms, on the slow side."""
-    from servesim.fidelity import steps
+    from servesim.studies import steps
 
     four = openruns.RUNS[0]
     for band in steps.compare(four, DATA, None, True):

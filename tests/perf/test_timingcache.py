@@ -87,7 +87,7 @@ def test_values_are_the_engines_bit_for_bit(cache: Path, monkeypatch: pytest.Mon
     for (batch, ctx), value in [item for item in decode.items() if item[0][0] > 0][::7]:
         assert engine.predict_decode_latency(batch, ctx, 2) == value
     for (batch, isl, prefix), value in prefill.items():
-        if batch > 0:  # negative slots: the fused model's operation sums (servesim.fidelity.mixed)
+        if batch > 0:  # negative slots: the fused model's operation sums (servesim.perf.mixed)
             assert engine.predict_prefill_latency(batch, isl, prefix) == value
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from servesim import simulate
 from servesim.cluster import steady
 from servesim.config import parse_config
-from servesim.engine.steady import NotSteady
+from servesim.engine.vllm.steady import NotSteady
 from servesim.errors import SimulationError
 from servesim.report.render import write_records_jsonl
 from servesim.report.spool import RecordSpool

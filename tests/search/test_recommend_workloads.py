@@ -13,7 +13,7 @@ import yaml
 
 from servesim.api import simulate
 from servesim.config import load_config
-from servesim.fidelity.calibration import Calibration
+from servesim.perf.calibration import Calibration
 from servesim.search import facts, outputs
 from servesim.search.cli import load_recommend_config
 from servesim.search.run import Search

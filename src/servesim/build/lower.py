@@ -20,10 +20,10 @@ from servesim.engine.interface import HandoffRank
 from servesim.engine.pass_time import TimingModel
 from servesim.engine.rank import RankConfig, SglangSettings, SpeculativeSettings
 from servesim.errors import RunError
-from servesim.fidelity.apply import async_scheduling, frontend_ms
-from servesim.fidelity.resolve import provenance, resolve_backend_version, resolve_fidelity
+from servesim.build.apply import async_scheduling, frontend_ms
+from servesim.build.resolve import provenance, resolve_backend_version, resolve_fidelity
 from servesim.placement.factory import RouterSpec
-from servesim.report.summary import Sla
+from servesim.report.sla import Sla
 from servesim.traffic.spec import TrafficSpec
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class LoweredRun:
     time_cap_ms: float | None
     sla: Sla | None
     provenance: dict[str, str] = field(default_factory=dict)
-    """What the run resolved (`servesim.fidelity.resolve.provenance`)."""
+    """What the run resolved (`servesim.build.resolve.provenance`)."""
     deployment: dict[str, str] = field(default_factory=dict)
     """What the run simulates, in words (`build.describe`): the report's headline."""
 

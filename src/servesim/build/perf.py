@@ -31,7 +31,7 @@ from servesim.config.schema import (
 from servesim.engine.pass_time import TimingModel
 from servesim.perf.timing import FixedTiming, PolynomialTiming
 from servesim.errors import RunError
-from servesim.fidelity.apply import calibrated_kv_blocks, timing_with_fidelity
+from servesim.build.apply import calibrated_kv_blocks, timing_with_fidelity
 
 if TYPE_CHECKING:
     from servesim.perf.capacity import Capacity, Parallel

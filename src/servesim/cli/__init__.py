@@ -21,7 +21,7 @@ from servesim.perf import save_timing_cache
 
 #: Each subcommand and the module that registers it, in the order `servesim --help` lists them.
 _COMMANDS = {"predict": "servesim.cli.predict", "recommend": "servesim.search.cli",
-             "validate": "servesim.fidelity.commands", "calibrate": "servesim.fidelity.commands",
+             "validate": "servesim.studies.commands", "calibrate": "servesim.studies.commands",
              "data": "servesim.cli.tools", "compare": "servesim.cli.tools", "serve": "servesim.serve.cli"}
 
 

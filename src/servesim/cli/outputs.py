@@ -87,7 +87,7 @@ def _headline(report: Report, options: RunOutputs) -> list[str]:
     """The table's headline: what was simulated (none under `--compat reference`)."""
     if options.reference_fields:
         return []
-    from servesim.fidelity.resolve import header_line
+    from servesim.build.resolve import header_line
     from servesim.report.headline import headline_lines
 
     lines = headline_lines(report.deployment, report.summary)

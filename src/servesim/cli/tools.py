@@ -91,7 +91,7 @@ def data_timing_cache(args: argparse.Namespace) -> int:
 def compare_runs(args: argparse.Namespace) -> int:
     """Write the comparison page; 2 for an unusable input or option, 1 for a bad measurement file."""
     from servesim.report.html.compare import write_compare
-    from servesim.report.summary import Sla
+    from servesim.report.sla import Sla
 
     sla = Sla(args.sla_ttft_ms, args.sla_itl_ms, args.sla_e2e_ms)
     try:

@@ -4,7 +4,7 @@ It applies when `servesim.runtime.paths` allows it: when the per-worker replay d
 (`servesim.runtime.isolated`: open-loop single-turn arrivals, a state-free router, no scaling,
 no client timeouts) and besides: no time cap, nobody watching passes, every request alike and
 sharing nothing (`Driver.plain_lengths`), a router that can place requests in bulk, and workers
-of one rank whose passes `servesim.engine.steady` can replay exactly. Requests are then released as send times, placed a window at a time, each
+of one rank whose passes `servesim.engine.vllm.steady` can replay exactly. Requests are then released as send times, placed a window at a time, each
 worker's timeline is run as counts per pass (`SteadyLane`), and the requests each window
 finishes go to the report's tally as columns and, with per-request capture, as records to the
 spool (or the collector). Workers, pools, driver and collector end as the general replay leaves
@@ -22,7 +22,7 @@ import numpy as np
 
 from servesim.cluster.aggregated import AggregatedCluster
 from servesim.collect.collector import Admission, RequestRecord, Route, Status
-from servesim.engine.steady import Finished, NotSteady, SteadyLane, SteadyShape, steady_shape
+from servesim.engine.vllm.steady import Finished, NotSteady, SteadyLane, SteadyShape, steady_shape
 from servesim.engine.worker import Worker
 from servesim.placement.base import StateFreeRouter
 from servesim.report.tally import CompletedColumns, RequestTally

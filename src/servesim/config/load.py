@@ -86,10 +86,10 @@ def parse_config(data: Mapping[str, Any], base_dir: Path | None = None, *, stack
 
 
 def _with_calibration_settings(config: SimConfig) -> SimConfig:
-    """A calibration file's fit settings filled into its role (`servesim.fidelity.settings`)."""
+    """A calibration file's fit settings filled into its role (`servesim.config.calibration`)."""
     if not any(getattr(w.timing, "calibration", None) for w in config.engine.roles.values()):
         return config
-    from servesim.fidelity.settings import apply_calibration_settings
+    from servesim.config.calibration import apply_calibration_settings
 
     return apply_calibration_settings(config)
 

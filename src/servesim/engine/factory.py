@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from servesim.engine.interface import HandoffRank
 from servesim.engine.pass_time import TimingModel
-from servesim.engine.policy import VllmPolicy
+from servesim.engine.vllm.policy import VllmPolicy
 from servesim.engine.rank import RankConfig
-from servesim.engine.trtllm import TrtllmPolicy
-from servesim.engine.vllm import VllmRank
+from servesim.engine.vllm.trtllm import TrtllmPolicy
+from servesim.engine.vllm.core import VllmRank
 
 
 def make_rank(config: RankConfig, timing: TimingModel, *, lazy_decode: bool = True,
@@ -19,7 +19,7 @@ def make_rank(config: RankConfig, timing: TimingModel, *, lazy_decode: bool = Tr
     the rank's speculative-decoding acceptance sampler.
     """
     if config.backend == "sglang":
-        from servesim.engine.sglang import SglangRank  # imported when used: start-up time
+        from servesim.engine.sglang.core import SglangRank  # imported when used: start-up time
 
         return SglangRank(config, timing, sampler_seed=sampler_seed)
     policy = TrtllmPolicy(config) if config.backend == "trtllm" else VllmPolicy(config)

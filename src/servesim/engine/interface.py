@@ -7,7 +7,7 @@ from array import array
 from typing import Protocol
 
 from servesim.engine.handoff import RankHandoff
-from servesim.engine.kv import KvListener
+from servesim.engine.cache.kv import KvListener
 from servesim.engine.rank import DecodeRun, RankPass
 from servesim.engine.request import EngineRequest
 

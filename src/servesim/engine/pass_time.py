@@ -30,7 +30,7 @@ class TimingModel(Protocol):
 
 @runtime_checkable
 class MixedPassTiming(TimingModel, Protocol):
-    """A timing model whose mixed passes are one forward pass (`servesim.fidelity.mixed`)."""
+    """A timing model whose mixed passes are one forward pass (`servesim.perf.mixed`)."""
 
     def mixed(self, batch: int, mean_isl: int, mean_prefix: int, decode_batch: int, active_kv_tokens: int,
               mean_ctx: int, total_kv_tokens: int) -> float:

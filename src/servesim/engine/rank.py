@@ -1,7 +1,7 @@
 """What every scheduler rank shares: its settings and the record of one pass.
 
 A rank is one attention-DP rank of a worker: a scheduler with its own queues and KV pool. The
-cores (vLLM with TRT-LLM's policy in `engine.vllm`, SGLang in `engine.sglang`) offer the
+cores (vLLM with TRT-LLM's policy in `engine.vllm.core`, SGLang in `engine.sglang.core`) offer the
 interface in `engine.interface`; `engine.factory.make_rank` builds one.
 """
 

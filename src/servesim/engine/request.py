@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from servesim.engine.blocks import ROOT_KEY, chain_keys
-from servesim.engine.kv import Block
+from servesim.engine.cache.blocks import ROOT_KEY, chain_keys
+from servesim.engine.cache.kv import Block
 from servesim.traffic.workload import Prompt, Run, output_runs
 
 

@@ -13,10 +13,8 @@ target − achieved: positive is headroom, negative is the overshoot.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from servesim.report.summary import Sla
+from dataclasses import dataclass
+from typing import Any
 
 SUMMARY_METRIC = {"ttft_ms": "ttft_ms", "itl_ms": "itl_ms", "e2e_ms": "e2e_latency_ms"}
 """The summary's name of each SLA metric's distribution."""
@@ -25,6 +23,24 @@ SUMMARY_STATISTIC = {"p50": "median", "p90": "p90", "p95": "p95", "p99": "p99", 
 PER_REQUEST = "per_request"
 """The `statistic` of a per-request target."""
 LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_ms": "E2E"}
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Sla:
+    """The run's SLA targets: per-request thresholds (the reference's; goodput counts the
+    requests within all of them) and run-level ones (servesim extension)."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    e2e_ms: float | None = None
+    run_targets: tuple[tuple[str, str, float], ...] = ()
+    """(metric, statistic, threshold): a statistic (p50/p90/p95/p99/mean) of the run's
+    distribution of `metric` must be at most the threshold (servesim extension)."""
+
+    def per_request(self) -> dict[str, float]:
+        """The per-request thresholds that are set, by metric (ttft_ms, itl_ms, e2e_ms)."""
+        bounds = {"ttft_ms": self.ttft_ms, "itl_ms": self.itl_ms, "e2e_ms": self.e2e_ms}
+        return {metric: bound for metric, bound in bounds.items() if bound is not None}
 
 
 def verdicts(sla: Sla, summary: Mapping[str, Any], within: Mapping[str, int], worst: Mapping[str, float],

@@ -15,6 +15,7 @@ import numpy as np
 from servesim.collect.collector import RequestRecord
 from servesim.report.columns import ColumnStore
 from servesim.report.outofcore import Chunks, exact_stats_chunked
+from servesim.report.sla import Sla, verdicts
 from servesim.report.stats import exact_stats, sketch_stats
 from servesim.report.tally import RequestTally, Timelines
 
@@ -25,24 +26,6 @@ class PoolUsage:
 
     worker_seconds: float = 0.0
     gpus_per_worker: int = 0
-
-
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
-class Sla:
-    """The run's SLA targets: per-request thresholds (the reference's; goodput counts the
-    requests within all of them) and run-level ones (servesim extension)."""
-
-    ttft_ms: float | None = None
-    itl_ms: float | None = None
-    e2e_ms: float | None = None
-    run_targets: tuple[tuple[str, str, float], ...] = ()
-    """(metric, statistic, threshold): a statistic (p50/p90/p95/p99/mean) of the run's
-    distribution of `metric` must be at most the threshold (servesim extension)."""
-
-    def per_request(self) -> dict[str, float]:
-        """The per-request thresholds that are set, by metric (ttft_ms, itl_ms, e2e_ms)."""
-        bounds = {"ttft_ms": self.ttft_ms, "itl_ms": self.itl_ms, "e2e_ms": self.e2e_ms}
-        return {metric: bound for metric, bound in bounds.items() if bound is not None}
 
 
 def _put(summary: dict[str, float], metric: str, stats: dict[str, float]) -> None:
@@ -157,7 +140,6 @@ def summarize(requests: RequestTally | Sequence[RequestRecord], pools: dict[str,
         summary["goodput_request_throughput_rps"] = totals.good / ds
         summary["goodput_output_throughput_tok_s"] = totals.good_tokens / ds
     if sla is not None:
-        from servesim.report.sla import verdicts
 
         samples = {"ttft_ms": totals.with_tokens, "e2e_ms": totals.with_tokens, "itl_ms": len(gaps)}
         summary["sla"] = verdicts(sla, summary, totals.within, totals.worst, samples)

@@ -1,8 +1,8 @@
 """Which replay path a run takes: the one place that decides it.
 
 One vLLM pass is implemented four ways — the plain walk over every running request, the decode
-cohort advanced implicitly (`engine.cohort`), decode-only passes run ahead to a horizon
-(`engine.vllm_ahead`, also SGLang's), and the steady lane of counts per pass (`engine.steady`) —
+cohort advanced implicitly (`engine.vllm.cohort`), decode-only passes run ahead to a horizon
+(`engine.vllm.ahead`, also SGLang's), and the steady lane of counts per pass (`engine.vllm.steady`) —
 and a run is replayed by one of three loops: the steady replay (`cluster.steady`), one worker at a
 time (`runtime.isolated`) or the shared clock (`runtime.replay`). Each fast path is exact only on
 the runs its invariants hold for; `decide` says which paths a run may take, with the reason each
@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from servesim.engine.pass_time import MixedPassTiming
+from servesim.engine.vllm.cohort import cohort_refusal
 
 if TYPE_CHECKING:
     from servesim.build import LoweredRun, PoolSpec
-    from servesim.engine.rank import RankConfig
     from servesim.traffic.driver import RequestDriver
 
 COHORT = "decode cohort"
-"""Steady decoders advanced implicitly (`engine.cohort`), on vLLM-core ranks."""
+"""Steady decoders advanced implicitly (`engine.vllm.cohort`), on vLLM-core ranks."""
 RUN_AHEAD = "run ahead"
 """A lone decode-only rank runs passes back to back up to the horizon (`Worker.start_pass`)."""
 RUN_ON = "run on"
@@ -150,17 +150,6 @@ def _refuse(why: dict[str, str], path: str, reason: str | None) -> None:
     if reason is not None:
         why[path] = reason
 
-
-def cohort_refusal(config: RankConfig) -> str | None:
-    """Why ranks of `config` keep no decode cohort (None: they keep one): a burst of drafts or a
-    FIFO victim could touch a member; SGLang's core has none."""
-    if config.backend == "sglang":
-        return "SGLang's core has no decode cohort"
-    if config.speculative is not None:
-        return "speculative decoding (a burst could touch a cohort member)"
-    if config.preempt_first:
-        return "FIFO preemption (a victim could be a cohort member)"
-    return None
 
 
 def _run_ahead_refusal(run: LoweredRun, driver: RequestDriver) -> str | None:

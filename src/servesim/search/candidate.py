@@ -128,7 +128,7 @@ class Materializer:
             if self.cfg.compat == "reference":  # the reference writes the database's newest
                 self._versions[backend] = facts.latest_backend_version(self.hardware, backend, self.systems_path)
             else:  # the version predict resolves (servesim.perf.aic.default_version)
-                from servesim.fidelity.resolve import default_backend_version
+                from servesim.build.resolve import default_backend_version
 
                 self._versions[backend] = default_backend_version(self.hardware, backend, self.systems_path)
         return self._versions[backend]

@@ -174,8 +174,8 @@ def estimate(config: SimConfig, models: Mapping[str, RoleModel], prof: Profile) 
 
 def _frontend_ms(config: SimConfig) -> float:
     """The front-end latency every request's TTFT includes (`timing.frontend_ms`, fused defaults)."""
-    from servesim.fidelity.apply import frontend_ms
-    from servesim.fidelity.resolve import resolve_fidelity
+    from servesim.build.apply import frontend_ms
+    from servesim.build.resolve import resolve_fidelity
 
     return frontend_ms(next(iter(resolve_fidelity(config).engine.roles.values())))
 

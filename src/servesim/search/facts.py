@@ -146,7 +146,7 @@ def timing_model(config: SimConfig, role: str) -> TimingModel:
     """The pass-time model a replay of `config` gives `role` (one per distinct worker split,
     block size and timing section; replica counts and scheduler knobs share it)."""
     from servesim.build.perf import timing_model as build
-    from servesim.fidelity.resolve import resolve_fidelity
+    from servesim.build.resolve import resolve_fidelity
 
     engine = resolve_fidelity(config).engine
     worker = engine.roles[cast(Role, role)]
@@ -176,7 +176,7 @@ def warm_up(configs: list[SimConfig]) -> None:
     import importlib
 
     from servesim.build.perf import timing_model
-    from servesim.fidelity.resolve import resolve_fidelity
+    from servesim.build.resolve import resolve_fidelity
 
     importlib.import_module("servesim.api")
 

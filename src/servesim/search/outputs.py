@@ -87,8 +87,8 @@ def ledger(result: SearchResult) -> dict[str, Any]:
 def provenance(result: SearchResult) -> dict[str, str]:
     """What the candidates' replays resolved, as flat text (as `Report.provenance`): servesim's
     version, compat, the backend versions and the fidelity modes."""
-    from servesim import __version__
-    from servesim.fidelity.resolve import resolved_mixed_pass
+    from servesim.version import __version__
+    from servesim.build.resolve import resolved_mixed_pass
     from servesim.perf.aicdata import DEFAULT_BACKEND_VERSIONS
 
     compat = result.config.compat

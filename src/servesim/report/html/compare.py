@@ -19,7 +19,7 @@ from servesim.errors import ConfigError
 from servesim.report.html.charts import cdf_chart
 from servesim.report.html.page import COLORS, Page, plotly_modules
 from servesim.report.latency import LABELS, METRICS, SUMMARY_NAMES, LatencySamples, from_request_rows, quantile
-from servesim.report.summary import Sla
+from servesim.report.sla import Sla
 
 STATS = ("mean", "p50", "p90", "p99")
 _SUMMARY_PREFIX = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}

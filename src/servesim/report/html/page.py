@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servesim import __version__
+from servesim.version import __version__
 
 COLORS = ("#3b6fb6", "#d9623b", "#3f9e6e", "#8a5cb8", "#c9a227", "#2aa5b8", "#c4487d", "#6b7d2f",
           "#7f7f7f", "#a0522d")

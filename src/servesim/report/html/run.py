@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -16,17 +16,29 @@ from servesim.report.html.planner import planner_section
 from servesim.report.latency import METRICS, SUMMARY_NAMES, LatencySamples, rate_per_second
 from servesim.report.headline import headline_items
 from servesim.report.sla import achieved_text, margin_text, overall_line, status, target_label, within_text
-from servesim.report.summary import Sla
-
-if TYPE_CHECKING:
-    from servesim.api import Report
+from servesim.report.sla import Sla
 
 MAX_WORKER_LINES = 12
 """Pools with more workers show their total and their busiest worker instead of every line."""
 POOL_TITLES = {"agg": "", "prefill": "prefill pool: ", "decode": "decode pool: "}
 
 
-def write_run_report(report: Report, path: Path, title: str = "servesim prediction") -> None:
+class RunReport(Protocol):
+    """What the page reads of a run's report (`servesim.api.Report`)."""
+
+    @property
+    def summary(self) -> Mapping[str, Any]: ...
+    @property
+    def timeseries(self) -> TimeSeries | None: ...
+    @property
+    def latency(self) -> LatencySamples | None: ...
+    @property
+    def sla(self) -> Sla | None: ...
+    @property
+    def deployment(self) -> Mapping[str, str] | None: ...
+
+
+def write_run_report(report: RunReport, path: Path, title: str = "servesim prediction") -> None:
     """Write `report` as a self-contained HTML file."""
     if report.timeseries is None or report.latency is None:
         raise ValueError("the HTML report needs the run's time series: simulate(..., timeseries=True)")
