@@ -103,12 +103,93 @@ def record_power() -> None:
     _write("power.json", {"cases": cases})
 
 
+# -- cached_prefix_tokens -------------------------------------------------------------------------
+
+def prefix_trace(requests: int, input_tokens: int, output_tokens: int, cached: int, block_size: int) -> str:
+    """A mooncake trace (all at t=0) whose prompts share exactly `cached` leading tokens: hash
+    ids of gcd(cached, block size) tokens, the first cached/unit of them common to all."""
+    from math import gcd
+
+    unit = gcd(cached, block_size) if cached else block_size
+    fresh = -(-(input_tokens - cached) // unit)
+    common = list(range(cached // unit))
+    rows = [{"timestamp": 0, "input_length": input_tokens, "output_length": output_tokens,
+             "hash_ids": common + list(range(10_000 + i * fresh, 10_000 + (i + 1) * fresh))}
+            for i in range(requests)]
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+def _prefix_case(backend: str, block_size: int, input_tokens: int, cached: int, *, concurrency: int = 2,
+                 requests: int = 6, blocks: int = 1000) -> dict:
+    return synthetic({"input_tokens": input_tokens, "output_tokens": 4, "cached_prefix_tokens": cached},
+                     {"kv_cache": {"block_size": block_size, "capacity": {"type": "fixed", "blocks": blocks}},
+                      "timing": FIXED}, backend=backend, concurrency=concurrency, requests=requests,
+                     **({"context_length": 32768} if backend == "vllm" else {}))
+
+
+PREFIX = {
+    "vllm-600-of-1000-bs16": _prefix_case("vllm", 16, 1000, 600),
+    "vllm-512-of-1000-bs16": _prefix_case("vllm", 16, 1000, 512),
+    "vllm-whole-prompt": _prefix_case("vllm", 16, 1000, 1000),
+    "vllm-tiny-pool": _prefix_case("vllm", 16, 300, 200, concurrency=3, requests=8, blocks=40),
+    "sglang-600-of-1000": _prefix_case("sglang", 1, 1000, 600, concurrency=3, blocks=20000),
+    "trtllm-100-of-700-bs32": _prefix_case("trtllm", 32, 700, 100),
+}
+
+PREFIX_VERDICTS = {
+    "over-input": _prefix_case("vllm", 16, 1000, 1001),
+    "negative": _prefix_case("vllm", 16, 1000, -1),
+    "float": _prefix_case("vllm", 16, 1000, 600.0),  # type: ignore[arg-type]
+    "string": _prefix_case("vllm", 16, 1000, "600"),  # type: ignore[arg-type]
+    "bool": _prefix_case("vllm", 16, 1000, True),  # type: ignore[arg-type]
+    "zero": _prefix_case("vllm", 16, 1000, 0),
+    "equal-to-input": _prefix_case("vllm", 16, 1000, 1000),
+}
+
+
+def _as_trace(config: dict) -> tuple[dict, str]:
+    source = config["traffic"]["source"]
+    kv = config["engine"]["workers"]["aggregated"]["kv_cache"]
+    from math import gcd
+
+    unit = gcd(source["cached_prefix_tokens"], kv["block_size"]) if source["cached_prefix_tokens"] else kv["block_size"]
+    trace = prefix_trace(config["traffic"]["stop"]["requests"], source["input_tokens"], source["output_tokens"],
+                         source["cached_prefix_tokens"], kv["block_size"])
+    traced = json.loads(json.dumps(config))
+    traced["traffic"] = {"source": {"type": "trace", "paths": ["trace.jsonl"], "format": "mooncake",
+                                    "block_size": unit},
+                         "load": config["traffic"]["load"]}
+    return traced, trace
+
+
+def record_prefix() -> None:
+    cases = {}
+    for name, config in PREFIX.items():
+        code, report, tail = predict(config)
+        assert code == 0 and report is not None, (name, tail)
+        traced, trace = _as_trace(config)
+        code, traced_report, tail = predict(traced, {"trace.jsonl": trace})
+        assert code == 0 and traced_report is not None, (name, tail)
+        for record in traced_report["per_request"]:
+            record["session_id"] = f"session_{int(record['session_id'].split('_')[1]) - 1}"
+        same = traced_report == report
+        cases[name] = {"config": config, "trace_config": traced, "trace": trace, "report": report,
+                       "same_as_trace": same}
+        print(name, report["prefix_cache_reused_ratio"], "same as trace:", same, file=sys.stderr)
+    verdicts = {}
+    for name, config in PREFIX_VERDICTS.items():
+        code, _, tail = predict(config)
+        verdicts[name] = {"config": config, "exit_code": code, "stderr_tail": tail}
+        print(name, code, tail[-1:] if tail else "", file=sys.stderr)
+    _write("cached-prefix.json", {"cases": cases, "verdicts": verdicts})
+
+
 def _write(name: str, payload: dict) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / name).write_text(json.dumps({"producer": PRODUCER, **payload}, indent=1) + "\n")
 
 
-STEPS = {"power": record_power}
+STEPS = {"power": record_power, "prefix": record_prefix}
 
 
 def main() -> int:

@@ -361,6 +361,7 @@ KNOBS: dict[str, Knob] = {
     "traffic.source.output_tokens": KV_SIZE,
     "traffic.source.session.prefix_groups": ALIKE,
     "traffic.source.session.shared_prefix_ratio": ALIKE,
+    "traffic.source.cached_prefix_tokens": ALIKE,
     **{"traffic.source." + name: NEUTRAL for name in (
         "block_size", "nested_timestamp_basis", "new_input_tokens_per_turn", "output_tokens_per_turn",
         "session.inter_turn_delay_ms")},
