@@ -184,12 +184,91 @@ def record_prefix() -> None:
     _write("cached-prefix.json", {"cases": cases, "verdicts": verdicts})
 
 
+# -- prefill_schedule_interval (vLLM, attention DP) and prefill_decode_interval (SGLang) ---------
+
+def _trace(rows: list[tuple[float, int, int]]) -> str:
+    """Mooncake rows (arrival ms, prompt tokens, output tokens), each prompt its own."""
+    return "".join(json.dumps({"timestamp": t, "input_length": n, "output_length": out,
+                               "hash_ids": [1000 * (i + 1) + k for k in range(-(-n // 16))]}) + "\n"
+                   for i, (t, n, out) in enumerate(rows))
+
+
+# All at t=0; a long-running request on every rank keeps every pass that prefills also decoding,
+# so 0.13's passes last what 0.1.0.dev2's do (servesim's timing convention) after the first one.
+BACKGROUND = [(0, 64, 60), (0, 64, 60), (0, 64, 60), (0, 64, 60)]
+QUEUED = [(0, 64, out) for out in (3, 5, 4, 7, 3, 6, 8, 4, 5, 3, 6, 4)]
+GAP = [(0, 64, 3), (100, 64, 10), (100, 64, 10), (112, 64, 3), (113, 64, 3)]
+STAGGERED = [(t, 64, 6) for t in (0, 0, 3, 7, 12, 30, 31, 44)]
+
+
+def _interval_case(rows: list, backend: str, scheduler: dict, *, dp: int = 1, blocks: int = 2000,
+                   block_size: int = 16) -> dict:
+    config = {"traffic": {"source": {"type": "trace", "paths": ["trace.jsonl"], "format": "mooncake",
+                                     "block_size": 16},
+                          "load": {"type": "trace_timestamps"}},
+              "engine": {"model": "Qwen/Qwen3-32B", "hardware": "h200_sxm", "backend": backend,
+                         "workers": {"aggregated": {
+                             "parallelism": {"attention_data": dp},
+                             "scheduler": {"max_batched_tokens": 8192, "max_sequences": 256, **scheduler},
+                             "kv_cache": {"block_size": block_size, "capacity": {"type": "fixed", "blocks": blocks}},
+                             "timing": FIXED}}}}
+    if backend == "vllm":
+        config["engine"]["context_length"] = 32768
+    return {"config": config, "trace": _trace(rows)}
+
+
+INTERVALS = {
+    **{f"vllm-dp{dp}-queued-n{n}": _interval_case(BACKGROUND[:dp] + QUEUED, "vllm",
+                                                  {"prefill_schedule_interval": n, "max_sequences": 3}, dp=dp)
+       for dp in (2, 4) for n in (1, 2, 3)},
+    **{f"vllm-dp2-gap-n{n}": _interval_case(GAP, "vllm", {"prefill_schedule_interval": n}, dp=2) for n in (1, 2, 3)},
+    **{f"vllm-dp1-queued-n{n}": _interval_case(BACKGROUND[:1] + QUEUED, "vllm",
+                                               {"prefill_schedule_interval": n, "max_sequences": 3}) for n in (1, 3)},
+    **{f"sglang-{name}-n{n}": _interval_case(rows, "sglang", {"prefill_decode_interval": n}, blocks=20000,
+                                             block_size=1)
+       for name, rows in (("staggered", STAGGERED), ("gap", GAP)) for n in (0, 1, 2, 3)},
+}
+
+INTERVAL_VERDICTS = {
+    "vllm-interval-zero": _interval_case(GAP, "vllm", {"prefill_schedule_interval": 0}, dp=2)["config"],
+    "vllm-interval-float": _interval_case(GAP, "vllm", {"prefill_schedule_interval": 2.0}, dp=2)["config"],
+    "vllm-interval-dp1": _interval_case(GAP, "vllm", {"prefill_schedule_interval": 3})["config"],
+    "vllm-with-decode-interval": _interval_case(GAP, "vllm", {"prefill_decode_interval": 1})["config"],
+    "vllm-with-decode-interval-zero": _interval_case(GAP, "vllm", {"prefill_decode_interval": 0})["config"],
+    "sglang-with-schedule-interval": _interval_case(GAP, "sglang", {"prefill_schedule_interval": 2},
+                                                    block_size=1, blocks=20000)["config"],
+    "sglang-with-schedule-interval-one": _interval_case(GAP, "sglang", {"prefill_schedule_interval": 1},
+                                                        block_size=1, blocks=20000)["config"],
+    "sglang-decode-interval-negative": _interval_case(GAP, "sglang", {"prefill_decode_interval": -1},
+                                                      block_size=1, blocks=20000)["config"],
+    "sglang-decode-interval-bool": _interval_case(GAP, "sglang", {"prefill_decode_interval": True},
+                                                  block_size=1, blocks=20000)["config"],
+    "trtllm-with-schedule-interval": _interval_case(GAP, "trtllm", {"prefill_schedule_interval": 2},
+                                                    block_size=32)["config"],
+}
+
+
+def record_intervals() -> None:
+    cases = {}
+    for name, case in INTERVALS.items():
+        code, report, tail = predict(case["config"], {"trace.jsonl": case["trace"]})
+        assert code == 0 and report is not None, (name, tail)
+        cases[name] = {**case, "report": report}
+        print(name, report["duration_ms"], file=sys.stderr)
+    verdicts = {}
+    for name, config in INTERVAL_VERDICTS.items():
+        code, _, tail = predict(config, {"trace.jsonl": _trace(GAP)})
+        verdicts[name] = {"config": config, "exit_code": code, "stderr_tail": tail}
+        print(name, code, tail[-1:] if tail else "", file=sys.stderr)
+    _write("intervals.json", {"cases": cases, "verdicts": verdicts})
+
+
 def _write(name: str, payload: dict) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / name).write_text(json.dumps({"producer": PRODUCER, **payload}, indent=1) + "\n")
 
 
-STEPS = {"power": record_power, "prefix": record_prefix}
+STEPS = {"power": record_power, "prefix": record_prefix, "intervals": record_intervals}
 
 
 def main() -> int:

@@ -170,6 +170,8 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
                 if worker.scheduler.sglang is not None else SglangSettings()),
         speculative=_speculative(worker),
         preempt_first=worker.scheduler.preemption_mode == "fifo",
+        prefill_schedule_interval=worker.scheduler.prefill_schedule_interval,
+        prefill_decode_interval=worker.scheduler.prefill_decode_interval,
     )
     return PoolSpec(
         role=role,

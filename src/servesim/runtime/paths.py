@@ -312,6 +312,8 @@ KNOBS: dict[str, Knob] = {
     _WORKER + "scheduler.max_batched_tokens": BUDGET,
     _WORKER + "scheduler.max_sequences": BUDGET,
     _WORKER + "scheduler.preemption_mode": FIFO,
+    _WORKER + "scheduler.prefill_decode_interval": NEUTRAL,
+    _WORKER + "scheduler.prefill_schedule_interval": NEUTRAL,  # acts with attention DP only (ATTENTION_DP)
     **{_WORKER + "scheduler.sglang." + name: NEUTRAL for name in (
         "chunked_prefill_size", "clip_max_new_tokens", "max_prefill_tokens", "schedule_conservativeness",
         "schedule_policy")},
