@@ -145,3 +145,26 @@ def test_prefill_passes_power_equals_013_on_its_database() -> None:
     energy_j = case["power_diagnostics"]["energy_wms"] / 1000.0
     # servesim's busy time is the passes' durations in whole nanoseconds (0.13 sums raw latencies)
     assert report["energy_per_output_token_j"] == pytest.approx(energy_j / case["total_output_tokens"], rel=1e-7)
+
+
+def test_tables_without_a_power_column_price_nothing(tmp_path: Path) -> None:
+    """The database check that spares compiling an engine whose tables have no op power: a
+    version's own tables and those it reuses count; each file's schema is read from its footer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from servesim.perf.energy import power_data_possible
+
+    data = tmp_path / "data" / "gpu"
+    for op, version, columns in (("gemm", "1.0", ["latency"]), ("gemm", "0.9", ["latency", "power"]),
+                                 ("gemm", "2.0", ["latency", "power_limit"])):
+        (data / op / "vllm" / version).mkdir(parents=True)
+        pq.write_table(pa.table({c: [1.0] for c in columns}), data / op / "vllm" / version / "gemm_perf.parquet")
+    assert power_data_possible(str(tmp_path), "gpu", "vllm", "0.9")
+    assert not power_data_possible(str(tmp_path), "gpu", "vllm", "1.0")
+    assert not power_data_possible(str(tmp_path), "gpu", "vllm", "2.0")  # power_limit is not power
+    (data / "gemm" / "vllm" / "2.0" / "reuse.yaml").write_text("reuse:\n- {table: gemm_perf, from_version: '0.9'}\n")
+    from servesim.perf import energy
+
+    energy._POWER_DATA.clear()  # the answers are memoised per process
+    assert power_data_possible(str(tmp_path), "gpu", "vllm", "2.0")

@@ -28,6 +28,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from servesim.engine.pass_time import MixedPassTiming, TimingModel
@@ -63,16 +64,24 @@ class ShapeEnergy:
                            self.covered_ms + other.covered_ms)
 
 
+NO_ENERGY = ShapeEnergy(1.0, 0.0, 0.0)
+"""A shape priced from tables without op power: every operation uncovered."""
+
+
 class AicEnergy:
     """Per-shape energy of one AIC engine, memoised: a prefill shape is the context phase of
     ``run_static_per_op(batch, isl, osl=2, prefix)``, a decode shape its generation phase at
-    ``(batch, ctx)`` — the same questions `perf.aic.AicTiming` asks for the latencies."""
+    ``(batch, ctx)`` — the same questions `perf.aic.AicTiming` asks for the latencies. When
+    the database's tables for the engine have no ``power`` column at all, no shape is priced
+    (and the engine is not compiled for it): every operation is uncovered."""
 
     def __init__(self, timing: Any) -> None:
         self._timing = timing
         """The role's `AicTiming` (its engine is compiled only when a shape is first priced)."""
         self._prefill: dict[tuple[int, int, int], ShapeEnergy] = {}
         self._decode: dict[tuple[int, int], ShapeEnergy] = {}
+        key = getattr(timing, "_key", None)
+        self.priced = key is None or power_data_possible(key.systems_path, key.system, key.backend, key.version)
 
     def _static(self, batch: int, isl: int, prefix: int) -> tuple[ShapeEnergy, ShapeEnergy]:
         context, generation = self._timing.engine.run_static_per_op(batch, 1, isl, 2, prefix, 1.0, 1.0, "static", 32)
@@ -80,6 +89,8 @@ class AicEnergy:
 
     def prefill(self, batch: int, isl: int, prefix: int) -> ShapeEnergy:
         """The prefill of `batch` chunks ending at `isl` with `prefix` cached."""
+        if not self.priced:
+            return NO_ENERGY
         key = (batch, isl, prefix)
         found = self._prefill.get(key)
         if found is None:
@@ -88,11 +99,74 @@ class AicEnergy:
 
     def decode(self, batch: int, ctx: int) -> ShapeEnergy:
         """One decode step of `batch` sequences at mean context `ctx`."""
+        if not self.priced:
+            return NO_ENERGY
         key = (batch, ctx)
         found = self._decode.get(key)
         if found is None:
             found = self._decode[key] = self._static(batch, ctx, 0)[1]
         return found
+
+
+_POWER_DATA: dict[tuple[str, str, str, str], bool] = {}
+
+
+def power_data_possible(systems_path: str | None, system: str, backend: str, version: str) -> bool:
+    """Whether any table `version` of `backend` on `system` reads (its own, those it reuses
+    from other versions, collective-communication tables) has a ``power`` column; True when
+    that cannot be told."""
+    if not systems_path:
+        return True
+    key = (systems_path, system, backend, version)
+    found = _POWER_DATA.get(key)
+    if found is None:
+        found = _POWER_DATA[key] = _scan_power(Path(systems_path), system, backend, version)
+    return found
+
+
+def _scan_power(systems: Path, system: str, backend: str, version: str) -> bool:
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - a dependency
+        return True
+    data = systems / "data" / system
+    try:
+        manifest = yaml.safe_load((systems / f"{system}.yaml").read_text()) or {}
+        data = systems / str(manifest.get("data_dir", f"data/{system}"))
+    except (OSError, yaml.YAMLError):
+        pass
+    versions, todo = set(), [version]
+    while todo:
+        v = todo.pop()
+        if v in versions:
+            continue
+        versions.add(v)
+        for reuse in data.glob(f"*/{backend}/{v}/reuse.yaml"):
+            try:
+                entries = (yaml.safe_load(reuse.read_text()) or {}).get("reuse") or []
+            except (OSError, yaml.YAMLError):
+                return True
+            todo += [str(e["from_version"]) for e in entries if isinstance(e, dict) and "from_version" in e]
+    files = [f for v in versions for f in data.glob(f"*/{backend}/{v}/*.parquet")]
+    files += [f for comm in ("nccl", "oneccl") for f in data.glob(f"comm/{comm}/*/*.parquet")]
+    return any(_has_power_column(f) for f in files)
+
+
+def _has_power_column(path: Path) -> bool:
+    """Whether the Parquet file's schema (its Thrift footer) names a column ``power``: the
+    footer holds each name as its length then its bytes. True when the file cannot be read."""
+    try:
+        with path.open("rb") as f:
+            f.seek(-8, 2)
+            tail = f.read(8)
+            if tail[4:] != b"PAR1":
+                return True
+            size = int.from_bytes(tail[:4], "little")
+            f.seek(-8 - size, 2)
+            footer = f.read(size)
+    except OSError:
+        return True
+    return b"\x05power" in footer
 
 
 @dataclass(slots=True)
