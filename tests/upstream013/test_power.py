@@ -168,3 +168,39 @@ def test_tables_without_a_power_column_price_nothing(tmp_path: Path) -> None:
 
     energy._POWER_DATA.clear()  # the answers are memoised per process
     assert power_data_possible(str(tmp_path), "gpu", "vllm", "2.0")
+
+
+class _Plain:
+    def prefill(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
+        return 10.0
+
+    def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
+        return 2.0
+
+
+class _Series(_Plain):
+    def decode_series(self, batch: int, active: range, total_kv_tokens: int) -> list[float]:
+        return [2.0 + a / 1000 for a in active]
+
+
+class _Mixed(_Plain):
+    def mixed(self, batch: int, mean_isl: int, mean_prefix: int, decode_batch: int, active_kv_tokens: int,
+              mean_ctx: int, total_kv_tokens: int) -> float:
+        return 11.0
+
+
+def test_meter_keeps_exactly_the_optional_answers_of_the_model() -> None:
+    """The engine picks its paths by what a timing model answers (`decode_series`, `mixed`): a
+    metered model answers the same, and meters each answer under its shape."""
+    from servesim.engine.pass_time import MixedPassTiming
+    from servesim.perf.energy import make_meter
+
+    plain, series, mixed = make_meter(_Plain(), None), make_meter(_Series(), None), make_meter(_Mixed(), None)
+    assert getattr(plain, "decode_series", None) is None and not isinstance(plain, MixedPassTiming)
+    assert series.decode_series(2, range(100, 106, 2), 0) == [2.1, 2.102, 2.104]  # type: ignore[attr-defined]
+    assert dict(series.decode_ms) == {(2, 50): 2.1, (2, 51): 2.102, (2, 52): 2.104}
+    assert isinstance(mixed, MixedPassTiming) and getattr(mixed, "decode_series", None) is None
+    assert mixed.mixed(1, 100, 0, 3, 30, 10, 0) == 11.0
+    assert dict(mixed.mixed_ms) == {(1, 100, 0, 3, 10): 11.0}
+    assert plain.prefill(1, 100, 0) == 10.0 and plain.decode(1, 7, 7, 0) == 2.0
+    assert dict(plain.prefill_ms) == {(1, 100, 0): 10.0} and dict(plain.decode_ms) == {(1, 7): 2.0}
