@@ -90,7 +90,9 @@ def test_reference_fields_flag_writes_exactly_the_reference_fields(case: str, tm
                          .read_text().splitlines()]
     expected.pop("per_request", None)
     assert set(strict) - {"per_request"} == set(expected)
-    assert set(plain) - set(strict) == {"rejected_requests", "incomplete_requests", "provenance"}
+    from servesim.perf.energy import POWER_FIELDS
+
+    assert set(plain) - set(strict) == {"rejected_requests", "incomplete_requests", "provenance", *POWER_FIELDS}
     strict_lines = (tmp_path / "strict" / "requests.jsonl").read_text().splitlines()
     for line, reference in zip(strict_lines, reference_records, strict=True):
         assert set(json.loads(line)) == set(reference)

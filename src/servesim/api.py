@@ -127,9 +127,12 @@ class Report:
 
     def reference_fields_only(self) -> Report:
         """This report with exactly the reference's fields: servesim's additions to the summary
-        (`rejected_requests`, `incomplete_requests`, `timed_out_requests`, `sla`) and to the per-request
+        (`rejected_requests`, `incomplete_requests`, `timed_out_requests`, `sla`, and the upstream
+        0.13 power fields) and to the per-request
         records (`rejection_reason`) left out, and no headline (`deployment`)."""
-        added = {*SERVESIM_FIELDS, *SERVESIM_OPTIONAL_FIELDS}
+        from servesim.perf.energy import POWER_FIELDS
+
+        added = {*SERVESIM_FIELDS, *SERVESIM_OPTIONAL_FIELDS, *POWER_FIELDS}
         summary = {key: value for key, value in self.summary.items() if key not in added}
         records = None if self.per_request is None else [
             {key: value for key, value in record.items() if key not in SERVESIM_RECORD_FIELDS}
@@ -438,6 +441,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         summary["timed_out_requests"] = tally.timed_out
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
                for w in fleet.by_id.values()]
+    summary.update(_power(cluster, workers, int(summary.get("total_output_tokens", 0))))
     extensions: dict[str, Any] = {"workers": worker_breakdown(tally, workers, end_ms)}
     driver = _agentic(cluster.driver)
     if driver is not None:
@@ -461,6 +465,18 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         report.latency = from_tally(tally)
     tally.close()
     return report
+
+
+def _power(cluster: Cluster, workers: list[WorkerUsage], output_tokens: int) -> dict[str, float | None]:
+    """`power_w`, `power_coverage` and `energy_per_output_token_j` (`servesim.perf.energy`)."""
+    from servesim.perf.energy import EnergyMeter, PoolEnergy, power_fields
+
+    pools = []
+    for pool in cluster.serving:
+        meter = pool.spec.timing if isinstance(pool.spec.timing, EnergyMeter) else None
+        busy = sum(w.busy_ms for w in workers if w.pool == pool.name)
+        pools.append(PoolEnergy(meter, busy, pool.spec.gpus_per_worker))
+    return power_fields(pools, output_tokens)
 
 
 def _agentic(driver: RequestDriver) -> AgenticDriver | None:

@@ -9,7 +9,7 @@ reads the user's config.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servesim.build.control import planner_settings, router_spec
 from servesim.build.describe import describe
@@ -170,6 +170,8 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
                 if worker.scheduler.sglang is not None else SglangSettings()),
         speculative=_speculative(worker),
         preempt_first=worker.scheduler.preemption_mode == "fifo",
+        prefill_schedule_interval=worker.scheduler.prefill_schedule_interval,
+        prefill_decode_interval=worker.scheduler.prefill_decode_interval,
     )
     return PoolSpec(
         role=role,
@@ -177,7 +179,7 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
         dp_size=par.attention_data,
         gpus_per_worker=par.gpus_per_worker,
         rank_config=rank,
-        timing=_timing_model(engine, worker, role),
+        timing=_timing_model(engine, worker, role, metered=config.compat != "reference"),
         startup_ms=1000 * worker.startup_seconds,
         async_scheduling=async_scheduling(worker),
     )
@@ -224,11 +226,30 @@ def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
     return num_blocks(engine, worker, role)
 
 
-def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str) -> TimingModel:
-    """The pass-time model of one role's workers."""
+def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str, *, metered: bool) -> TimingModel:
+    """The pass-time model of one role's workers; with `metered` (not under `compat:
+    reference`, whose report has no power fields) an AIC-timed role's is metered for energy
+    (`servesim.perf.energy`)."""
     from servesim.build.perf import timing_model
+    from servesim.config.timing import DefaultTiming as DefaultTimingConfig
 
-    return timing_model(engine, worker, role)
+    model = timing_model(engine, worker, role)
+    if not metered or not isinstance(worker.timing, DefaultTimingConfig):
+        return model
+    from servesim.perf.aic import AicTiming
+    from servesim.perf.energy import AicEnergy, make_meter
+
+    base = _innermost(model)
+    return make_meter(model, AicEnergy(base)) if isinstance(base, AicTiming) else model
+
+
+def _innermost(model: Any) -> Any:
+    """The timing model under its fidelity wrappers (fused, calibrated, DP-synced)."""
+    for _ in range(8):
+        if not hasattr(model, "_timing"):
+            break
+        model = model._timing
+    return model
 
 
 def _max_model_len(config: SimConfig) -> int | None:

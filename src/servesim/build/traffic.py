@@ -28,7 +28,8 @@ def traffic_spec(traffic: TrafficConfig, *, aggregated: bool, frontend_ms: float
 def _source(traffic: TrafficConfig) -> SyntheticSpec | TraceSpec:
     source = traffic.source
     if isinstance(source, SyntheticSource):
-        return SyntheticSpec(_count(traffic), source.input_tokens, source.output_tokens)
+        return SyntheticSpec(_count(traffic), source.input_tokens, source.output_tokens,
+                             cached_prefix_tokens=source.cached_prefix_tokens)
     if isinstance(source, SyntheticSessionSource):
         s = source.session
         return SyntheticSpec(_count(traffic), source.new_input_tokens_per_turn, source.output_tokens_per_turn,

@@ -98,6 +98,10 @@ class SchedulerConfig(SchemaModel):
     """SGLang knobs (servesim extension, backend 'sglang' only); omitted = the reference's defaults."""
     preemption_mode: Literal["lifo", "fifo"] | None = None
     """vLLM preemption victim (servesim extension, backend 'vllm' only): 'lifo' = the last running request (omitted), 'fifo' = the first."""
+    prefill_schedule_interval: PositiveInt = 1
+    """Upstream 0.13 key (backend 'vllm' only): with attention DP, a rank that is decoding admits new requests only on every N-th pass of its worker since the worker was last idle (chunks of admitted prompts continue); no effect without attention_data > 1 (as in 0.13)."""
+    prefill_decode_interval: NonNegativeInt = 0
+    """Upstream 0.13 key (backend 'sglang' only): after each pass that extends (prefills), N passes neither admit nor continue a chunked prompt while requests are decoding (passes with nothing to decode take no time); 0 = off."""
     async_scheduling: bool | None = None
     """servesim extension: a request reaching a worker while it runs a pass joins the pass after next, as with vLLM's async scheduling (SGLang's and TensorRT-LLM's overlap schedulers work alike: the next pass is planned before the running one ends); omitted = on when the role's timing.mixed_pass is 'fused', else off (the reference)."""
 
@@ -289,6 +293,15 @@ class KvTransferConfig(SchemaModel):
     """Bytes moved: the full prompt, or only the blocks missing on the decode worker."""
 
 
+def _interval_backends(engine: "EngineConfig") -> list[tuple[str, str]]:
+    """The two prefill intervals (upstream 0.13) away from their defaults only on their backend."""
+    return [(f"workers.{role}.scheduler.{key}", f"is supported only for backend '{backend}' (backend is "
+                                                f"'{engine.backend}'; got {getattr(worker.scheduler, key)})")
+            for role, worker in engine.roles.items()
+            for key, backend, default in (("prefill_schedule_interval", "vllm", 1), ("prefill_decode_interval", "sglang", 0))
+            if engine.backend != backend and getattr(worker.scheduler, key) != default]
+
+
 class EngineConfig(SchemaModel):
     """The serving engine: topology, model, hardware, backend and per-role workers."""
 
@@ -334,6 +347,7 @@ class EngineConfig(SchemaModel):
         if self.backend != "vllm":
             problems += [(f"workers.{role}.scheduler.preemption_mode", f"only allowed when backend is 'vllm' (backend is '{self.backend}')")
                          for role, worker in self.roles.items() if worker.scheduler.preemption_mode is not None]
+        problems += _interval_backends(self)
         if self.backend in ("vllm", "trtllm"):
             for role, worker in self.roles.items():
                 size = worker.kv_cache.block_size_for(self.backend)

@@ -38,6 +38,16 @@ class SyntheticSource(SchemaModel):
     """Prompt length of every request."""
     output_tokens: TokenCount = 128
     """Output length of every request."""
+    cached_prefix_tokens: NonNegativeInt = 0
+    """Upstream 0.13 key: the first this many prompt tokens are the same in every request (one shared prefix; the first request finds it cold), at most input_tokens; 0 = every prompt unique."""
+
+    @model_validator(mode="after")
+    def _prefix_within_prompt(self) -> "SyntheticSource":
+        """The shared prefix is part of the prompt."""
+        if self.cached_prefix_tokens > self.input_tokens:
+            raise RuleViolation([("cached_prefix_tokens", f"must be <= input_tokens ({self.input_tokens}); "
+                                                          f"got {self.cached_prefix_tokens}")])
+        return self
 
 
 class SessionConfig(SchemaModel):

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from servesim.engine.handoff import RankHandoff
 from servesim.engine.cache.kv import KvListener
-from servesim.engine.rank import DecodeRun, RankPass
+from servesim.engine.rank import DecodeRun, RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 
 
@@ -30,6 +30,9 @@ class KvStore(Protocol):
 
 class Rank(Protocol):
     """A scheduler rank, whatever its core."""
+
+    config: RankConfig
+    """The rank's settings."""
 
     @property
     def pool(self) -> KvStore:

@@ -68,6 +68,13 @@ class RankConfig:
     speculative: SpeculativeSettings | None = None
     preempt_first: bool = False
     """vLLM FIFO preemption: the victim is the first running request instead of the last."""
+    prefill_schedule_interval: int = 1
+    """vLLM, attention DP > 1 (upstream 0.13): a request routed to a rank that holds requests
+    reaches the rank's queue only at every N-th pass of its worker since the worker was last
+    idle (`engine.worker`)."""
+    prefill_decode_interval: int = 0
+    """SGLang (upstream 0.13): after each pass that extends (prefills), this many passes neither
+    admit nor continue a chunked prompt while requests are decoding (`engine.sglang.core`)."""
     record_metrics: bool = False
     """Build forward-pass metrics every pass (for scaling policies)."""
     reject_unservable: bool = True

@@ -53,6 +53,12 @@ class Worker:
         self.busy = False
         self.parked = False
         self._busy = BusyTime(self.pass_ends)
+        self._interval = ranks[0].config.prefill_schedule_interval if len(ranks) > 1 else 1
+        """vLLM's `prefill_schedule_interval` (upstream 0.13; attention DP only)."""
+        self._stretch = 0
+        """Index of the first pass since the worker was last idle (what the interval counts from)."""
+        self.held: list[tuple[int, EngineRequest]] = []
+        """(rank, request) routed to a rank holding requests, until a pass the interval opens."""
         self.async_scheduling = async_scheduling
         self.inbox: list[tuple[int, EngineRequest]] = []
         """Async scheduling: (rank, request) that reached the worker during its running pass."""
@@ -68,7 +74,9 @@ class Worker:
 
     def enqueue(self, rank: int, request: EngineRequest) -> None:
         """Route a request to one of this worker's ranks (wakes a parked worker)."""
-        if self.busy and self.async_scheduling:
+        if self._interval > 1 and self.ranks[rank].has_work():
+            self.held.append((rank, request))
+        elif self.busy and self.async_scheduling:
             self.inbox.append((rank, request))
         else:
             self.ranks[rank].enqueue(request)
@@ -76,7 +84,9 @@ class Worker:
 
     def abort(self, rank: int, request: EngineRequest) -> None:
         """Drop a request between passes (its client gave up), wherever it is on this worker."""
-        if (rank, request) in self.inbox:
+        if (rank, request) in self.held:
+            self.held.remove((rank, request))
+        elif (rank, request) in self.inbox:
             self.inbox.remove((rank, request))
         else:
             self.ranks[rank].abort(request, len(self.pass_ends))
@@ -85,7 +95,7 @@ class Worker:
         return not self.busy and not self.parked and self.holds_requests()
 
     def holds_requests(self) -> bool:
-        if self.inbox:
+        if self.inbox or self.held:
             return True
         for rank in self.ranks:
             if rank.has_work():
@@ -165,6 +175,8 @@ class Worker:
 
     def _one_pass(self, now: float) -> WorkerPass:
         index = len(self.pass_ends)
+        if self.held or self._interval > 1:
+            self._release_held(index, now)
         end = now
         done: list[tuple[int, RankPass]] = []
         effect = False
@@ -186,6 +198,20 @@ class Worker:
                     result.metrics.wall_time_secs = (end - now) / 1000
         self.busy = True
         return WorkerPass(now, end, index, done, effect)
+
+    def _release_held(self, index: int, now: float) -> None:
+        """`prefill_schedule_interval` N (upstream 0.13): the held requests reach their ranks
+        before every N-th pass since the worker was last idle; before any pass, those of a
+        rank that holds nothing."""
+        if index == 0 or now > self.pass_ends[-1]:
+            self._stretch = index
+        opened = (index - self._stretch) % self._interval == 0
+        held, self.held = self.held, []
+        for rank, request in held:
+            if opened or not self.ranks[rank].has_work():
+                self.ranks[rank].enqueue(request)
+            else:
+                self.held.append((rank, request))
 
     def _lone_pass(self, rank: HandoffRank, now: float) -> WorkerPass:
         """`_one_pass` of a worker whose one rank has work."""

@@ -72,7 +72,22 @@ def _single_value_rows(report: Mapping[str, Any]) -> list[list[str]]:
         ("Request Count (requests)", count),
     )
     padding = [NOT_AVAILABLE] * (len(HEADERS) - 2)
-    return [[label, format_cell(value), *padding] for label, value in rows]
+    return [[label, format_cell(value), *padding] for label, value in (*rows, *_power_rows(report))]
+
+
+def _power_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Upstream 0.13's power rows and servesim's energy per token, when the report has them
+    (servesim mode); a null value reads ``unavailable (why)`` as in 0.13."""
+    if "power_coverage" not in report:
+        return []
+    from servesim.perf.energy import unavailable_reason
+
+    why = f"unavailable ({unavailable_reason(report)})"
+    coverage = report.get("power_coverage")
+    cells = (("Active Power per GPU (W) [power_w]", report.get("power_w")),
+             ("Power Data Coverage (%) [power_coverage]", None if coverage is None else 100.0 * coverage),
+             ("Energy per Output Token (J) [energy_per_output_token_j]", report.get("energy_per_output_token_j")))
+    return [(label, format_cell(value) if value is not None else why) for label, value in cells]
 
 
 def _column_widths(rows: list[list[str]]) -> list[int]:

@@ -301,6 +301,8 @@ KNOBS: dict[str, Knob] = {
     _WORKER + "scheduler.max_batched_tokens": BUDGET,
     _WORKER + "scheduler.max_sequences": BUDGET,
     _WORKER + "scheduler.preemption_mode": FIFO,
+    _WORKER + "scheduler.prefill_decode_interval": NEUTRAL,
+    _WORKER + "scheduler.prefill_schedule_interval": NEUTRAL,  # acts with attention DP only (ATTENTION_DP)
     **{_WORKER + "scheduler.sglang." + name: NEUTRAL for name in (
         "chunked_prefill_size", "clip_max_new_tokens", "max_prefill_tokens", "schedule_conservativeness",
         "schedule_policy")},
@@ -350,6 +352,7 @@ KNOBS: dict[str, Knob] = {
     "traffic.source.output_tokens": KV_SIZE,
     "traffic.source.session.prefix_groups": ALIKE,
     "traffic.source.session.shared_prefix_ratio": ALIKE,
+    "traffic.source.cached_prefix_tokens": ALIKE,
     **{"traffic.source." + name: NEUTRAL for name in (
         "block_size", "nested_timestamp_basis", "new_input_tokens_per_turn", "output_tokens_per_turn",
         "session.inter_turn_delay_ms")},

@@ -202,12 +202,13 @@ class Driver:
 
     def plain_lengths(self) -> tuple[int, int] | None:
         """(prompt, output) tokens of every request when all are alike and share nothing: open
-        loop, single-turn synthetic sessions without prefix groups, whose prompts are kept
+        loop, single-turn synthetic sessions without prefix groups or a cached prefix, whose prompts are kept
         whole, arriving in index order (the n-th request is session `session_{n}`). None
         otherwise."""
         sessions = self._sessions
         if not (self.fixed_arrivals and self._sessions_in_order and isinstance(sessions, SyntheticSessions)
-                and sessions.turns == 1 and not sessions.groups and not self._accumulate):
+                and sessions.turns == 1 and not sessions.groups and sessions.common is None
+                and not self._accumulate):
             return None
         if self._prompt_limit is not None and sessions.input_tokens > self._prompt_limit:
             return None

@@ -27,6 +27,8 @@ class SyntheticSpec:
     shared_prefix_ratio: float = 0.0
     prefix_groups: int = 0
     inter_turn_delay_ms: float = 0.0
+    cached_prefix_tokens: int = 0
+    """Leading prompt tokens every request shares (single-turn sources only)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -80,7 +82,8 @@ class TrafficSpec:
             return synthetic_workload(source.count, source.input_tokens, source.output_tokens, block_size,
                                       turns=source.turns, shared_prefix_ratio=source.shared_prefix_ratio,
                                       prefix_groups=source.prefix_groups,
-                                      inter_turn_delay_ms=source.inter_turn_delay_ms)
+                                      inter_turn_delay_ms=source.inter_turn_delay_ms,
+                                      cached_prefix_tokens=source.cached_prefix_tokens)
         speedup = self.load.speedup if self.load.kind == "trace_timestamps" and self.load.snapshot is None else 1.0
         return read_trace(source.format, list(source.paths), source.block_size, speedup,
                           timestamped=self.load.kind == "trace_timestamps", basis=source.nested_timestamp_basis)

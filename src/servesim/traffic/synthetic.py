@@ -2,7 +2,10 @@
 
 Prompts are built in engine-block units: every block is a fresh unique value, except the first
 ``round(num_blocks × shared_prefix_ratio)`` blocks of each turn, which are the session's prefix
-group's values (groups drawn from the reference's structural RNG, seed 0).
+group's values (groups drawn from the reference's structural RNG, seed 0). With
+``cached_prefix_tokens`` C (upstream 0.13, single-turn only) the first C tokens of every prompt
+are one shared prefix, token-exact: the unit is then gcd(C, block size) tokens, so a block
+holding the prefix's end and fresh tokens is unique, as in 0.13.
 
 Sessions and arrival times are made as the replay reaches them, so a run of 10⁸ requests starts
 at once and holds only the sessions in flight.
@@ -65,7 +68,8 @@ class SyntheticSessions(Sequence[Session]):
     """
 
     def __init__(self, count: int, input_tokens: int, output_tokens: int, block_size: int, turns: int,
-                 shared_prefix_ratio: float, prefix_groups: int, inter_turn_delay_ms: float) -> None:
+                 shared_prefix_ratio: float, prefix_groups: int, inter_turn_delay_ms: float,
+                 cached_prefix_tokens: int = 0) -> None:
         self.size = count
         self.turns = turns
         self.input_tokens = input_tokens
@@ -79,6 +83,16 @@ class SyntheticSessions(Sequence[Session]):
         # Group g's shared block j has value g * shared + j; fresh values follow all group values.
         self.first_fresh = prefix_groups * self.shared
         self.unique_from = min(self.shared * block_size, input_tokens)
+        self.common: range | None = None
+        """The shared prefix's unit values (`cached_prefix_tokens`), or None."""
+        if cached_prefix_tokens > 0:
+            assert turns == 1 and not self.groups, "cached_prefix_tokens is for single-turn sources"
+            unit = math.gcd(cached_prefix_tokens, block_size)
+            self.block_size = unit
+            self.common = range(cached_prefix_tokens // unit)
+            self.fresh = -(-(input_tokens - cached_prefix_tokens) // unit)
+            self.first_fresh = len(self.common)
+            self.unique_from = cached_prefix_tokens
         self._rng: StdRng | None = None
         self._drawn = 0
         self._group = 0
@@ -105,9 +119,10 @@ class SyntheticSessions(Sequence[Session]):
             raise IndexError(index)
         if self.turns == 1 and not self.groups:  # the common case, made directly
             start = self.first_fresh + index * self.fresh
-            return Session(f"session_{index}", [Turn(range(start, start + self.fresh), self.block_size,
-                                                     self.input_tokens, self.output_tokens, 0.0,
-                                                     unique_from=self.unique_from)])
+            fresh = range(start, start + self.fresh)
+            values: Sequence[int] = fresh if self.common is None else _Blocks(self.common, fresh)
+            return Session(f"session_{index}", [Turn(values, self.block_size, self.input_tokens,
+                                                     self.output_tokens, 0.0, unique_from=self.unique_from)])
         first_shared = self._group_of(index) * self.shared if self.groups else 0
         shared = range(first_shared, first_shared + self.shared)
         unique_from = self.unique_from
@@ -141,10 +156,12 @@ def synthetic_workload(
     shared_prefix_ratio: float = 0.0,
     prefix_groups: int = 0,
     inter_turn_delay_ms: float = 0.0,
+    cached_prefix_tokens: int = 0,
 ) -> Workload:
-    """`num_sessions` sessions of `turns` turns with constant lengths."""
+    """`num_sessions` sessions of `turns` turns with constant lengths (the first
+    `cached_prefix_tokens` prompt tokens shared by all)."""
     sessions = SyntheticSessions(num_sessions, input_tokens, output_tokens, block_size, turns,
-                                 shared_prefix_ratio, prefix_groups, inter_turn_delay_ms)
+                                 shared_prefix_ratio, prefix_groups, inter_turn_delay_ms, cached_prefix_tokens)
     return Workload(sessions, accumulate=turns > 1)
 
 

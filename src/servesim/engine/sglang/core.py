@@ -76,6 +76,9 @@ Chunk = tuple[SgRequest, int, int]
 class SglangRank(SglangHandoff):
     """Scheduler, radix cache and timing of one rank running the SGLang policy."""
 
+    _no_extend = 0
+    """Passes left that may not extend (`RankConfig.prefill_decode_interval`, upstream 0.13)."""
+
     def release(self) -> None:
         """At the end of a run: unlink the radix tree (its parent/child cycles), so the rank's
         memory returns with its last reference."""
@@ -180,7 +183,12 @@ class SglangRank(SglangHandoff):
         prebuilt = bool(self.ready)
         if prebuilt:
             self._promote(result)
-        if self.waiting and not (prebuilt or self.handoff.pending):
+        if self._no_extend and not self.running:
+            self._no_extend = 0  # the held passes are idle: 0.13 runs them in no time
+        held = self._no_extend > 0
+        if held:
+            self._no_extend -= 1
+        if self.waiting and not (prebuilt or self.handoff.pending or held):
             if self.settings.schedule_policy == "lpm":
                 self.waiting = lpm_order(self.waiting, self.cache)
             if not self.running:
@@ -191,6 +199,8 @@ class SglangRank(SglangHandoff):
             if self.handoff.charges_prefill:
                 result.prefill_ms = self._prefill_time(batch)
             self._place_batch(batch, result)
+            if batch:  # this pass decodes too: the first of 0.13's rounds without an extend
+                self._no_extend = max(0, self.config.prefill_decode_interval - 1)
         decoding: list[SgRequest] = []
         retracted = self._decode(pass_index, result, decoding) if self.running else []
         if retracted:

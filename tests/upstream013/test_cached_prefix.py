@@ -1,0 +1,121 @@
+"""Synthetic `cached_prefix_tokens` (issue 34), checked against AISimulate 0.13's recorded runs
+(`tests/cases/upstream013/cached-prefix.json`, recorded by
+`benchmarks/record_013_power_prefix_intervals.py`; the reference is never run here)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CASES
+
+from servesim import simulate
+from servesim.config.load import parse_config
+from servesim.errors import ConfigError
+
+RECORDED = json.loads((CASES / "upstream013" / "cached-prefix.json").read_text())
+CASES_013 = RECORDED["cases"]
+
+# 0.13 emits a request's first token when its prefill phase ends; 0.1.0.dev2 (servesim's timing
+# convention, its parity cases) when the pass's decode phase ends: with fixed timing every TTFT is
+# decode_ms (5 ms) later, and so are the fields made of it. Everything else must be equal.
+FIRST_TOKEN_SHIFT_MS = 5.0
+TIMING_CONVENTION = {"decode_worker_seconds", "duration_ms", "gpu_hours", "input_throughput_tok_s",
+                     "output_throughput_tok_s", "request_throughput_rps", "total_throughput_tok_s",
+                     *(f"{stat}_{metric}" for stat in ("max", "mean", "median", "min", "p75", "p90", "p95", "p99")
+                       for metric in ("ttft_ms", "e2e_latency_ms"))}
+RECORD_FIELDS = ("reused_input_tokens", "input_length", "output_length", "admission_count", "readmission_count",
+                 "terminal_status", "itl_ms", "ttst_ms")
+
+
+def _servesim(config: dict[str, Any]) -> dict[str, Any]:
+    return simulate(parse_config(copy.deepcopy(config)), capture_per_request=True).to_dict()
+
+
+@pytest.mark.parametrize("name", sorted(CASES_013))
+def test_prefix_reuse_matches_013_field_for_field(name: str) -> None:
+    """Every summary field both report, and every request's reuse, equal 0.13's; only the
+    first-token convention (a fixed shift of each TTFT) separates the latencies."""
+    case = CASES_013[name]
+    ours, theirs = _servesim(case["config"]), case["report"]
+    shared = [k for k in theirs if k in ours and not isinstance(theirs[k], (dict, list))]
+    assert len(shared) > 60
+    for key in shared:
+        if key not in TIMING_CONVENTION:
+            assert ours[key] == theirs[key], key
+    assert theirs["prefix_cache_reused_ratio"] > 0
+    mine = {r["session_id"]: r for r in ours["per_request"]}
+    assert len(mine) == len(theirs["per_request"])
+    for record in theirs["per_request"]:
+        other = mine[record["session_id"]]
+        for key in RECORD_FIELDS:
+            assert other[key] == record[key], (record["session_id"], key)
+        assert [h["reused_input_tokens"] for h in other["admission_history"]] == \
+            [h["reused_input_tokens"] for h in record["admission_history"]]
+        assert other["ttft_ms"] - record["ttft_ms"] == FIRST_TOKEN_SHIFT_MS
+
+
+def _renamed(report: dict[str, Any]) -> dict[str, Any]:
+    """A trace run's report with its `request_N` sessions named as synthetic ones."""
+    for key in ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s", "provenance"):
+        report.pop(key, None)
+    for record in report["per_request"]:
+        record.pop("uuid", None)
+        if record["session_id"].startswith("request_"):
+            record["session_id"] = f"session_{int(record['session_id'].split('_')[1]) - 1}"
+    report["per_request"].sort(key=lambda r: (r["arrival_time_ms"], r["session_id"]))
+    return report
+
+
+@pytest.mark.parametrize("name", sorted(CASES_013))
+def test_synthetic_prefix_runs_like_the_trace_holding_it_as_in_013(name: str, tmp_path: Path) -> None:
+    """0.13's report of the synthetic source equals its report of a mooncake trace whose prompts
+    share exactly the prefix; servesim's reports relate the same way (token-exact sharing, so
+    the block holding the prefix's end is nobody's hit)."""
+    case = CASES_013[name]
+    assert case["same_as_trace"] is True
+    (tmp_path / "trace.jsonl").write_text(case["trace"])
+    traced = copy.deepcopy(case["trace_config"])
+    traced["traffic"]["source"]["paths"] = [str(tmp_path / "trace.jsonl")]
+    assert _renamed(_servesim(case["config"])) == _renamed(_servesim(traced))
+
+
+NAMED = {
+    "over-input": "cached_prefix_tokens: must be <= input_tokens (1000); got 1001",
+    "negative": "cached_prefix_tokens: must be >= 0",
+    "float": "cached_prefix_tokens: must be an integer",
+    "string": "cached_prefix_tokens: must be an integer",
+    "bool": "cached_prefix_tokens: must be an integer",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED["verdicts"]))
+def test_config_verdict_matches_013(name: str) -> None:
+    """Accepted where 0.13 exits 0, refused (exit 2) where it does, naming the key and the rule."""
+    verdict = RECORDED["verdicts"][name]
+    if verdict["exit_code"] == 0:
+        parse_config(copy.deepcopy(verdict["config"]))
+        assert name not in NAMED
+        return
+    assert verdict["exit_code"] == 2
+    with pytest.raises(ConfigError) as info:
+        parse_config(copy.deepcopy(verdict["config"]))
+    assert NAMED[name] in str(info.value)
+
+
+def test_only_single_turn_synthetic_sources_take_it() -> None:
+    config = copy.deepcopy(CASES_013["vllm-600-of-1000-bs16"]["config"])
+    config["traffic"]["source"] = {"type": "synthetic-session", "session": {"turns": 2}, "cached_prefix_tokens": 1}
+    with pytest.raises(ConfigError, match="cached_prefix_tokens"):
+        parse_config(config)
+
+
+def test_zero_changes_nothing() -> None:
+    config = copy.deepcopy(CASES_013["vllm-600-of-1000-bs16"]["config"])
+    config["traffic"]["source"]["cached_prefix_tokens"] = 0
+    plain = copy.deepcopy(config)
+    del plain["traffic"]["source"]["cached_prefix_tokens"]
+    assert _renamed(_servesim(config)) == _renamed(_servesim(plain))
