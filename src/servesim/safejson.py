@@ -65,16 +65,19 @@ def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
-def loads(text: str, *, max_depth: int | None = MAX_DEPTH, max_int: bool = True, first_line: int = 1) -> Any:
+def loads(text: str, *, max_depth: int | None = MAX_DEPTH, max_int: bool = True, first_line: int = 1,
+          constants: bool = False) -> Any:
     """The JSON value of `text`, refusing what the module docstring lists (`JsonRefused`).
 
     `first_line` is the line number `text` starts on (for one line of a JSON lines file).
     `max_depth=None` and `max_int=False` leave the depth, integer and float-overflow checks to
     the caller (a hot path whose rows are flat, whose 64-bit ids may pass `MAX_INT` and whose
     numbers it checks itself): a document nested too deeply for the parser, NaN and Infinity
-    are still refused."""
+    are still refused. `constants=True` accepts NaN and Infinity (files of others that hold
+    them where servesim reads nothing, like some Hugging Face model configs)."""
     try:
-        value = json.loads(text, parse_constant=_constant, parse_int=_integer if max_int else None)
+        value = json.loads(text, parse_constant=None if constants else _constant,
+                           parse_int=_integer if max_int else None)
     except JsonRefused as exc:
         exc.line = first_line - 1 + _token_line(text, exc.token)
         raise
@@ -160,14 +163,14 @@ def decode(data: bytes) -> str:
                           data.count(b"\n", 0, exc.start) + 1) from None
 
 
-def read_json(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> Any:
+def read_json(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, constants: bool = False) -> Any:
     """The JSON document in file `path` (`loads` on its UTF-8 text). `OSError` when it cannot be
     read, `JsonRefused` when it is refused (a file over `max_bytes` too)."""
     with open(path, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise JsonRefused(f"larger than {max_bytes >> 20} MiB")
-    return loads(decode(data))
+    return loads(decode(data), constants=constants)
 
 
 def finite_number(value: Any) -> float | None:
