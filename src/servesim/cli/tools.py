@@ -89,7 +89,8 @@ def data_timing_cache(args: argparse.Namespace) -> int:
 
 
 def compare_runs(args: argparse.Namespace) -> int:
-    """Write the comparison page; 2 for an unusable input or option, 1 for a bad measurement file."""
+    """Write the comparison page; 2 for an unusable option (or a missing plotly), 1 for a bad
+    input: a measurement file or a servesim output folder (the message names the file and line)."""
     from servesim.report.html.compare import write_compare
     from servesim.report.summary import Sla
 
@@ -100,7 +101,7 @@ def compare_runs(args: argparse.Namespace) -> int:
     except (ConfigError, ImportError, OSError) as exc:
         print(f"servesim compare: error: {exc}", file=sys.stderr)
         return 2
-    except RunError as exc:  # a measurement file (the message names the file and line)
+    except RunError as exc:  # an input's file (the message names the file and line)
         print(f"servesim compare: error: {exc}", file=sys.stderr)
         return 1
     print(f"Saved comparison to: {args.output}")
