@@ -151,9 +151,14 @@ def _number(value: float | None) -> bool:
 
 
 def write_compare(paths: Sequence[str], out: Path, labels: Sequence[str] = (), sla: Sla | None = None) -> None:
-    """Read every input and write the comparison page to `out`."""
+    """Read every input and write the comparison page to `out` (checked writable first, then
+    replaced atomically: `servesim.output_file`)."""
+    from servesim.output_file import OutputFile
+
     plotly_modules()
     if len(labels) > len(paths):
         raise ConfigError(f"--label given {len(labels)} times for {len(paths)} runs")
+    target = OutputFile("-o", out)
+    target.check()
     runs = [load_run(p, labels[i] if i < len(labels) else None) for i, p in enumerate(paths)]
-    compare_page(runs, sla).write(out)
+    target.write(compare_page(runs, sla).render())
