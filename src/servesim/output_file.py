@@ -37,9 +37,10 @@ class OutputFile:
             if self.path.is_dir() and not self.path.is_symlink():
                 raise ConfigError(f"{where}: is a directory")
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle, probe = create_hidden(self.path.parent, ".probe")
-            os.close(handle)
-            os.unlink(probe)
+            with _signals_held():  # an interrupt here must not leave the probe behind
+                handle, probe = create_hidden(self.path.parent, ".probe")
+                os.close(handle)
+                os.unlink(probe)
             exists = self.path.exists() and not self.path.is_symlink()
             if exists and not os.access(self.path, os.W_OK):
                 raise ConfigError(f"{where}: the file is not writable")
