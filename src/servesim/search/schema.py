@@ -423,6 +423,9 @@ class RecommendConfig(_Model):
         if self.engine.hardware == "auto" and opt.hardware is None:
             raise ValueError("engine.hardware 'auto' requires optimization.hardware")
         sla = self.evaluation.get("sla") or {}
+        if not isinstance(sla, dict):
+            raise ValueError(f"evaluation.sla: must be a mapping of targets (ttft_ms, itl_ms, e2e_ms, ...), "
+                             f"got {type(sla).__name__}")
         given = {key for key, value in sla.items() if isinstance(value, (int, float))}  # per-request ones
         complete = "e2e_ms" in given or {"ttft_ms", "itl_ms"} <= given
         if opt.target in ("goodput", "goodput_per_gpu", "min_gpus") and not complete:
