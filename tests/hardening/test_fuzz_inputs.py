@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from hostile import run_in_process
@@ -29,6 +30,7 @@ def _fuzzer():
     return module
 
 
+@pytest.mark.slow
 def test_fuzzed_inputs_fail_cleanly_on_a_fresh_seed(tmp_path):
     seed = int(os.environ.get("SERVESIM_FUZZ_INPUTS_SEED") or time.time_ns() % 2**32)
     seconds = float(os.environ.get("SERVESIM_FUZZ_INPUTS_SECONDS") or 40)
