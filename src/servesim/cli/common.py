@@ -95,7 +95,7 @@ def _escape_unencodable(stream: object) -> None:
     if reconfigure is not None:
         reconfigure(errors="backslashreplace")
     else:  # a stream that cannot change: its writes go through an escaping wrapper
-        sys.stdout = _Escaping(stream)  # type: ignore[assignment]
+        sys.stdout = _Escaping(stream)
 
 
 class _Escaping:

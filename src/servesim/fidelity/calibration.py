@@ -183,7 +183,7 @@ def _setting(path: str, name: str, key: str, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
-        wanted = {str: "a string", bool: "true or false"}.get(kind, "a number")  # type: ignore[call-overload]
+        wanted = "a string" if kind is str else "true or false" if kind is bool else "a number"
         raise TraceError(path, None, f"{name}: must be {wanted} (got {_show(value)})")
     number = _finite(value)
     if kind != str and kind is not bool and (number is None or not 0 <= number <= MAX_MS):

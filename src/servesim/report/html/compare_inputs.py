@@ -187,7 +187,8 @@ def _read_parquet(path: Path, samples: _Samples) -> None:
 def _prediction_records(path: Path) -> Iterator[tuple[int, Any]]:
     """(first line, record) of each element of ``prediction.json``'s `per_request` array; a
     file not laid out as servesim writes it is parsed whole."""
-    inside, start, element = False, 0, []
+    inside, start = False, 0
+    element: list[str] = []
     try:
         with path.open("rb") as handle:
             for number, line in _lines(path, handle):
