@@ -146,3 +146,35 @@ def test_a_folder_that_is_not_servesims(tmp_path):
     (folder / "prediction.json").write_text('{"a":\n' + "[" * 100 + "]" * 100 + "}")
     with pytest.raises(TraceError, match=r"prediction.json:2: nested deeper"):
         load_run(folder)
+
+
+def test_lines_after_the_skipped_records_keep_their_numbers(captured, tmp_path):
+    folder = _copy(captured, tmp_path)
+    path = folder / "prediction.json"
+    lines = path.read_text().splitlines(keepends=True)
+    number = next(i for i, line in enumerate(lines) if line.startswith('  "prefill_gpus_per_worker"'))
+    lines[number] = lines[number].replace(": ", ": NaN, \"x\": ", 1)
+    path.write_text("".join(lines))
+    assert f"{path}:{number + 1}: NaN is not a JSON number" in _compare(tmp_path, folder)
+
+
+def test_a_bad_byte_inside_a_record_of_prediction_json_names_its_line(captured, tmp_path):
+    folder = _copy(captured, tmp_path, records=False)
+    path = folder / "prediction.json"
+    lines = path.read_bytes().split(b"\n")
+    number = next(i for i, line in enumerate(lines) if line.startswith(b'      "uuid"'))
+    lines[number] = lines[number].replace(b'": "', b'": "\xff', 1)
+    path.write_bytes(b"\n".join(lines))
+    assert f"{path}:{number + 1}: not UTF-8" in _compare(tmp_path, folder)
+
+
+@pytest.mark.parametrize("key", ["ttft_ms", "arrival_time_ms"])
+def test_a_bad_value_inside_a_record_of_prediction_json_names_its_line(captured, tmp_path, key):
+    folder = _copy(captured, tmp_path, records=False)
+    path = folder / "prediction.json"
+    lines = path.read_text().splitlines(keepends=True)
+    number = [i for i, line in enumerate(lines) if line.startswith(f'      "{key}": ')][3]
+    lines[number] = f'      "{key}": "late",\n'
+    path.write_text("".join(lines))
+    record_start = max(i for i in range(number) if lines[i] == "    {\n")
+    assert f"{path}:{record_start + 1}: {key}: must be a finite number" in _compare(tmp_path, folder)

@@ -6,7 +6,8 @@ latencies, streamed and checked.
 the records. The latencies come from ``requests.parquet`` (a batch of rows at a time),
 ``requests.jsonl`` (a chunk of lines at a time) or, without either, the `per_request` array's
 elements one by one, into arrays of floats: memory grows by ~40 bytes per request, not by a
-parsed record. Every problem is a `TraceError` naming ``FILE:LINE`` (or the row) and the rule.
+parsed record. The records are parsed in `safejson`'s fast form (NaN and Infinity refused; the
+numbers a comparison uses checked here). Every problem is a `TraceError` naming ``FILE:LINE`` (or the row) and the rule.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ SUMMARY_KEYS = ("num_requests", "completed_requests", "request_throughput_rps", 
 """What a comparison needs of every servesim summary."""
 MAX_LINE_BYTES = 64 << 20
 _ARRAY_START = b'  "per_request": ['
-_ELEMENT_ENDS = (b"    }", b"    },", b"    {}", b"    {},")
+_ARRAY_CLOSE = b"\n  ]"
+_ELEMENT_CLOSE = b"\n    }"
+_BLOCK = 1 << 20
 _COLUMNS = ("arrival_time_ms", "terminal_status", "ttft_ms", "terminal_time_ms", "e2e_latency_ms", "itl_ms")
 
 
@@ -59,25 +62,21 @@ def read_summary(path: Path) -> tuple[dict[str, Any], bool]:
     """The summary of ``prediction.json`` without its `per_request` records, and whether it has
     them; the summary's figures checked (`SUMMARY_KEYS`: finite numbers)."""
     kept: list[str] = []
-    skipping, has_records = False, False
+    has_records = False
     try:
         with path.open("rb") as handle:
             for number, line in _lines(path, handle):
-                if skipping:
-                    if line.rstrip(b"\n") in (b"  ]", b"  ],"):
-                        kept.append("null," if line.rstrip(b"\n").endswith(b",") else "null")
-                        kept.append("\n")
-                        skipping = False
+                if line.rstrip(b"\n") != _ARRAY_START:
+                    kept.append(_text(path, number, line))
                     continue
-                if line.startswith(_ARRAY_START) and line.rstrip(b"\n") == _ARRAY_START:
-                    kept.append('  "per_request": ')
-                    skipping = has_records = True
-                    continue
-                kept.append(_text(path, number, line))
+                has_records = True
+                skipped, tail = _skip_array(path, handle, number)
+                kept.append('  "per_request": null' + "\n" * (skipped + 1))  # later lines keep their numbers
+                kept.append(_text(path, number + skipped + 1, tail[len(_ARRAY_CLOSE) - 1:]))  # after its "  ]"
+                kept.extend(_text(path, n + number + skipped + 1, rest) for n, rest in _lines(path, handle))
+                break
     except OSError as exc:
         raise TraceError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
-    if skipping:
-        raise TraceError(str(path), None, "truncated: the per_request array never ends")
     try:
         summary = safejson.loads("".join(kept))
     except safejson.JsonRefused as exc:
@@ -90,6 +89,31 @@ def read_summary(path: Path) -> tuple[dict[str, Any], bool]:
             raise TraceError(str(path), None, f"{key}: must be a finite number (got {_show(summary.get(key))}); "
                                               "not a servesim prediction.json?")
     return summary, has_records
+
+
+def _skip_array(path: Path, handle: IO[bytes], line: int) -> tuple[int, bytes]:
+    """Read past the `per_request` array whose opening is line `line`: (newlines skipped, the
+    rest of its closing line). The array closes at the first line ``  ]`` (its elements are
+    indented deeper, and JSON strings hold no raw newline)."""
+    carry, skipped = b"", 0
+    while True:
+        block = handle.read(_BLOCK)
+        if not block:
+            raise TraceError(str(path), None, f"truncated: the per_request array of line {line} never ends")
+        data = carry + block
+        at = data.find(_ARRAY_CLOSE)
+        if at != -1:
+            skipped += data.count(b"\n", 0, at + 1)
+            rest = data[at + 1:]
+            end = rest.find(b"\n")
+            if end == -1:
+                rest += handle.readline(MAX_LINE_BYTES)
+                end = len(rest) - 1
+            handle.seek(handle.tell() - (len(rest) - end - 1))
+            return skipped, rest[:end + 1]
+        keep = len(_ARRAY_CLOSE) - 1
+        skipped += data.count(b"\n", 0, len(data) - keep)
+        carry = data[len(data) - keep:]
 
 
 def summary_number(path: Path, summary: Mapping[str, Any], key: str) -> float:
@@ -152,7 +176,7 @@ def read_latency(folder: Path, has_records: bool) -> LatencySamples | None:
     elif (folder / "requests.jsonl").is_file():
         from servesim.traffic.jsonl import read_jsonl
 
-        for number, row in read_jsonl(str(folder / "requests.jsonl")):
+        for number, row in read_jsonl(str(folder / "requests.jsonl"), chunk_lines=256):
             samples.add(folder / "requests.jsonl", number, row)
     elif has_records:
         for number, row in _prediction_records(folder / "prediction.json"):
@@ -185,35 +209,55 @@ def _read_parquet(path: Path, samples: _Samples) -> None:
 
 
 def _prediction_records(path: Path) -> Iterator[tuple[int, Any]]:
-    """(first line, record) of each element of ``prediction.json``'s `per_request` array; a
-    file not laid out as servesim writes it is parsed whole."""
-    inside, start = False, 0
-    element: list[str] = []
+    """(first line, record) of each element of ``prediction.json``'s `per_request` array, read a
+    block at a time; a file not laid out as servesim writes it is parsed whole."""
     try:
         with path.open("rb") as handle:
-            for number, line in _lines(path, handle):
-                if not inside:
-                    inside = line.rstrip(b"\n") == _ARRAY_START
-                    continue
-                if line.rstrip(b"\n") in (b"  ]", b"  ],"):
-                    return
-                if not element:
-                    start = number
-                element.append(_text(path, number, line))
-                if line.rstrip(b"\n") in _ELEMENT_ENDS:
-                    text = "".join(element).rstrip().rstrip(",")
-                    element = []
-                    try:
-                        yield start, safejson.loads(text, first_line=start)
-                    except safejson.JsonRefused as exc:
-                        raise TraceError(str(path), exc.line, exc.message) from None
+            opening = next((number for number, line in _lines(path, handle) if line.rstrip(b"\n") == _ARRAY_START),
+                           None)
+            if opening is not None:
+                yield from _elements(path, handle, opening + 1)
+                return
     except OSError as exc:
         raise TraceError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
-    if not inside:  # not servesim's layout (one line, another indent): the records as parsed whole
-        try:
-            records = safejson.read_json(path).get("per_request") or []
-        except (OSError, safejson.JsonRefused) as exc:
-            raise TraceError(str(path), None, f"cannot read: {exc}") from None
-        yield from ((1, record) for record in records)
-    else:
-        raise TraceError(str(path), None, "truncated: the per_request array never ends")
+    try:  # not servesim's layout (one line, another indent): the records as parsed whole
+        records = safejson.read_json(path).get("per_request") or []
+    except (OSError, safejson.JsonRefused) as exc:
+        raise TraceError(str(path), None, f"cannot read: {exc}") from None
+    yield from ((1, record) for record in records)
+
+
+def _elements(path: Path, handle: IO[bytes], line: int) -> Iterator[tuple[int, Any]]:
+    """The array's elements from `handle` (at the start of line `line`): each ends at a line
+    ``    }`` (4 spaces: deeper lines are indented more), the array at a line ``  ]``."""
+    buffer, pos, scanned = b"", 0, 0
+    while True:
+        end = buffer.find(_ELEMENT_CLOSE, max(pos, scanned))
+        if buffer.find(_ARRAY_CLOSE, pos, len(buffer) if end == -1 else end) != -1:
+            return
+        if end == -1:
+            block = handle.read(_BLOCK)
+            if not block:
+                raise TraceError(str(path), None, "truncated: the per_request array never ends")
+            buffer = buffer[pos:] + block
+            scanned = max(0, len(buffer) - len(block) - len(_ELEMENT_CLOSE))
+            pos = 0
+            continue
+        stop = end + len(_ELEMENT_CLOSE)
+        start = pos
+        while start < stop and buffer[start] in b", \n":
+            start += 1
+        first = line + buffer.count(b"\n", pos, start)
+        yield first, _parse_element(path, first, buffer[start:stop])
+        line += buffer.count(b"\n", pos, stop)
+        pos = stop
+
+
+def _parse_element(path: Path, first: int, element: bytes) -> Any:
+    try:
+        return safejson.loads(safejson.decode(element), first_line=first, max_depth=None, max_int=False)
+    except safejson.JsonRefused as exc:
+        line = exc.line if exc.line is not None else first
+        if exc.message.startswith("not UTF-8"):  # decode counts its lines from the element's first
+            line = first + line - 1
+        raise TraceError(str(path), line, exc.message) from None
