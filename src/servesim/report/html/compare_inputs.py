@@ -1,9 +1,10 @@
 """A servesim output folder read for `servesim compare`: its summary and its per-request
 latencies, streamed and checked.
 
-``prediction.json`` is read a line at a time; its `per_request` array (present with
-``--capture-per-request``) is skipped while the summary is parsed, so the summary never holds
-the records. The latencies come from ``requests.parquet`` (a batch of rows at a time),
+``prediction.json`` is read a block at a time; its `per_request` array (present with
+``--capture-per-request``) is skipped while the summary is parsed (servesim writes it with
+2-space indents: the array closes at the first line ``  ]``, its elements at lines ``    }``), so
+the summary never holds the records. The latencies come from ``requests.parquet`` (a batch of rows at a time),
 ``requests.jsonl`` (a chunk of lines at a time) or, without either, the `per_request` array's
 elements one by one, into arrays of floats: memory grows by ~40 bytes per request, not by a
 parsed record. The records are parsed in `safejson`'s fast form (NaN and Infinity refused; the
