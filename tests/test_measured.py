@@ -159,7 +159,8 @@ def test_per_request_lines_in_any_unit(tmp_path):
 @pytest.mark.parametrize("row, message", [
     ({"first_token_ts": 2, "end_ts": 3}, ":2: no send time (one of send_ts, queued_ts"),
     ({"send_ts": "soon", "first_token_ts": 2, "end_ts": 3}, ":2: send_ts: must be a finite number (got 'soon')"),
-    ({"send_ts": 1, "first_token_ts": float("inf"), "end_ts": 3}, ":2: first_token_ts: must be a finite number"),
+    ({"send_ts": 1, "first_token_ts": float("inf"), "end_ts": 3}, ":2: Infinity is not a JSON number"),
+    ({"send_ts": 1, "first_token_ts": True, "end_ts": 3}, ":2: first_token_ts: must be a finite number"),
     ({"send_ts": 1, "first_token_ts": 2}, ":2: no end time"),
     ({"send_ms": 1, "first_token_ms": 2, "end_ms": 1.5}, ":2: times out of order"),
 ])

@@ -46,9 +46,9 @@ def test_calibration_file_round_trip(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("prefill_scale: 1\n", "not a servesim calibration file"),
     ("servesim_calibration: 1\nprefil_scale: 2\n", "unknown key 'prefil_scale'"),
-    ("servesim_calibration: 1\ndecode_scale: 0\n", "decode_scale: must be a finite number > 0"),
-    ("servesim_calibration: 1\nfrontend_ms: -3\n", "frontend_ms: must be a finite number >= 0"),
-    ("servesim_calibration: 1\nkv_tokens: 1.5\n", "kv_tokens: must be a positive integer"),
+    ("servesim_calibration: 1\ndecode_scale: 0\n", "decode_scale: must be a finite number in (0, 1e+06]"),
+    ("servesim_calibration: 1\nfrontend_ms: -3\n", "frontend_ms: must be a finite number in [0, 1e+12]"),
+    ("servesim_calibration: 1\nkv_tokens: 1.5\n", "kv_tokens: must be an integer in [1, 1000000000]"),
     ("servesim_calibration: 1\nmixed_pass: both\n", "mixed_pass: must be 'sum' or 'fused'"),
 ])
 def test_bad_calibration_files_name_the_file_and_key(tmp_path, text, message):

@@ -103,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         print("servesim: out of memory", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # stdout's reader left (`| head`): nothing to say
+        return 1
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

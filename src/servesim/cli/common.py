@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import AbstractContextManager
+from typing import Any
 
 from servesim.errors import ConfigError
 from servesim.runtime.collection import collection_paused
@@ -69,11 +70,16 @@ def config_error(config: str, exc: ConfigError) -> int:
 
 def write_stdout(command: str, text: str) -> int:
     """Print a command's result on stdout: 0, or 1 when stdout cannot take it (a reader that
-    stopped early, `| head`, says nothing; a full device is named)."""
+    stopped early, `| head`, says nothing; a full device is named). Characters the stream's
+    encoding cannot show (``PYTHONIOENCODING=ascii``) are written as backslash escapes."""
     from servesim.outputs import os_reason
 
     try:
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+        except UnicodeEncodeError:
+            _escape_unencodable(sys.stdout)
+            sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
         return 1
@@ -81,3 +87,26 @@ def write_stdout(command: str, text: str) -> int:
         print(f"servesim {command} failed: cannot write to stdout: {os_reason(exc)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _escape_unencodable(stream: object) -> None:
+    """Make `stream` write what its encoding lacks as backslash escapes (`\\xb7`) from now on."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+    else:  # a stream that cannot change: its writes go through an escaping wrapper
+        sys.stdout = _Escaping(stream)
+
+
+class _Escaping:
+    """A text stream that escapes what the wrapped stream's encoding cannot show."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._encoding = getattr(stream, "encoding", None) or "ascii"
+
+    def write(self, text: str) -> int:
+        return self._stream.write(text.encode(self._encoding, "backslashreplace").decode(self._encoding))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

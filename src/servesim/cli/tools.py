@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from servesim.cli.common import write_stdout
 from servesim.errors import ConfigError, RunError
 
 
@@ -52,8 +53,7 @@ def data_fetch(args: argparse.Namespace) -> int:
         print(f"servesim data fetch failed: {exc}", file=sys.stderr)
         return 1
     done = ", ".join(p.removeprefix("data/") or "top-level files" for p in parts) or "nothing new"
-    print(f"{root}\n  unpacked: {done}")
-    return 0
+    return write_stdout("data fetch", f"{root}\n  unpacked: {done}\n")
 
 
 def data_timing_cache(args: argparse.Namespace) -> int:
@@ -64,17 +64,16 @@ def data_timing_cache(args: argparse.Namespace) -> int:
 
     folder = timingcache.cache_root()
     if folder is None:
-        print(f"the timing cache is off ({timingcache.ENV}={os.environ.get(timingcache.ENV)})")
-        return 0
+        return write_stdout("data timing-cache",
+                            f"the timing cache is off ({timingcache.ENV}={os.environ.get(timingcache.ENV)})\n")
     found = timingcache.files(folder) if folder.is_dir() else []
     size = sum(p.stat().st_size for p in found)
     if args.clear:
         for path in found:
             path.unlink(missing_ok=True)
-        print(f"{folder}\n  removed {len(found)} files ({size / 1e6:.1f} MB)")
-        return 0
-    print(f"{folder}\n  {len(found)} files, {size / 1e6:.1f} MB (bound {timingcache.limit_bytes() / 1e6:.0f} MB, "
-          f"{timingcache.ENV_MB})")
+        return write_stdout("data timing-cache", f"{folder}\n  removed {len(found)} files ({size / 1e6:.1f} MB)\n")
+    lines = [f"{folder}\n  {len(found)} files, {size / 1e6:.1f} MB (bound {timingcache.limit_bytes() / 1e6:.0f} MB, "
+             f"{timingcache.ENV_MB})"]
     for path in reversed(found):
         try:
             header = timingcache.file_header(path)
@@ -84,12 +83,13 @@ def data_timing_cache(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             what = f"unreadable ({exc})"
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-        print(f"  {path.name}  {stamp}  {path.stat().st_size / 1e6:.1f} MB  {what}")
-    return 0
+        lines.append(f"  {path.name}  {stamp}  {path.stat().st_size / 1e6:.1f} MB  {what}")
+    return write_stdout("data timing-cache", "\n".join(lines) + "\n")
 
 
 def compare_runs(args: argparse.Namespace) -> int:
-    """Write the comparison page; 2 for an unusable input or option, 1 for a bad measurement file."""
+    """Write the comparison page; 2 for an unusable option (or a missing plotly), 1 for a bad
+    input: a measurement file or a servesim output folder (the message names the file and line)."""
     from servesim.report.html.compare import write_compare
     from servesim.report.sla import Sla
 
@@ -100,8 +100,7 @@ def compare_runs(args: argparse.Namespace) -> int:
     except (ConfigError, ImportError, OSError) as exc:
         print(f"servesim compare: error: {exc}", file=sys.stderr)
         return 2
-    except RunError as exc:  # a measurement file (the message names the file and line)
+    except RunError as exc:  # an input's file (the message names the file and line)
         print(f"servesim compare: error: {exc}", file=sys.stderr)
         return 1
-    print(f"Saved comparison to: {args.output}")
-    return 0
+    return write_stdout("compare", f"Saved comparison to: {args.output}\n")

@@ -34,9 +34,7 @@ def apply_calibration_settings(config: SimConfig) -> SimConfig:
         path = getattr(worker.timing, "calibration", None)
         if path is None:
             continue
-        from servesim.perf.calibration import load_calibration
-
-        calibration = load_calibration(path)
+        calibration = _load(f"engine.workers.{role}.timing.calibration", path)
         with_ = calibration.fitted_with or {}
         updates[role] = _worker(f"engine.workers.{role}", worker, path, calibration.mixed_pass, with_)
         engine_update.update(_engine(config, path, with_.get("engine") or {}))
@@ -45,6 +43,18 @@ def apply_calibration_settings(config: SimConfig) -> SimConfig:
     engine = config.engine.model_copy(update={"workers": config.engine.workers.model_copy(update=updates),
                                               **engine_update})
     return config.model_copy(update={"engine": engine})
+
+
+def _load(key: str, path: str) -> Any:
+    """The calibration file `path` that config key `key` names; a bad file is a `ConfigError`
+    naming the key (the file's own message, FILE:LINE and the rule, follows)."""
+    from servesim.errors import TraceError
+    from servesim.perf.calibration import load_calibration
+
+    try:
+        return load_calibration(path)
+    except TraceError as exc:
+        raise ConfigError(f"{key}: bad calibration file: {exc}") from None
 
 
 def _contradiction(key: str, have: Any, path: str, fitted: Any) -> ConfigError:

@@ -83,9 +83,17 @@ def _string(value: Any) -> str:
     return value
 
 
+MAX_MODEL_NAME = 1024
+"""Longest `engine.model` accepted (a Hugging Face id is at most 96 characters; a path, rarely
+longer than a few hundred)."""
+
+
 def _model_name(value: Any) -> str:
-    """A non-empty model id or directory."""
-    return _non_empty_string(_string(value))
+    """A non-empty model id or directory of at most `MAX_MODEL_NAME` characters."""
+    name = _non_empty_string(_string(value))
+    if len(name) > MAX_MODEL_NAME:
+        raise ValueError(f"must be at most {MAX_MODEL_NAME} characters (got {len(name):,}: {name[:40]!r}...)")
+    return name
 
 
 def _hardware(value: Any) -> str:

@@ -209,7 +209,13 @@ _NOTED: set[str] = set()
 def _locate(path: str, base_dir: Path, key: str, exists: Any) -> str:
     """`path` as the reference reads it (from the current directory), or the one beside the
     config when only that exists — said once per path on stderr."""
-    if os.path.isabs(path) or exists(Path(path)) or not exists(base_dir / path):
+    def found(candidate: Path) -> bool:
+        try:
+            return bool(exists(candidate))
+        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+            return False
+
+    if os.path.isabs(path) or found(Path(path)) or not found(base_dir / path):
         return path
     beside = str(base_dir / path)
     if beside not in _NOTED:

@@ -67,6 +67,18 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _construct_int(loader: _StrictLoader, node: Node) -> Any:
+    """An integer scalar; one of more digits than Python converts is refused with its line."""
+    try:
+        return yaml.SafeLoader.construct_yaml_int(loader, node)  # type: ignore[arg-type]
+    except ValueError:
+        raise YamlRefused(f"an integer of {len(str(node.value)):,} characters: too long to convert",
+                          node.start_mark.line + 1) from None
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
 def load_yaml(text: str, *, allow_duplicate_keys: bool = False) -> Any:
     """Parse one YAML document strictly (see the module docstring)."""
     loader = _StrictLoader(text, allow_duplicate_keys)

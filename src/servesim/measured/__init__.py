@@ -20,13 +20,15 @@ commands turn into exit code 1.
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from servesim import safejson
 from servesim.errors import TraceError
+from servesim.limits import MAX_MS
 from servesim.measured.readers import FIELD_NAMES, Rows, json_lines, read_aiperf, read_request_lines, read_vllm_bench
 from servesim.measured.run import Measured
 
@@ -42,12 +44,7 @@ def load_measured(path: str | Path, fmt: str = "auto", *, replayable: bool = Tru
     token counts, which a replay of the run needs; a comparison of latencies does not."""
     path = _resolve(Path(path))
     name = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(name, None, f"cannot read measurements: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(name, None, f"not UTF-8 text: {exc.reason}") from None
+    text = _read_text(path)
     document = _whole_document(path, text)
     if fmt == "auto":
         fmt = _detect(name, text, document)
@@ -73,22 +70,41 @@ def _resolve(path: Path) -> Path:
     raise TraceError(str(path), None, f"no measurements in this folder (expected {' or '.join(_FOLDER_FILES)})")
 
 
+def _read_text(path: Path) -> str:
+    """The file's UTF-8 text (at most `safejson.MAX_FILE_BYTES`)."""
+    name = str(path)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(safejson.MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise TraceError(name, None, f"cannot read measurements: {exc.strerror or exc}") from None
+    if len(data) > safejson.MAX_FILE_BYTES:
+        raise TraceError(name, None, f"larger than {safejson.MAX_FILE_BYTES >> 20} MiB")
+    try:
+        return safejson.decode(data)
+    except safejson.JsonRefused as exc:
+        raise TraceError(name, exc.line, exc.message) from None
+
+
 def _whole_document(path: Path, text: str) -> Any:
     """The file as one JSON value when it is one (a vLLM result), else None (JSON lines)."""
     if path.suffix == ".json":
         return _parse(str(path), text)
+    if "\n" in text.strip():  # JSON lines (a vLLM result indented over lines starts with "{\n")
+        if not text.lstrip().startswith("{\n"):
+            return None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
+        value = safejson.loads(text)
+    except safejson.JsonRefused:
         return None
     return value if isinstance(value, dict) and "ttfts" in value else None
 
 
 def _parse(name: str, text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(name, exc.lineno, f"invalid JSON: {exc.msg}") from None
+        return safejson.loads(text)
+    except safejson.JsonRefused as exc:
+        raise TraceError(name, exc.line, exc.message) from None
 
 
 def _detect(name: str, text: str, document: Any) -> str:
@@ -111,6 +127,10 @@ def _measured(name: str, fmt: str, rows: Rows) -> Measured:
     if not ok:
         raise TraceError(name, None, f"no successful request among {len(rows.requests)} records")
     send, first, end, isl, osl = (np.array(col) for col in zip(*ok, strict=True))
+    earliest = min(float(send.min()), min((r[0] for r in rows.requests if r[1] is None), default=math.inf))
+    if (float(end.max()) - earliest) * 1000 > MAX_MS:
+        raise TraceError(name, None, f"the run spans {float(end.max()) - earliest:.3g} s, longer than {MAX_MS:.0e} ms "
+                                     f"(servesim.limits.MAX_MS): times in mixed units?")
     failed = np.array(sorted(r[0] for r in rows.requests if r[1] is None), float)
     gaps = np.array(rows.gaps_ms, float) if rows.gaps_ms else None
     return Measured(name, fmt, send.astype(float), first.astype(float), end.astype(float), isl.astype(np.int64),

@@ -1,20 +1,23 @@
 """The three measurement formats, each read into rows of one request.
 
-Every reader checks what it reads: times must be finite numbers in order (send ≤ first token ≤
-end), token counts non-negative integers; a failure names the file and line (JSON lines) or the
+Every reader checks what it reads: JSON through `servesim.safejson` (no NaN or Infinity, no
+integer beyond 2⁶³, nesting at most 64 levels), times finite numbers in order (send ≤ first
+token ≤ end) with a request lasting at most `MAX_MS`, token counts integers in [0, `MAX_TOKENS`],
+units strings of the known ones; a failure names the file and line (JSON lines) or the
 list and index (vLLM JSON) and raises `TraceError`. With ``replayable`` a completed request
 must also carry its send time and both token counts (what a replay needs).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from servesim import safejson
 from servesim.errors import TraceError
+from servesim.limits import MAX_MS, MAX_TOKENS
 
 FIELD_NAMES = {
     "send": ("send_ts", "queued_ts", "send_time_ms", "send_ms", "send_ns", "send_time", "start_time_ms",
@@ -47,9 +50,9 @@ def json_lines(path: str, text: str) -> Iterator[tuple[int, dict]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceError(path, number, f"invalid JSON: {exc.msg}") from None
+            record = safejson.loads(line, first_line=number)
+        except safejson.JsonRefused as exc:
+            raise TraceError(path, exc.line, exc.message) from None
         if not isinstance(record, dict):
             raise TraceError(path, number, "each line must be a JSON object")
         yield number, record
@@ -60,23 +63,37 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _finite(path: str, line: int | None, value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+def _finite(path: str, line: int | None, value: Any, name: str, scale: float = 1.0) -> float:
+    """`value` × `scale` as a float, when `value` is a number and the product finite."""
+    number = safejson.finite_number(value)
+    if number is None or not math.isfinite(number * scale):
         raise TraceError(path, line, f"{name}: must be a finite number (got {_show(value)})")
-    return float(value)
+    return number * scale
 
 
 def _count(path: str, line: int | None, value: Any, name: str) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TraceError(path, line, f"{name}: must be a non-negative integer (got {_show(value)})")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+        raise TraceError(path, line, f"{name}: must be an integer in [0, {MAX_TOKENS}] (got {_show(value)})")
     return value
 
 
 def _in_order(path: str, line: int | None, send: float, first: float, end: float, where: str = "") -> None:
     if not send <= first <= end:
         raise TraceError(path, line, f"{where}times out of order: send {send}, first token {first}, end {end}")
+    if (end - send) * 1000 > MAX_MS:
+        raise TraceError(path, line, f"{where}request lasts {end - send:.3g} s, longer than {MAX_MS:.0e} ms "
+                                     f"(servesim.limits.MAX_MS): a unit mistake?")
+
+
+def _unit(path: str, line: int, entry: dict, name: str) -> float:
+    """The scale to seconds (or tokens) of an AIPerf metric's ``unit`` (default ms)."""
+    unit = entry.get("unit", "ms")
+    scale = _AIPERF_UNITS.get(unit) if isinstance(unit, str) else None
+    if scale is None:
+        raise TraceError(path, line, f"{name}.unit: must be one of {', '.join(_AIPERF_UNITS)} (got {_show(unit)})")
+    return scale
 
 
 def _pick(record: Mapping[str, Any], fieldname: str) -> str | None:
@@ -92,7 +109,7 @@ def _time(path: str, line: int, record: Mapping[str, Any], fieldname: str) -> fl
     name = _pick(record, fieldname)
     if name is None:
         return None
-    return _finite(path, line, record[name], name) * _SECONDS.get(name[-3:], 1.0)
+    return _finite(path, line, record[name], name, _SECONDS.get(name[-3:], 1.0))
 
 
 def _tokens(path: str, line: int, record: Mapping[str, Any], fieldname: str, required: bool) -> int:
@@ -138,10 +155,7 @@ def _metric(path: str, line: int, metrics: dict, name: str, required: bool = Tru
     value = entry.get("value") if isinstance(entry, dict) else None
     _finite(path, line, value, f"metrics.{name}.value")
     assert isinstance(entry, dict) and value is not None
-    scale = _AIPERF_UNITS.get(entry.get("unit", "ms"))
-    if scale is None:
-        raise TraceError(path, line, f"metrics.{name}.unit: unknown unit {entry.get('unit')!r}")
-    return float(value) * scale
+    return _finite(path, line, value, f"metrics.{name}.value", _unit(path, line, entry, f"metrics.{name}"))
 
 
 def _aiperf_tokens(path: str, line: int, metrics: dict, name: str, replayable: bool) -> int:
@@ -180,10 +194,13 @@ def _chunk_gaps_ms(path: str, line: int, entry: Any) -> list[float]:
     if entry is None:
         return []
     values = entry.get("value") if isinstance(entry, dict) else None
-    scale = _AIPERF_UNITS.get(entry.get("unit", "ms")) if isinstance(entry, dict) else None
-    if not isinstance(values, list) or scale is None:
+    if not isinstance(values, list) or not isinstance(entry, dict):
         raise TraceError(path, line, "metrics.inter_chunk_latency: must be {value: [numbers], unit: ms|s|us|ns}")
-    return [_finite(path, line, v, "metrics.inter_chunk_latency.value") * scale * 1000 for v in values]
+    scale = _unit(path, line, entry, "metrics.inter_chunk_latency") * 1000
+    gaps = [_finite(path, line, v, "metrics.inter_chunk_latency.value", scale) for v in values]
+    if sum(gaps) > MAX_MS:
+        raise TraceError(path, line, f"metrics.inter_chunk_latency: the gaps add up to more than {MAX_MS:.0e} ms")
+    return gaps
 
 
 _VLLM_LISTS = ("ttfts", "itls", "input_lens", "output_lens")
@@ -239,10 +256,12 @@ def _vllm_request(path: str, doc: dict, i: int, error: Any, rows: Rows) -> None:
         rows.requests.append((send, None, None, isl, osl))
         return
     gaps = doc["itls"][i]
-    if not isinstance(gaps, list) or any(isinstance(g, bool) or not isinstance(g, (int, float)) for g in gaps):
-        raise TraceError(path, None, f"itls[{i}]: must be a list of numbers")
+    if not isinstance(gaps, list) or any(safejson.finite_number(g) is None for g in gaps):
+        raise TraceError(path, None, f"itls[{i}]: must be a list of finite numbers")
     first = send + _finite(path, None, ttft, f"ttfts[{i}]")
     end = first + float(sum(gaps))
+    if not math.isfinite(end):
+        raise TraceError(path, None, f"itls[{i}]: the gaps add up beyond every float")
     _in_order(path, None, send, first, end, f"request {i}: ")
     rows.requests.append((send, first, end, isl, osl))
     assert rows.gaps_ms is not None

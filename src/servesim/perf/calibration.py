@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from servesim.engine.pass_time import MixedPassTiming, TimingModel
-from servesim.perf.timing import quantize_ms
 from servesim.errors import TraceError
+from servesim.limits import MAX_MS, MAX_TOKENS
+from servesim.perf.timing import quantize_ms
 
 VERSION = 1
 KEYS = ("servesim_calibration", "prefill_scale", "decode_scale", "frontend_ms", "kv_tokens", "mixed_pass",
@@ -43,6 +43,13 @@ KEYS = ("servesim_calibration", "prefill_scale", "decode_scale", "frontend_ms", 
 SECTIONS = {"timing": ("type", "dp_sync_ms", "gpu"), "scheduler": ("async_scheduling",),
             "engine": ("model", "hardware", "backend", "backend_version")}
 """What `fitted_with` may hold: section → keys."""
+MAX_SCALE = 1e6
+"""Largest prefill or decode scale accepted (a fit is near 1; a million is a broken file)."""
+MAX_FILE_CHARS = 1 << 20
+"""Longest calibration file read (a written one is well under a kilobyte)."""
+_KINDS: dict[str, type | tuple[type, ...]] = {"type": str, "dp_sync_ms": (int, float), "gpu": str,
+                                              "async_scheduling": bool, "model": str, "hardware": str,
+                                              "backend": str, "backend_version": str}
 
 
 @dataclass(frozen=True)
@@ -74,31 +81,44 @@ _CACHE: dict[str, Calibration] = {}
 
 
 def load_calibration(path: str) -> Calibration:
-    """Read and check a calibration file; errors name the file (and the line of a YAML error)."""
+    """Read and check a calibration file (YAML loaded as strictly as a config: duplicate keys,
+    deep nesting and alias bombs refused); errors name the file (and the line where known)."""
     found = _CACHE.get(path)
     if found is not None:
         return found
+    from servesim.config.strict_yaml import YamlRefused, load_yaml
+
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(MAX_FILE_CHARS + 1)
     except OSError as exc:
         raise TraceError(path, None, f"cannot read calibration file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if len(text) > MAX_FILE_CHARS:
+        raise TraceError(path, None, f"larger than {MAX_FILE_CHARS >> 20} MiB: not a calibration file")
+    try:
+        doc = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise TraceError(path, mark.line + 1 if mark else None, f"invalid YAML: {exc}") from None
+    except YamlRefused as exc:
+        raise TraceError(path, exc.line, str(exc)) from None
     found = _CACHE[path] = _parse(path, doc)
     return found
 
 
 def _parse(path: str, doc: Any) -> Calibration:
-    if not isinstance(doc, dict) or doc.get("servesim_calibration") != VERSION:
+    if not isinstance(doc, dict) or doc.get("servesim_calibration") != VERSION or \
+            isinstance(doc.get("servesim_calibration"), bool):
         raise TraceError(path, None, f"not a servesim calibration file (needs 'servesim_calibration: {VERSION}')")
-    unknown = sorted(set(doc) - set(KEYS))
+    unknown = sorted(str(key) for key in set(doc) - set(KEYS))
     if unknown:
         raise TraceError(path, None, f"unknown key {unknown[0]!r} (allowed: {', '.join(KEYS)})")
     return Calibration(
-        prefill_scale=_number(path, doc, "prefill_scale", 1.0, positive=True),
-        decode_scale=_number(path, doc, "decode_scale", 1.0, positive=True),
-        frontend_ms=_number(path, doc, "frontend_ms", None),
+        prefill_scale=_number(path, doc, "prefill_scale", 1.0, MAX_SCALE, positive=True),
+        decode_scale=_number(path, doc, "decode_scale", 1.0, MAX_SCALE, positive=True),
+        frontend_ms=_number(path, doc, "frontend_ms", None, MAX_MS),
         kv_tokens=_count(path, doc, "kv_tokens"),
         mixed_pass=_mode(path, doc),
         fitted_with=_settings(path, doc.get("fitted_with")),
@@ -106,20 +126,36 @@ def _parse(path: str, doc: Any) -> Calibration:
     )
 
 
-def _number(path: str, doc: dict, key: str, default: float | None, *, positive: bool = False) -> Any:
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _number(path: str, doc: dict, key: str, default: float | None, bound: float, *, positive: bool = False) -> Any:
     value = doc.get(key, default)
     if value is None:
         return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):
-        raise TraceError(path, None, f"{key}: must be a finite number {'> 0' if positive else '>= 0'} (got {value!r})")
-    return float(value)
+    number = _finite(value)
+    if number is None or not 0 <= number <= bound or (positive and number == 0):
+        low = "(0" if positive else "[0"
+        raise TraceError(path, None, f"{key}: must be a finite number in {low}, {bound:.0e}] (got {_show(value)})")
+    return number
 
 
 def _count(path: str, doc: dict, key: str) -> int | None:
     value = doc.get(key)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-        raise TraceError(path, None, f"{key}: must be a positive integer or null (got {value!r})")
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_TOKENS):
+        raise TraceError(path, None, f"{key}: must be an integer in [1, {MAX_TOKENS}] or null (got {_show(value)})")
     return value
 
 
@@ -129,20 +165,37 @@ def _settings(path: str, value: Any) -> dict[str, dict[str, Any]] | None:
     if not isinstance(value, dict):
         raise TraceError(path, None, "fitted_with: must be a mapping of sections (timing, scheduler, engine)")
     for section, keys in value.items():
-        if section not in SECTIONS or not isinstance(keys, dict):
-            raise TraceError(path, None, f"fitted_with.{section}: unknown section or not a mapping "
+        if not isinstance(section, str) or section not in SECTIONS or not isinstance(keys, dict):
+            raise TraceError(path, None, f"fitted_with.{_show(section)}: unknown section or not a mapping "
                                          f"(allowed: {', '.join(SECTIONS)})")
-        unknown = sorted(set(keys) - set(SECTIONS[section]))
+        unknown = sorted(str(key) for key in set(keys) - set(SECTIONS[section]))
         if unknown:
             raise TraceError(path, None, f"fitted_with.{section}: unknown key {unknown[0]!r} "
                                          f"(allowed: {', '.join(SECTIONS[section])})")
+        for key, setting in keys.items():
+            _setting(path, f"fitted_with.{section}.{key}", key, setting)
     return value
+
+
+def _setting(path: str, name: str, key: str, value: Any) -> None:
+    """A `fitted_with` value of its key's type (a duration finite and within `MAX_MS`)."""
+    kind = _KINDS[key]
+    if value is None:
+        return
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+        wanted = "a string" if kind is str else "true or false" if kind is bool else "a number"
+        raise TraceError(path, None, f"{name}: must be {wanted} (got {_show(value)})")
+    number = _finite(value)
+    if kind != str and kind is not bool and (number is None or not 0 <= number <= MAX_MS):
+        raise TraceError(path, None, f"{name}: must be a finite number in [0, {MAX_MS:.0e}] (got {_show(value)})")
+    if isinstance(value, str) and len(value) > 1000:
+        raise TraceError(path, None, f"{name}: longer than 1000 characters")
 
 
 def _mode(path: str, doc: dict) -> str:
     value = doc.get("mixed_pass", "fused")
-    if value not in ("sum", "fused"):
-        raise TraceError(path, None, f"mixed_pass: must be 'sum' or 'fused' (got {value!r})")
+    if not isinstance(value, str) or value not in ("sum", "fused"):
+        raise TraceError(path, None, f"mixed_pass: must be 'sum' or 'fused' (got {_show(value)})")
     return value
 
 

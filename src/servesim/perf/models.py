@@ -15,7 +15,6 @@ The package is located without importing it, so resolving a bundled model costs 
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from servesim import safejson
 from servesim.errors import RunError
 
 CONTEXT_KEYS = ("max_position_embeddings", "model_max_length", "max_sequence_length",
@@ -123,18 +123,38 @@ def bundled_configs_dir() -> Path | None:
     return package / "model_configs" if package is not None else None
 
 
+MAX_DIMENSION = 10_000_000
+"""Largest layer count, width, head count, expert count or vocabulary of a model config read
+(the largest real ones are ~10⁶: a vocabulary)."""
+
+
 def _read_json(path: Path) -> dict[str, Any]:
-    # AIConfigurator's copies may contain bare Infinity/NaN, which json accepts.
-    data = json.loads(path.read_text())
+    """A model config file's JSON object (`safejson`: bounded integers and nesting, UTF-8);
+    AIConfigurator's copies may hold bare Infinity/NaN in fields servesim ignores, so those pass."""
+    try:
+        data = safejson.read_json(path, max_bytes=64 << 20, constants=True)
+    except safejson.JsonRefused as exc:
+        raise RunError(f"cannot read the model config: {exc.where(path)}") from None
     if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+        raise RunError(f"{path}: cannot read the model config (not a JSON object)")
     return data
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def find_model_files(model: str) -> tuple[str, Path, Path | None]:
     """(source, config.json path, hf_quant_config.json path or None) of a model."""
     local = Path(model)
-    if local.is_dir():
+    try:
+        is_dir = local.is_dir()
+    except (OSError, ValueError):  # a name too long for a path, a NUL byte
+        is_dir = False
+    if is_dir:
         config = local / "config.json"
         if not config.is_file():
             raise ModelNotFound(f"model directory {model!r} has no config.json")
@@ -144,9 +164,9 @@ def find_model_files(model: str) -> tuple[str, Path, Path | None]:
     if folder is not None:
         stem = model.replace("/", "--")
         config = folder / f"{stem}_config.json"
-        if config.is_file():
+        if _is_file(config):
             quant = folder / f"{stem}_hf_quant_config.json"
-            return "bundled", config, quant if quant.is_file() else None
+            return "bundled", config, quant if _is_file(quant) else None
     from servesim.perf.hub import HubUnavailable, hub_config, looks_like_repo_id
 
     why = "not a Hugging Face model id"
@@ -169,18 +189,29 @@ def resolve_model(model: str) -> ModelSpec:
         raw = _read_json(config_path)
         if quant_path is not None:
             raw = dict(raw, hf_quant=_read_json(quant_path).get("quantization") or {})
-    except (OSError, ValueError) as exc:
-        raise RunError(f"{config_path}: cannot read the model config ({exc})") from None
+    except OSError as exc:
+        raise RunError(f"{config_path}: cannot read the model config ({exc.strerror or exc})") from None
     try:
         return parse_hf_config(model, source, raw)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+    except _Geometry as exc:
+        raise RunError(f"{config_path}: {exc}") from None
+    except KeyError as exc:
+        raise RunError(f"{config_path}: not a decoder config servesim understands (no {exc.args[0]!r})") from None
+    except (TypeError, ValueError, ZeroDivisionError, IndexError, AttributeError) as exc:
         raise RunError(f"{config_path}: not a decoder config servesim understands ({exc!r})") from None
 
 
-def _int(section: dict[str, Any], *keys: str, default: int | None = None) -> int:
+class _Geometry(ValueError):
+    """A model config value out of range (the message names the key and the rule)."""
+
+
+def _int(section: dict[str, Any], *keys: str, default: int | None = None, low: int = 1) -> int:
+    """The first of `keys` that holds an integer, checked to lie in [`low`, `MAX_DIMENSION`]."""
     for key in keys:
         value = section.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
+            if not low <= value <= MAX_DIMENSION:
+                raise _Geometry(f"{key}: must be an integer in [{low}, {MAX_DIMENSION:,}] (got {value})")
             return value
     if default is None:
         raise KeyError(keys[0])
@@ -211,14 +242,18 @@ def parse_hf_config(name: str, source: str, raw: dict[str, Any]) -> ModelSpec:
     """The geometry of a decoder-only model's HF config (text_config of a multimodal one)."""
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else None
     cfg = {**raw, **text} if text else raw
-    arch = (raw.get("architectures") or cfg.get("architectures") or ["unknown"])[0]
+    archs = raw.get("architectures") or cfg.get("architectures") or ["unknown"]
+    arch = archs[0] if isinstance(archs, list) and archs else "unknown"
     hidden = _int(cfg, "hidden_size", "d_model", "n_embd")
     heads = _int(cfg, "num_attention_heads", "n_head")
     kv_heads = _int(cfg, "num_key_value_heads", default=heads)
     head_dim = cfg.get("head_dim")
     if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0:
         head_dim = hidden // heads
-    experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0)
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or not 0 < head_dim <= MAX_DIMENSION:
+        raise _Geometry(f"head_dim: must be an integer in [1, {MAX_DIMENSION:,}] (got {head_dim!r}; "
+                        f"hidden_size {hidden} / num_attention_heads {heads} when not given)")
+    experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0, low=0)
     inter = _int(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden)
     moe_inter = _int(cfg, "moe_intermediate_size", default=inter) if experts else 0
     context = None
@@ -241,7 +276,7 @@ def parse_hf_config(name: str, source: str, raw: dict[str, Any]) -> ModelSpec:
         hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
         intermediate_size=inter, vocab_size=_int(cfg, "vocab_size"),
         num_experts=experts,
-        experts_per_token=_int(cfg, "num_experts_per_tok", "moe_topk", default=2 if experts else 0),
+        experts_per_token=_int(cfg, "num_experts_per_tok", "moe_topk", default=2 if experts else 0, low=0),
         moe_intermediate_size=moe_inter, context_length=context, quant=quant,
         kv_cache_bytes=1 if fp8_kv else 2, sliding_window=sliding,
         mla=bool(cfg.get("kv_lora_rank")),

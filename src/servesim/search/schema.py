@@ -423,6 +423,10 @@ class RecommendConfig(_Model):
         if self.engine.hardware == "auto" and opt.hardware is None:
             raise ValueError("engine.hardware 'auto' requires optimization.hardware")
         sla = self.evaluation.get("sla") or {}
+        if not isinstance(sla, dict):
+            raise ValueError(f"evaluation.sla: must be a mapping of targets (ttft_ms, itl_ms, e2e_ms, ...), "
+                             f"got {type(sla).__name__}")
+        _check_sla(sla)
         given = {key for key, value in sla.items() if isinstance(value, (int, float))}  # per-request ones
         complete = "e2e_ms" in given or {"ttft_ms", "itl_ms"} <= given
         if opt.target in ("goodput", "goodput_per_gpu", "min_gpus") and not complete:
@@ -469,3 +473,19 @@ class RecommendConfig(_Model):
 
 
 __all__ = ["Choices", "PARALLEL_KEYS", "Range", "RangeSpec", "RecommendConfig", "Target"]
+
+
+def _check_sla(sla: dict[str, Any]) -> None:
+    """`evaluation.sla` as predict validates it (`SlaConfig`), before any candidate runs: its
+    first problem as a ValueError naming the key."""
+    from pydantic import ValidationError
+
+    from servesim.config.evaluation import SlaConfig
+
+    try:
+        SlaConfig.model_validate(sla)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"evaluation.sla.{where}: {message}") from None

@@ -99,7 +99,8 @@ class Objective:
         self.target = target
         self.min_goodput_rps = min_goodput_rps
         self.max_gpus = max_gpus
-        self.sla = {key: float(sla[key]) for key, _, _ in SLA_METRICS if sla and sla.get(key) is not None}
+        self.sla = {key: float(sla[key]) for key, _, _ in SLA_METRICS  # per-request thresholds (numbers)
+                    if sla and isinstance(sla.get(key), (int, float)) and not isinstance(sla.get(key), bool)}
         self.sla_attainment = sla_attainment
         self.strict_sla = strict_sla
 

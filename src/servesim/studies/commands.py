@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from servesim.cli.common import write_stdout
 from servesim.errors import ConfigError, RunError
 
 
@@ -61,6 +61,13 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
+def _scratch_problem(exc: OSError) -> str:
+    from servesim.outputs import os_reason
+
+    where = f" {exc.filename}" if exc.filename else ""
+    return f"cannot write the scratch file{where}: {os_reason(exc)}"
+
+
 def _selected_runs(text: str | None):
     from servesim.studies.openruns import RUNS
 
@@ -78,10 +85,13 @@ def _selected_runs(text: str | None):
 
 def _validate(args: argparse.Namespace) -> int:
     from servesim.studies import openruns, validate
+    from servesim.output_file import OutputFile
 
     data = openruns.data_folder(args.data)
+    target = OutputFile("-o", args.output) if args.output else None
     try:
         runs = _selected_runs(args.runs)
+        existing = target.check(read_existing=True) if target is not None else None
     except ConfigError as exc:
         return _fail(2, str(exc))
     missing = [str(p) for run in runs for p in run.files(data) if not p.is_file()]
@@ -110,10 +120,15 @@ def _validate(args: argparse.Namespace) -> int:
                                               "Calibrated on one run, predicting another on the same GPU type")
     except RunError as exc:
         return _fail(1, str(exc))
-    sys.stdout.write(text)
-    if args.output:
-        validate.write_section(Path(args.output), "servesim validate", text)
-    return 0
+    except OSError as exc:  # a scratch file of the replays (a full disk)
+        return _fail(1, _scratch_problem(exc))
+    code = write_stdout("validate", text)
+    if target is not None:
+        try:
+            target.write(validate.section_text(existing, "servesim validate", text))
+        except RunError as exc:
+            return _fail(1, str(exc))
+    return code
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -121,28 +136,35 @@ def _calibrate(args: argparse.Namespace) -> int:
     from servesim.config import load_config
     from servesim.studies.calibrate import calibrate
     from servesim.measured import load_measured
+    from servesim.output_file import OutputFile
 
     try:
         config = load_config(args.config, compat_overrides(args))
     except ConfigError as exc:
         message = str(exc)
         return _fail(2, message if message.startswith(f"{args.config}:") else f"{args.config}: {message}")
+    target = OutputFile("-o", args.output)
     try:
+        target.check()
         measured = [load_measured(path, args.format) for path in args.measurements]
         progress = sys.stderr.isatty()
+        code = 0
         if not args.no_holdout:
             from servesim.studies import holdout
 
-            sys.stdout.write(holdout.render_check(holdout.check(config, measured, args.keep_traffic, progress)))
+            check = holdout.render_check(holdout.check(config, measured, args.keep_traffic, progress))
+            code = write_stdout("calibrate", check)
         result = calibrate(config, measured, keep_traffic=args.keep_traffic, progress=progress)
+        code = write_stdout("calibrate", result.describe()) or code
+        for note in result.notes:
+            if note.startswith("warning:"):
+                print(f"servesim: {note}", file=sys.stderr)
+        target.write(result.calibration.to_yaml())
     except ConfigError as exc:
         return _fail(2, str(exc))
     except RunError as exc:
         return _fail(1, str(exc))
-    sys.stdout.write(result.describe())
-    for note in result.notes:
-        if note.startswith("warning:"):
-            print(f"servesim: {note}", file=sys.stderr)
-    Path(args.output).write_text(result.calibration.to_yaml())
+    except OSError as exc:  # a scratch file of the replays (a full disk)
+        return _fail(1, _scratch_problem(exc))
     print(f"wrote {args.output}", file=sys.stderr)
-    return 0
+    return code

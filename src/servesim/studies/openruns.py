@@ -18,13 +18,15 @@ Two anchors for the measured latencies:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from servesim import safejson
+from servesim.errors import TraceError
+from servesim.limits import MAX_TOKENS
 from servesim.measured import Measured, load_measured
 
 PACK = Path(__file__).resolve().parents[1] / "data" / "llmservingsim-vllm-validation"
@@ -80,7 +82,37 @@ def data_folder(explicit: str | Path | None = None) -> Path:
 
 
 def meta(run: OpenRun, data: Path) -> dict[str, Any]:
-    return json.loads(run.files(data)[0].read_text())
+    """The run's ``meta.json``, checked for what a replay reads of it (`TraceError` naming the
+    file, and the line where known, and the rule)."""
+    path = run.files(data)[0]
+    try:
+        info = safejson.read_json(path, max_bytes=16 << 20)
+    except OSError as exc:
+        raise TraceError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+    except safejson.JsonRefused as exc:
+        raise TraceError(str(path), exc.line, exc.message) from None
+    if not isinstance(info, dict) or not isinstance(info.get("engine_kwargs"), dict):
+        raise TraceError(str(path), None, "engine_kwargs: must be an object (not a vLLM bench meta.json?)")
+    kwargs = info["engine_kwargs"]
+    for key, optional in (("max_num_batched_tokens", False), ("max_num_seqs", False), ("max_model_len", True)):
+        value = kwargs.get(key)
+        if (value is not None or not optional) and not _count(value):
+            raise TraceError(str(path), None, f"engine_kwargs.{key}: must be an integer in [1, {MAX_TOKENS}] "
+                                              f"(got {value!r:.60})")
+    if not isinstance(info.get("vllm_version"), str) or len(info["vllm_version"]) > 100:
+        raise TraceError(str(path), None, f"vllm_version: must be a string (got {info.get('vllm_version')!r:.60})")
+    cache = info.get("kv_cache")
+    if cache is not None and not isinstance(cache, dict):
+        raise TraceError(str(path), None, "kv_cache: must be an object")
+    blocks = (cache or {}).get("num_gpu_blocks")
+    if blocks is not None and not _count(blocks):
+        raise TraceError(str(path), None, f"kv_cache.num_gpu_blocks: must be an integer in [1, {MAX_TOKENS}] "
+                                          f"(got {blocks!r:.60})")
+    return info
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_TOKENS
 
 
 def config(run: OpenRun, data: Path, timing: dict[str, Any] | None = None,
@@ -120,7 +152,7 @@ def measured(run: OpenRun, data: Path, anchor: str = "client") -> Measured:
     engine_view = load_measured(run.files(data)[1], "llmservingsim")
     if anchor == "engine":
         return engine_view
-    rows = [json.loads(line) for line in run.files(data)[1].read_text().splitlines() if line.strip()]
+    rows = _client_rows(run.files(data)[1])
     rows.sort(key=lambda r: r["queued_ts"])
     arrival = np.array([r["arrival_time"] for r in rows])
     queued = np.array([r["queued_ts"] for r in rows])
@@ -131,3 +163,31 @@ def measured(run: OpenRun, data: Path, anchor: str = "client") -> Measured:
                     np.array([r["last_token_ts"] for r in rows])[order],
                     np.array([r["input_toks"] for r in rows], dtype=np.int64)[order],
                     np.array([r["output_toks"] for r in rows], dtype=np.int64)[order])
+
+
+_CLIENT_FIELDS = ("arrival_time", "queued_ts", "first_token_ts", "last_token_ts")
+
+
+def _client_rows(path: Path) -> list[dict[str, Any]]:
+    """The run's request lines with the fields the client anchor reads, each checked."""
+    from servesim.measured.readers import json_lines
+
+    try:
+        text = safejson.decode(path.read_bytes())
+    except OSError as exc:
+        raise TraceError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+    except safejson.JsonRefused as exc:
+        raise TraceError(str(path), exc.line, exc.message) from None
+    rows = []
+    for number, row in json_lines(str(path), text):
+        for key in _CLIENT_FIELDS:
+            if safejson.finite_number(row.get(key)) is None:
+                raise TraceError(str(path), number, f"{key}: must be a finite number (got {row.get(key)!r:.60})")
+        for key in ("input_toks", "output_toks"):
+            if not isinstance(row.get(key), int) or isinstance(row.get(key), bool) or not 0 <= row[key] <= MAX_TOKENS:
+                raise TraceError(str(path), number, f"{key}: must be an integer in [0, {MAX_TOKENS}] "
+                                                    f"(got {row.get(key)!r:.60})")
+        rows.append(row)
+    if not rows:
+        raise TraceError(str(path), None, "no requests")
+    return rows

@@ -125,18 +125,25 @@ def render(results: Sequence[RunResult], detail: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, name: str, body: str) -> None:
-    """Put `body` between the ``<!-- name: begin -->`` and ``<!-- name: end -->`` markers of
-    `path`, or write it as the whole file when the file lacks them."""
+def section_text(existing: str | None, name: str, body: str) -> str:
+    """`existing` with `body` between its ``<!-- name: begin -->`` and ``<!-- name: end -->``
+    markers, or `body` alone when it lacks them (or there is no file)."""
     begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
-    text = path.read_text() if path.exists() else ""
+    text = existing or ""
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)
-        path.write_text(f"{head}{begin}\n{body.rstrip()}\n{end}{tail}")
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
+        return f"{head}{begin}\n{body.rstrip()}\n{end}{tail}"
+    return body
+
+
+def write_section(path: Path, name: str, body: str) -> None:
+    """Put `body` between the ``<!-- name: begin -->`` and ``<!-- name: end -->`` markers of
+    `path`, or write it as the whole file when the file lacks them (atomically: `OutputFile`)."""
+    from servesim.output_file import OutputFile
+
+    target = OutputFile("-o", path)
+    target.write(section_text(target.check(read_existing=True), name, body))
 
 
 def all_finite(results: Sequence[RunResult]) -> bool:

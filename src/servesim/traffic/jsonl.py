@@ -9,12 +9,11 @@ line.
 from __future__ import annotations
 
 import gzip
-import json
-import math
 import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
+from servesim import safejson
 from servesim.errors import TraceError
 from servesim.traffic.hash_ids import lift_id_lists
 
@@ -60,16 +59,9 @@ def read_jsonl(path: str, chunk_lines: int = 4096, *,
                 return
 
 
-def finite_float(value: Any) -> float | None:
-    """A JSON number as a finite float; None for anything else (a bool, a string, infinity or
-    NaN, an integer beyond every float)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
+finite_float = safejson.finite_number
+"""A JSON number as a finite float; None for anything else (a bool, a string, infinity or
+NaN, an integer beyond every float)."""
 
 
 def _read_lines(path: str, handle: IO[str], count: int, before: int) -> tuple[list[str], TraceError | None]:
@@ -115,19 +107,21 @@ def _parse_chunk(path: str, numbered: list[tuple[int, str]], id_list: str | None
 
 
 def _decode(text: str) -> list[Any] | None:
-    """The objects of comma-joined JSON lines; None when they do not decode cleanly."""
+    """The objects of comma-joined JSON lines; None when they do not decode cleanly (or hold
+    NaN or Infinity)."""
     try:
-        return json.loads("[" + text + "]")
-    except (ValueError, RecursionError):
+        return safejson.loads("[" + text + "]", max_depth=None, max_int=False)
+    except ValueError:
         return None
 
 
 def _parse_line(path: str, number: int, line: str) -> Any:
+    """One line's JSON value (`safejson`, the row's own numbers checked by its reader)."""
     try:
-        return json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise TraceError(path, number, f"invalid JSON: {exc.msg}") from None
-    except ValueError:  # an integer of more digits than Python converts
-        raise TraceError(path, number, "invalid JSON: a number with too many digits") from None
-    except RecursionError:
-        raise TraceError(path, number, "JSON nested too deeply (a row is one flat object)") from None
+        return safejson.loads(line, max_depth=None, max_int=False)
+    except safejson.JsonRefused as exc:
+        if exc.message.startswith("nested deeper"):
+            raise TraceError(path, number, "JSON nested too deeply (a row is one flat object)") from None
+        if exc.message.startswith("a number that cannot"):
+            raise TraceError(path, number, "invalid JSON: a number with too many digits") from None
+        raise TraceError(path, number, exc.message) from None

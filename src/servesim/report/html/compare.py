@@ -8,7 +8,6 @@ is the baseline the differences are relative to.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 from servesim.errors import ConfigError
 from servesim.report.html.charts import cdf_chart
 from servesim.report.html.page import COLORS, Page, plotly_modules
-from servesim.report.latency import LABELS, METRICS, SUMMARY_NAMES, LatencySamples, from_request_rows, quantile
+from servesim.report.latency import LABELS, METRICS, SUMMARY_NAMES, LatencySamples, quantile
 from servesim.report.sla import Sla
 
 STATS = ("mean", "p50", "p90", "p99")
@@ -59,34 +58,22 @@ def load_run(path: str | Path, name: str | None = None) -> ComparedRun:
 
 
 def _servesim_run(path: Path, name: str) -> ComparedRun:
-    try:
-        summary = json.loads((path / "prediction.json").read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path / 'prediction.json'}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    rows = _servesim_rows(path, summary)
-    latency = from_request_rows(rows) if rows else None
-    stats = {m: {s: float(summary[f"{_SUMMARY_PREFIX[s]}_{SUMMARY_NAMES[m]}"]) for s in STATS}
+    """A servesim output folder, streamed and checked (`compare_inputs`)."""
+    from servesim.report.html.compare_inputs import read_latency, read_summary, summary_number
+
+    file = path / "prediction.json"
+    summary, has_records = read_summary(file)
+    latency = read_latency(path, has_records)
+    stats = {m: {s: summary_number(file, summary, f"{_SUMMARY_PREFIX[s]}_{SUMMARY_NAMES[m]}") for s in STATS}
              for m in METRICS if f"mean_{SUMMARY_NAMES[m]}" in summary}
     run = ComparedRun(name, "servesim", latency, stats)
-    run.figures = {"requests": summary["num_requests"], "completed_requests": summary["completed_requests"],
-                   "request_throughput_rps": summary["request_throughput_rps"],
-                   "output_throughput_tok_s": summary["output_throughput_tok_s"]}
+    run.figures = {key: summary_number(file, summary, key) for key in
+                   ("num_requests", "completed_requests", "request_throughput_rps", "output_throughput_tok_s")}
+    run.figures["requests"] = run.figures.pop("num_requests")
     if latency is None:
-        run.percentiles = {m: [(float(summary[f"{p}_{SUMMARY_NAMES[m]}"]), q) for p, q in _PERCENTILE_POINTS]
-                           for m in stats}
+        run.percentiles = {m: [(summary_number(file, summary, f"{p}_{SUMMARY_NAMES[m]}"), q)
+                               for p, q in _PERCENTILE_POINTS] for m in stats}
     return run
-
-
-def _servesim_rows(path: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-request records of a servesim output directory (none if not captured)."""
-    if (path / "requests.parquet").is_file():
-        from servesim.report.tables import read_parquet
-
-        return read_parquet(path / "requests.parquet")
-    if (path / "requests.jsonl").is_file():
-        with (path / "requests.jsonl").open(encoding="utf-8") as lines:
-            return [json.loads(line) for line in lines if line.strip()]
-    return summary.get("per_request") or []
 
 
 def _sample_stats(latency: LatencySamples) -> dict[str, dict[str, float]]:
@@ -164,9 +151,14 @@ def _number(value: float | None) -> bool:
 
 
 def write_compare(paths: Sequence[str], out: Path, labels: Sequence[str] = (), sla: Sla | None = None) -> None:
-    """Read every input and write the comparison page to `out`."""
+    """Read every input and write the comparison page to `out` (checked writable first, then
+    replaced atomically: `servesim.output_file`)."""
+    from servesim.output_file import OutputFile
+
     plotly_modules()
     if len(labels) > len(paths):
         raise ConfigError(f"--label given {len(labels)} times for {len(paths)} runs")
+    target = OutputFile("-o", out)
+    target.check()
     runs = [load_run(p, labels[i] if i < len(labels) else None) for i, p in enumerate(paths)]
-    compare_page(runs, sla).write(out)
+    target.write(compare_page(runs, sla).render())
