@@ -361,5 +361,5 @@ KNOBS: dict[str, Knob] = {
         "requests", "requests_per_load_unit", "sessions", "sessions_per_load_unit")},
 }
 """Every leaf field of the config (`servesim.config.SimConfig`), by dotted path (a role's worker
-fields as `engine.workers.*.…`): which paths it can refuse, and how. `tests/runtime/test_paths.py`
+fields as `engine.workers.*.…`): which paths it can refuse, and how. `tests/runtime/test_replay_paths.py`
 fails when a field is missing or a path here is not a field."""
