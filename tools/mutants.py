@@ -37,6 +37,7 @@ CATALOGUE = Path(__file__).with_name("mutants.toml")
 COPY_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache",
                                      ".ruff_cache", ".venv*", "*.egg-info")
 FIELDS = ("name", "area", "file", "old", "new", "tests", "description")
+OPTIONAL = ("held_out",)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Mutant:
     new: str
     tests: tuple[str, ...]
     description: str
+    held_out: bool = False
+    """Written after the tests it is measured against (and no test written for it since)."""
 
 
 @dataclass
@@ -72,7 +75,7 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Mutant]:
     for i, entry in enumerate(data.get("mutant", []), 1):
         where = f"{path.name}: mutant #{i} ({entry.get('name', '?')})"
         missing = [k for k in FIELDS if k not in entry]
-        unknown = sorted(set(entry) - set(FIELDS))
+        unknown = sorted(set(entry) - set(FIELDS) - set(OPTIONAL))
         if missing or unknown:
             raise ValueError(f"{where}: missing keys {missing}, unknown keys {unknown}")
         if entry["old"] == entry["new"]:
@@ -81,7 +84,7 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Mutant]:
             raise ValueError(f"{where}: duplicate name")
         seen.add(entry["name"])
         mutants.append(Mutant(entry["name"], entry["area"], entry["file"], entry["old"], entry["new"],
-                              tuple(entry["tests"]), entry["description"]))
+                              tuple(entry["tests"]), entry["description"], bool(entry.get("held_out", False))))
     return mutants
 
 
@@ -156,15 +159,19 @@ def baseline(mutants: Sequence[Mutant], root: Path, timeout: float) -> str | Non
 
 
 def summary(outcomes: Sequence[Outcome]) -> list[str]:
-    """Catch rate overall and per area (stale and errored mutants are not counted)."""
+    """Catch rate per area, of the held-out and the other mutants, and overall (stale and
+    errored mutants are not counted)."""
     lines = []
     areas = sorted({o.mutant.area for o in outcomes})
-    for area in [*areas, None]:
-        group = [o for o in outcomes if area is None or o.mutant.area == area]
+    groups: list[tuple[str, list[Outcome]]] = [(a, [o for o in outcomes if o.mutant.area == a]) for a in areas]
+    groups += [("targeted", [o for o in outcomes if not o.mutant.held_out]),
+               ("held-out", [o for o in outcomes if o.mutant.held_out]), ("ALL", list(outcomes))]
+    for label, group in groups:
+        if not group:
+            continue
         judged = [o for o in group if o.status in ("caught", "survived")]
         caught = sum(o.status == "caught" for o in judged)
         rate = f"{100 * caught / len(judged):5.1f} %" if judged else "   -   "
-        label = area or "ALL"
         extra = len(group) - len(judged)
         lines.append(f"{label:<12} {caught:3d}/{len(judged):<3d} caught  {rate}"
                      + (f"  ({extra} stale/error)" if extra else ""))
@@ -193,6 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant's test run")
     ap.add_argument("--json", type=Path, help="write the outcomes to this file")
     ap.add_argument("--no-baseline", action="store_true", help="skip the unmutated test run")
+    ap.add_argument("--only", choices=("targeted", "held-out"), help="only the mutants of that set")
     return ap
 
 
@@ -222,9 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
     args = _parser().parse_args(argv)
     mutants = select(load_catalogue(), args.names)
+    if args.only:
+        mutants = [m for m in mutants if m.held_out == (args.only == "held-out")]
     if args.list:
         for m in mutants:
-            print(f"{m.name:<34} {m.area:<10} {m.file}\n    {m.description}")
+            print(f"{m.name:<34} {m.area:<10} {m.file}{'  (held out)' if m.held_out else ''}\n    {m.description}")
         print(f"{len(mutants)} mutants")
         return 0
     if args.check:
