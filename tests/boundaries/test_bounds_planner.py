@@ -101,3 +101,39 @@ def test_a_decision_is_due_exactly_one_interval_after_the_last(interval_s):
     assert planner._due("load", ms)
     assert not planner._due("load", 2 * ms - 1.0)
     assert planner._due("load", 2 * ms)
+
+
+def test_the_floor_band_reaches_one_replica_below_the_floor():
+    """Both bounds set: a tolerance of one replica's GPUs below min_gpus is in band."""
+    assert budget.clamp_single(3, 2, 8, 16, 1) == 3, "6 GPUs ≥ 8 − 2"
+    assert budget.clamp_single(2, 2, 8, 16, 1) == 4, "4 GPUs < 6: up to 8"
+
+
+def test_the_prefill_ceiling_leaves_room_for_the_decode_minimum():
+    assert budget.clamp_pair(10, 1, 1, 1, OFF, 6, 1, 3) == (3, 3)
+
+
+def test_a_pair_exactly_at_the_ceiling_is_held_from_growing():
+    assert budget.guard_pair((2, 2), (3, 2), (2, 2), OFF, 8, (1, 1)) == (2, 2, "gpu_budget_guard_hold")
+
+
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 8), st.integers(0, 8), st.integers(1, 4),
+       st.integers(1, 4), st.integers(4, 40))
+def test_a_budgeted_pair_fits_the_ceiling(p, d, pp, pd, pg, dg, max_gpus):
+    fp, fd, reason = budget.guard_pair((p, d), (max(pp, 1), max(pd, 1)), (pg, dg), OFF, max_gpus, (1, 1))
+    if pg + dg <= max_gpus and reason != "gpu_budget_guard_hold":
+        assert fp * pg + fd * dg <= max_gpus + max(pg, dg)
+
+
+@given(st.integers(0, 12), st.integers(0, 12), st.integers(1, 4), st.integers(0, 24), st.integers(0, 48))
+def test_the_guard_never_reverses_a_move(current, proposed, gpus, min_gpus, span):
+    final, reason = budget.guard_single(current, proposed, gpus, min_gpus, min_gpus + span, 0)
+    if reason != "gpu_budget_reconcile":
+        assert min(current, proposed) <= final <= max(current, proposed)
+
+
+def test_a_throughput_decision_is_scale_up_if_any_pool_grows():
+    snapshot = SimpleNamespace(pools={"prefill": SimpleNamespace(non_draining=2),
+                                      "decode": SimpleNamespace(non_draining=2)})
+    assert DynamoPlanner._direction(snapshot, {"prefill": 3, "decode": 1}) == "scale_up"
+    assert DynamoPlanner._direction(snapshot, {"prefill": 1, "decode": 2}) == "scale_down"

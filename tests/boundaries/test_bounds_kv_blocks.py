@@ -91,3 +91,28 @@ def test_a_request_with_nothing_to_generate_hits_every_cached_block():
     none_left = vllm_request(2, 32, 0, [7001, 7002])
     rank.enqueue(none_left)
     assert rank.run_pass(1).admitted == [(none_left, 32)]
+
+
+def _preempted(length: int, generated: int):
+    r = vllm_request(1, length - generated, generated + 5)
+    r.generated, r.preempted = generated, True
+    return r
+
+
+def test_a_preempted_request_is_rejected_only_past_the_whole_pool():
+    rank = vllm_rank(num_blocks=2)
+    fits, past = _preempted(32, 4), _preempted(33, 4)
+    assert not rank.policy.must_reject(fits), "32 tokens: exactly the 2 blocks"
+    assert rank.policy.must_reject(past) and "need 3 KV blocks" in past.reject_reason
+
+
+def test_shared_active_blocks_count_once_in_the_fit():
+    rank = vllm_rank(num_blocks=4, prefix_caching=True)
+    a = vllm_request(1, 32, 5, [7001, 7002])
+    rank.enqueue(a)
+    rank.run_pass(0)
+    rank.run_pass(1)
+    assert rank.pool.active_blocks == 3
+    b = vllm_request(2, 48, 2, [7001, 7002, 7003])
+    rank.enqueue(b)
+    assert rank.run_pass(2).admitted == [(b, 32)], "b needs 1 block of its own: 3 + 1 = 4"

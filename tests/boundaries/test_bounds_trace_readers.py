@@ -99,3 +99,26 @@ def test_a_prompt_keeps_the_ceiling_of_its_blocks(tmp_path, extra, length, kept)
                                                      "hash_ids": [11, 12, 13], **extra})])
     turn = read_mooncake(path, 16).sessions[0].turns[0]
     assert list(turn.block_values) == [11, 12, 13][:kept]
+
+
+def test_an_explicit_delay_wins_on_a_row_of_every_field(tmp_path):
+    rows = [json.dumps({"session_id": "a", "timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [1, 2]}),
+            json.dumps({"session_id": "a", "timestamp": 500, "input_length": 20, "output_length": 2,
+                        "hash_ids": [1, 2], "delay": 30})]
+    (session,) = read_mooncake(_write(tmp_path / "t.jsonl", rows), 16).sessions
+    assert [t.delay_ms for t in session.turns] == [0.0, 30.0]
+
+
+@pytest.mark.parametrize(("fields", "error"), [
+    ({"input_length": 0}, "input_length must be >= 1"), ({"output_length": -1}, "output_length must be >= 0"),
+    ({"output_length": 2.5}, "output_length must be an integer")])
+def test_lengths_below_their_minimum_are_errors(tmp_path, fields, error):
+    with pytest.raises(TraceError, match=f":1: {error}"):
+        read_mooncake(_write(tmp_path / "t.jsonl", [_row(timestamp=0, **fields)]), 16)
+
+
+def test_integral_floats_at_the_minimum_are_accepted(tmp_path):
+    path = _write(tmp_path / "t.jsonl", [_row(timestamp=0, input_length=1.0, output_length=0.0)])
+    turn = read_mooncake(path, 16).sessions[0].turns[0]
+    assert (turn.input_length, turn.max_output_tokens) == (1, 0)
+

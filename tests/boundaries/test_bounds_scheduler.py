@@ -161,3 +161,50 @@ def test_sglang_admission_needs_strictly_less_than_the_room():
     not_quite.enqueue(b)
     assert fits.run_pass(0).admitted == [(a, 0)]
     assert not not_quite.run_pass(0).admitted
+
+
+class RecordingTiming:
+    """Fixed phase times that record the prefill batch they were asked about."""
+
+    def __init__(self) -> None:
+        self.prefills: list[tuple[int, int, int]] = []
+
+    def prefill(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
+        self.prefills.append((batch, mean_isl, mean_prefix))
+        return 10.0
+
+    def decode(self, batch: int, active_kv_tokens: int, mean_ctx: int, total_kv_tokens: int) -> float:
+        return 5.0
+
+
+def test_the_prefill_batch_is_timed_at_the_floor_means_of_its_chunks():
+    from servesim.engine.rank import RankConfig
+    from servesim.engine.vllm import VllmRank
+
+    timing = RecordingTiming()
+    rank = VllmRank(RankConfig(block_size=16, num_blocks=100, max_batched_tokens=8192), timing, lazy_decode=False)
+    rank.enqueue(vllm_request(1, 10, 2))
+    rank.enqueue(vllm_request(2, 21, 2))
+    rank.run_pass(0)
+    assert timing.prefills == [(2, 15, 0)], "floor(31 / 2) = 15"
+
+
+def test_sglang_cached_pages_count_as_room():
+    """Free plus evictable: a finished request's cached pages can be evicted for a new one."""
+    r = sglang_rank(num_blocks=200)
+    warm = sglang_request(1, 100, 1)
+    r.enqueue(warm)
+    r.run_pass(0)
+    assert not r.running and not r.waiting
+    big = sglang_request(2, 150, 10)
+    r.enqueue(big)
+    assert r.run_pass(1).admitted == [(big, 0)], "150 + 10 < 200 once the cached 100 are evictable"
+
+
+@pytest.mark.parametrize(("output", "admitted"), [(15, True), (16, False)])
+def test_sglang_a_chunk_is_charged_in_whole_pages(output, admitted):
+    """Page 16, 3 pages (48 tokens): a 20-token prompt is charged 32; 32 + 15 < 48, 32 + 16 is not."""
+    r = sglang_rank(num_blocks=3, page=16)
+    q = sglang_request(1, 20, output)
+    r.enqueue(q)
+    assert bool(r.run_pass(0).admitted) is admitted

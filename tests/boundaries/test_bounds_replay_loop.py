@@ -234,3 +234,50 @@ def test_events_are_ordered_and_the_cap_is_inclusive(requests, cap):
     if cap is not None:
         assert all(t <= cap for t in times)
         assert all(("arrive", float(t), workers[w].name) in log for t, w, _ in requests if t <= cap)
+
+
+class TickingHandler(FakeHandler):
+    """A handler with control ticks at given instants."""
+
+    def __init__(self, source: FakeSource, log: list, ticks: list[float]) -> None:
+        super().__init__(source, log)
+        self.ticks = sorted(ticks)
+
+    def next_control(self) -> float:
+        return self.ticks[0] if self.ticks else INF
+
+    def control(self, now: float) -> list[FakeWorker]:
+        self.ticks.pop(0)
+        self.log.append(("tick", now, ""))
+        return []
+
+    def done(self) -> bool:
+        return not self.source.pending and self.open == 0
+
+
+def _ticking(arrivals, worker, ticks):
+    source = FakeSource(arrivals)
+    handler = TickingHandler(source, worker.log, ticks)
+    return ReplayLoop(source, [Pool("p", [worker])], handler), worker.log
+
+
+def test_a_control_tick_comes_after_everything_else_of_its_instant():
+    (w,) = _workers((0, 0))
+    loop, log = _ticking([(0.0, w, 10.0), (5.0, w, 1.0)], w, [5.0, 100.0])
+    loop.run()
+    assert [k for k, t, _ in log if t == 5.0] == ["arrive", "tick"]
+
+
+def test_no_control_tick_once_the_workload_is_done():
+    (w,) = _workers((0, 0))
+    loop, log = _ticking([(0.0, w, 10.0)], w, [10.0])
+    assert loop.run() == 10.0
+    assert ("tick", 10.0, "") not in log
+
+
+def test_the_dead_end_message_says_whether_any_worker_holds_requests():
+    idle, stuck = _workers((0, 0), (0, 1))
+    stuck.effect = False
+    loop, _ = _loop([(0.0, stuck, 0.0)], [idle, stuck])
+    with pytest.raises(SimulationError, match="detected an effect-free zero-duration pass"):
+        loop.run()

@@ -117,3 +117,30 @@ def test_least_loaded_never_picks_a_busier_rank():
             counts = sorted(router.in_flight.values())
             assert counts[-1] - counts[0] <= 1
         assert sorted(router.in_flight.values()) == [2, 2, 2]
+
+
+def test_potential_decode_blocks_are_the_active_plus_the_new_ones():
+    router = KvRouter(1, KvRouterSettings(block_size=B, track_prefill=False), 0)
+    for w in range(2):
+        router.worker_added(w)
+    router._commit((0, 0), _request(32, [1, 2], rid=1), 0, 0.0)
+    costs = router.costs(_request(48, [1, 2, 3], rid=2), 0.0)
+    assert costs[(0, 0)][0] == 3.0, "2 active + 1 new"
+    assert costs[(1, 0)][0] == 3.0, "0 active + 3 new"
+
+
+def test_softmax_sampling_matches_the_spec_example():
+    """T = 0.5, normalised costs 0 and 1: p(A) = 1 / (1 + e^-2) ≈ 0.881."""
+    router = _router(workers=2, temperature=0.5, seed=7)
+    costs = {(0, 0): (1.0, 0), (1, 0): (3.0, 0)}
+    draws = [router._select(costs) for _ in range(4000)]
+    share = draws.count((0, 0)) / len(draws)
+    assert abs(share - 1 / (1 + math.exp(-2))) < 0.03
+
+
+def test_prefill_aging_spills_over_to_the_next_entry():
+    load = _SlotLoad()
+    load.prefills[1] = _Prefill(64, 0.0, 10.0)
+    load.prefills[2] = _Prefill(64, 2.0, 10.0)
+    assert load.prefill_tokens(5.0) == pytest.approx(32.0 + 64.0), "the anchor half done, the next untouched"
+    assert load.prefill_tokens(15.0) == pytest.approx(0.0 + 32.0), "5 ms past the anchor age the next"

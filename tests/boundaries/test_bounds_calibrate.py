@@ -74,3 +74,20 @@ def test_the_sync_is_kept_when_one_tpot_is_small():
     current = Calibration(decode_scale=1.0)
     one_small = calibrate._fit_decode(_replay(12.0, 3.0, 2.0), current)
     assert one_small.decode_scale == pytest.approx(12.0 / 3.0), "3 ms is not above twice the 2 ms sync"
+
+
+@pytest.mark.parametrize(("scale", "clamped"), [(10.0, 5.0), (0.1, 0.2), (1.3, 1.3), (5.0, 5.0), (0.2, 0.2)])
+def test_scales_stay_within_their_bounds(scale, clamped):
+    assert calibrate._clamp(scale) == clamped
+
+
+def test_the_prefill_bisection_converges_on_the_measured_mean():
+    replay = SimpleNamespace(real={"ttft": np.array([150.0])}, run=lambda c: c,
+                             mean=lambda sim, metric: 100.0 * sim.prefill_scale)
+    found = calibrate._fit_prefill(replay, Calibration(prefill_scale=1.0), width=np.log(4.0))
+    assert found.prefill_scale == pytest.approx(1.5, rel=0.05)
+
+
+def test_a_full_batch_is_not_kv_bound():
+    measured = _one_at_a_time([(10_000, 3.0), (9_000, 1.0), (10_000, 3.0), (8_000, 1.0), (10_000, 0.5)])
+    assert calibrate.measured_kv_tokens(measured, max_sequences=1, ranks=1) is None, "one running = max_sequences"

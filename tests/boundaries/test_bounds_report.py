@@ -145,3 +145,22 @@ def test_a_run_statistic_exactly_at_its_target_meets_it(bound, met):
     summary = {"num_requests": 3, "completed_requests": 3, "p90_ttft_ms": 40.0}
     block = verdicts(Sla(run_targets=(("ttft_ms", "p90", bound),)), summary, {}, {}, {"ttft_ms": 3})
     assert block["met"] is met and block["targets"][0]["margin_ms"] == pytest.approx(bound - 40.0)
+
+
+def test_the_std_is_the_population_one():
+    assert stats.exact_stats([1.0, 3.0])["std"] == 1.0
+    assert stats.sketch_stats([1.0, 3.0])["std"] == 1.0
+
+
+def test_a_run_without_requests_meets_no_per_request_target():
+    block = verdicts(Sla(ttft_ms=100.0), {"num_requests": 0, "completed_requests": 0}, {}, {}, {})
+    assert block["met"] is False and block["targets"][0]["share_within"] == 0.0
+
+
+def test_the_margin_is_target_minus_achieved():
+    summary = {"num_requests": 2, "completed_requests": 2, "p90_ttft_ms": 30.0}
+    block = verdicts(Sla(ttft_ms=50.0, run_targets=(("ttft_ms", "p90", 40.0),)), summary,
+                     {"ttft_ms": 2}, {"ttft_ms": 45.0}, {"ttft_ms": 2})
+    per_request, run_level = block["targets"]
+    assert (per_request["margin_ms"], run_level["margin_ms"]) == (5.0, 10.0)
+    assert per_request["margin_pct"] == pytest.approx(10.0) and run_level["margin_pct"] == pytest.approx(25.0)

@@ -84,3 +84,14 @@ def test_equal_candidates_both_stay_on_the_front():
 def test_a_candidate_better_in_one_objective_and_equal_in_the_other_dominates():
     a, b = _pareto(10.0, 5.0), _pareto(10.0, 6.0, name="b")
     assert pareto_front([a, b]) == [b]
+
+
+def test_min_gpus_scores_fewer_gpus_higher():
+    objective = Objective("min_gpus")
+    assert objective.score({}, {"min_gpus": 2.0}) > objective.score({}, {"min_gpus": 4.0})
+
+
+def test_the_attainment_shortfall_is_relative():
+    objective = Objective("throughput", sla=SLA, sla_attainment=0.8)
+    ((_, shortfall),) = objective.misses({"sla_attainment": 0.6})
+    assert shortfall == pytest.approx(0.25), "1 − 0.6 / 0.8"
