@@ -8,7 +8,7 @@ A mutation (one ``[[mutant]]`` table of ``tools/mutants.toml``) names a source f
 snippet of it, the snippet that replaces it, the tests that should catch the change, its area and
 a description. ``--run`` copies the repository (``--repo``, default: this checkout) to a temporary
 directory once, then for each mutation rewrites the one file in the COPY, runs its tests there
-(``pytest -x`` with a timeout), and restores the file; the working tree is never edited. A mutation
+(``pytest -x``, one test path after the other until one fails, with a timeout), and restores the file; the working tree is never edited. A mutation
 is *caught* when its tests fail (or time out), *survived* when they pass, and *stale* when its
 file or snippet is not found (exactly once) in the copied tree — the catalogue must then be updated
 (files moved, code rewritten). Tests a catalogue entry names that the copied tree does not hold
@@ -124,6 +124,18 @@ def _pytest(root: Path, tests: Sequence[str], timeout: float) -> tuple[int | Non
     return done.returncode, "; ".join([*failed[:1], last])
 
 
+def _staged(root: Path, tests: Sequence[str], timeout: float) -> tuple[int | None, str]:
+    """Run the tests one path at a time, stopping at the first that fails (a caught mutant
+    costs one path's collection, not all of them); `timeout` bounds the whole."""
+    start, code, last = time.monotonic(), 0, ""
+    for test in tests:
+        left = timeout - (time.monotonic() - start)
+        code, last = _pytest(root, [test], left) if left > 0 else (None, f"timeout after {timeout:g} s")
+        if code != 0:
+            break
+    return code, last
+
+
 def run_one(mutant: Mutant, root: Path, timeout: float) -> Outcome:
     """Apply `mutant` to the copy at `root`, run its tests, restore the file."""
     text, why = locate(mutant, root)
@@ -137,7 +149,7 @@ def run_one(mutant: Mutant, root: Path, timeout: float) -> Outcome:
     try:
         path.write_text(text.replace(mutant.old, mutant.new))
         _drop_bytecode(path)
-        code, last = _pytest(root, tests, timeout)
+        code, last = _staged(root, tests, timeout)
     finally:
         path.write_text(text)
         _drop_bytecode(path)

@@ -1,6 +1,8 @@
-"""The replay loop's boundaries (runtime/replay.py module docstring): the time cap is
-inclusive, completions due at one instant apply in pass-start order, passes start in (pool,
-worker) order, timers fire before arrivals, a zero-duration pass without effect parks.
+"""The replay loop's boundaries (runtime/replay.py module docstring; runtime spec §4: "events
+exactly at the cap are processed", worker-seconds stop at the last processed instant): the time
+cap is inclusive, completions due at one instant apply in pass-start order, passes start in
+(pool, worker) order, timers fire before arrivals and control ticks come last, a zero-duration
+pass without effect parks.
 
 The loop is driven by small fakes: a request is (arrival ms, worker, pass duration ms)."""
 
