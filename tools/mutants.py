@@ -6,13 +6,14 @@
 
 A mutation (one ``[[mutant]]`` table of ``tools/mutants.toml``) names a source file, an exact
 snippet of it, the snippet that replaces it, the tests that should catch the change, its area and
-a description. ``--run`` copies the repository (``--repo``, default: this checkout) to a temporary
-directory once, then for each mutation rewrites the one file in the COPY, runs its tests there
-(``pytest -x``, one test path after the other until one fails, with a timeout), and restores the file; the working tree is never edited. A mutation
-is *caught* when its tests fail (or time out), *survived* when they pass, and *stale* when its
-file or snippet is not found (exactly once) in the copied tree — the catalogue must then be updated
-(files moved, code rewritten). Tests a catalogue entry names that the copied tree does not hold
-are left out (so ``--repo`` can point at an older checkout, e.g. before new tests were written).
+a description. ``--run`` copies the repository (``--repo``, default: this checkout) to a
+temporary directory once, then for each mutation rewrites the one file in the COPY, runs its
+tests there (``pytest -x``, one test path after the other until one fails, with a timeout) and
+restores the file; the working tree is never edited. A mutation is *caught* when its tests fail
+(or time out), *survived* when they pass, and *stale* when its file or snippet is not found
+(exactly once) in the copied tree — the catalogue must then be updated (files moved, code
+rewritten). Tests a catalogue entry names that the copied tree does not hold are left out (so
+``--repo`` can point at an older checkout, e.g. before new tests were written).
 
 ``--check`` only verifies that every snippet still matches its file exactly once (exit 1 if not).
 """
