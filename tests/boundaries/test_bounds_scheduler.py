@@ -201,10 +201,15 @@ def test_sglang_cached_pages_count_as_room():
     assert r.run_pass(1).admitted == [(big, 0)], "150 + 10 < 200 once the cached 100 are evictable"
 
 
-@pytest.mark.parametrize(("output", "admitted"), [(15, True), (16, False)])
+@pytest.mark.parametrize(("output", "admitted"), [(31, True), (32, False)])
 def test_sglang_a_chunk_is_charged_in_whole_pages(output, admitted):
-    """Page 16, 3 pages (48 tokens): a 20-token prompt is charged 32; 32 + 15 < 48, 32 + 16 is not."""
-    r = sglang_rank(num_blocks=3, page=16)
-    q = sglang_request(1, 20, output)
+    """Page 16, 5 pages; one running request holds a page and reserves ~0 (39 × ratio 0.0007):
+    a 20-token prompt is charged 2 pages, 32 + 31 < 64 − 0.03 but 32 + 32 is not."""
+    r = sglang_rank(num_blocks=5, page=16, schedule_conservativeness=0.001)
+    running = sglang_request(1, 10, 40)
+    r.enqueue(running)
+    assert r.run_pass(0).admitted == [(running, 0)]
+    q = sglang_request(2, 20, output)
     r.enqueue(q)
-    assert bool(r.run_pass(0).admitted) is admitted
+    assert bool(r.run_pass(1).admitted) is admitted
+    assert q not in r.run_pass(2).rejected, "while a request runs, a head that does not fit waits"
