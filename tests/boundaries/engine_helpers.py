@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from servesim.engine.rank import RankConfig, SglangSettings
 from servesim.engine.request import EngineRequest
-from servesim.engine.sglang import SglangRank
-from servesim.engine.vllm import VllmRank
+from servesim.engine.sglang.core import SglangRank
+from servesim.engine.vllm.core import VllmRank
 from servesim.perf.timing import FixedTiming
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 

@@ -1,4 +1,4 @@
-"""`servesim calibrate` statistics (fidelity/calibrate.py docstring): the KV capacity is the
+"""`servesim calibrate` statistics (studies/calibrate.py docstring): the KV capacity is the
 *median* KV in use while the pool limited admission, and the median over the runs that show one;
 the plateau test compares the 10th and 90th percentiles; a round has settled only when *both*
 scales moved less than 0.5 %; the decode step takes the DP sync off both TPOTs only when both are
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from servesim.fidelity import calibrate
-from servesim.fidelity.calibration import Calibration
+from servesim.studies import calibrate
+from servesim.perf.calibration import Calibration
 from servesim.measured.run import Measured
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_helpers import vllm_rank, vllm_request
-from servesim.engine.kv import BlockPool
+from servesim.engine.cache.kv import BlockPool
 
 
 def test_a_pool_hands_out_exactly_all_its_blocks():

@@ -179,7 +179,7 @@ class RecordingTiming:
 
 def test_the_prefill_batch_is_timed_at_the_floor_means_of_its_chunks():
     from servesim.engine.rank import RankConfig
-    from servesim.engine.vllm import VllmRank
+    from servesim.engine.vllm.core import VllmRank
 
     timing = RecordingTiming()
     rank = VllmRank(RankConfig(block_size=16, num_blocks=100, max_batched_tokens=8192), timing, lazy_decode=False)
