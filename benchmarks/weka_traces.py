@@ -109,6 +109,20 @@ traffic:
 {load}"""
 
 
+def shifted(trace: dict, offset_s: float) -> dict:
+    """`trace` with its top-level timestamps moved `offset_s` later (nested relative ones stay)."""
+    out = json.loads(json.dumps(trace))
+    for row in out["requests"]:
+        row["t"] = round(row["t"] + offset_s, 6)
+    return out
+
+
+def seeded_snapshot(lanes: int, seed: int, speedup: float) -> str:
+    """A load with a seed-only `agentic_snapshot` (0.13 draws every lane's play and cut)."""
+    return (f"    speedup: {speedup}\n    agentic_lanes: {lanes}\n    agentic_snapshot:\n"
+            f"      seed: {seed}\n")
+
+
 def write_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing="polynomial",
                basis=None, load="    speedup: 1\n") -> None:
     folder = root / name
@@ -131,6 +145,11 @@ def main(argv: list[str]) -> int:
     write_case(root, "lanes1-jsonl", "plays.jsonl", rel, load="    speedup: 1\n    agentic_lanes: 1\n")
     write_case(root, "lanes2-three-plays", "three.jsonl", three, replicas=2,
                load="    speedup: 1.5\n    agentic_lanes: 2\n")
+    write_case(root, "snap-seed-lanes3", "three.jsonl", three, replicas=2, load=seeded_snapshot(3, 123456789, 1))
+    write_case(root, "snap-seed-lanes1", "three.jsonl", three, load=seeded_snapshot(1, 0, 1))
+    offset = "".join(json.dumps(shifted(t, 1234.5678 + 0.37 * k)) + "\n" for k, t in enumerate(relative_traces()))
+    write_case(root, "snap-seed-offset-max", "offset.jsonl", offset, replicas=2,
+               load=seeded_snapshot(2, 2**64 - 1, 2))
     return 0
 
 

@@ -58,8 +58,9 @@ def _load(traffic: TrafficConfig) -> LoadSpec:
     assert isinstance(load, TraceTimestampsLoad)
     snap = load.agentic_snapshot
     snapshot = None
-    if snap is not None and snap.initial_selections is not None:
-        snapshot = (snap.seed, tuple((s.source_play_id, s.t_star_ms) for s in snap.initial_selections))
+    if snap is not None:
+        chosen = snap.initial_selections
+        snapshot = (snap.seed, None if chosen is None else tuple((s.source_play_id, s.t_star_ms) for s in chosen))
     return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes, snapshot=snapshot)
 
 

@@ -217,9 +217,9 @@ class AgenticSnapshotOptions(SchemaModel):
     """AgentX request-boundary snapshots: every lane starts inside a play, cut at `t_star_ms`."""
 
     seed: Annotated[int, Strict(), Ge(0), Le(2**64 - 1)]
-    """Upstream AISimulate 0.13 key: names the snapshot plays (`agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>`) and, in 0.13, seeds the draw of each lane's play and cut; servesim does not reproduce that draw, so it requires `initial_selections`."""
+    """Upstream AISimulate 0.13 key: names the snapshot plays (`agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>`) and seeds the draw of each lane's cut when `initial_selections` is omitted (lane k starts in the k-th play of the corpus, cut between 1/4 and 3/4 of its recorded span, as 0.13 draws it)."""
     initial_selections: Annotated[list[AgenticSnapshotSelection], MinLen(1)] | None = None
-    """Upstream AISimulate 0.13 key: the cut of every lane, in lane order (exactly one per lane; with `corpus_cursor`). servesim requires it (see `seed`)."""
+    """Upstream AISimulate 0.13 key: the cut of every lane, in lane order (exactly one per lane; with `corpus_cursor`). Omitted: drawn from `seed`."""
     corpus_cursor: Annotated[int, Strict(), Ge(0), Le(2**64 - 1)] | None = None
     """Upstream AISimulate 0.13 key: the corpus position of the next play to draw after the initial ones (with `initial_selections`; at least the number of lanes). Only continuous profiles draw further plays."""
 
@@ -277,9 +277,7 @@ class TraceTimestampsLoad(SchemaModel):
                 problems.append(("agentic_snapshot", "requires positive agentic_lanes (0.13's rule)"))
             if (snap.initial_selections is None) != (snap.corpus_cursor is None):
                 problems.append(("agentic_snapshot", "initial_selections and corpus_cursor must be specified together (0.13's rule)"))
-            elif snap.initial_selections is None:
-                problems.append(("agentic_snapshot.initial_selections", "required by servesim: 0.13's seeded draw of each lane's play and cut is not reproduced; give the cuts (and corpus_cursor) explicitly"))
-            elif self.agentic_lanes is not None:
+            elif snap.initial_selections is not None and self.agentic_lanes is not None:
                 sel = snap.initial_selections
                 if len(sel) != self.agentic_lanes:
                     problems.append(("agentic_snapshot.initial_selections", f"must contain exactly one selection per lane ({len(sel)} for {self.agentic_lanes} lanes; 0.13's rule)"))

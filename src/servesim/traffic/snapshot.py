@@ -17,13 +17,58 @@ of history).
 
 from __future__ import annotations
 
+import json
+import struct
 from dataclasses import replace
 from typing import Any
+
+from blake3 import blake3
 
 from servesim.errors import RunError
 from servesim.traffic.agentic import AgenticGraph, AgenticNode, _check_acyclic, _edges
 
 SCHEMA = "aisimulate.agentic.snapshot.v1"
+
+
+def draw_selections(graph: AgenticGraph, lanes: int, seed: int) -> list[tuple[str, float]]:
+    """0.13's seeded initial draw (`agentic_snapshot.seed` without `initial_selections`): lane k
+    starts in the k-th play of the corpus (mod the play count) and cuts it at a fraction `u` of its
+    recorded span, `u = 1/4 + (x >> 11) * 2^-54` with `x` the first 8 bytes (little-endian) of the
+    BLAKE3 hash of the compact JSON `[SCHEMA, seed, graph digest, source play, lane, 0]`."""
+    plays = corpus_plays(graph)
+    if lanes > len(plays):
+        raise RunError(f"agentic_snapshot: {lanes} lanes draw {len(plays)} plays, so a play would run on two lanes "
+                       "(0.13 replays it twice, under the same request ids); servesim replays a source play on one "
+                       "lane only: use at most as many lanes as plays")
+    starts: dict[str, list[float]] = {}
+    for node in graph.nodes:
+        starts.setdefault(node.play_id, []).append(node.not_before_ms)
+    out = []
+    for lane in range(lanes):
+        play = plays[lane % len(plays)]
+        origin = min(starts[play])
+        last = max(starts[play]) - origin
+        out.append((play, last * _cut_fraction(seed, graph.digest, play, lane, 0)))
+    return out
+
+
+def corpus_plays(graph: AgenticGraph) -> list[str]:
+    """The graph's play ids in corpus order (`source_play_ordinal`, else order of first appearance)."""
+    first: dict[str, AgenticNode] = {}
+    for node in graph.nodes:
+        first.setdefault(node.play_id, node)
+    plays = list(first)
+    ordinals = [first[p].source_play_ordinal for p in plays]
+    if all(o is not None for o in ordinals):
+        plays.sort(key=lambda p: first[p].source_play_ordinal or 0)
+    return plays
+
+
+def _cut_fraction(seed: int, digest: str, play: str, lane: int, ordinal: int) -> float:
+    """The fraction in [1/4, 3/4) of a play's recorded span where a lane's draw cuts it."""
+    key = json.dumps([SCHEMA, seed, digest, play, lane, ordinal], separators=(",", ":"), ensure_ascii=False)
+    (x,) = struct.unpack("<Q", blake3(key.encode()).digest()[:8])
+    return (x >> 11) * 2.0 ** -53 * 0.5 + 0.25
 
 
 def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], seed: int, speedup: float,

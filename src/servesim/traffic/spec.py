@@ -54,8 +54,9 @@ class LoadSpec:
     speedup: float = 1.0
     lanes: int | None = None
     """`agentic_lanes`: replay an agentic graph's plays closed loop on this many lanes."""
-    snapshot: tuple[int, tuple[tuple[str, float], ...]] | None = None
-    """`agentic_snapshot`: (seed, the (source play, cut) of every lane)."""
+    snapshot: tuple[int, tuple[tuple[str, float], ...] | None] | None = None
+    """`agentic_snapshot`: (seed, the (source play, cut) of every lane, or None for 0.13's seeded
+    draw of them)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -96,10 +97,12 @@ class TrafficSpec:
 
             lanes = self.load.lanes
             if self.load.snapshot is not None:
-                from servesim.traffic.snapshot import snapshot_graph
+                from servesim.traffic.snapshot import draw_selections, snapshot_graph
 
                 seed, selections = self.load.snapshot
-                workload = snapshot_graph(workload, list(selections), seed, self.load.speedup)
+                assert self.load.lanes is not None, "the schema requires agentic_lanes with agentic_snapshot"
+                chosen = list(selections) if selections is not None else draw_selections(workload, self.load.lanes, seed)
+                workload = snapshot_graph(workload, chosen, seed, self.load.speedup)
                 lanes = None
             if self.load.lanes is not None:
                 workload.summary_fields = workload.summary_fields | {"agentic_lanes": self.load.lanes}
