@@ -15,6 +15,7 @@ from conftest import CASES
 
 CASE = CASES / "weka" / "snap-lanes2-seedcut"
 BETA, GAMMA = "weka:e3d8d5a7ba5f60f0:play:beta", "weka:56c6fa620555e68f:play:gamma"
+ALPHA = "weka:aeca4954cc94d3e7:play:alpha"
 
 
 def _run(tmp_path: Path, load: dict) -> subprocess.CompletedProcess:
@@ -66,6 +67,9 @@ def test_bad_settings_are_config_errors(tmp_path: Path, load: dict, key: str, ru
 @pytest.mark.parametrize(("cut", "message"), [
     ((GAMMA, 310.5), "snapshot cut must lie within recorded request-start bounds [0, 310]"),
     (("weka:nope:play:x", 0.0), "unknown snapshot source play weka:nope:play:x"),
+    # alpha's outer:3 (1200 ms, history) joins a subagent request of 1450 ms (replayed): 0.13's words
+    ((ALPHA, 1300.0), "snapshot boundary crosses a historical request's unresolved dependency: "
+                      "weka:aeca4954cc94d3e7:request:outer:3"),
 ])
 def test_bad_cuts_stop_the_run(tmp_path: Path, cut: tuple[str, float], message: str) -> None:
     result = _run(tmp_path, {"agentic_snapshot": _snap((BETA, 0.0), cut)})

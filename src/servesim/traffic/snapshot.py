@@ -2,9 +2,10 @@
 
 Lane k starts inside the play `selections[k]` names, cut at `t_star_ms` of that play's recorded
 time (0 = its first request's start): the requests that started before the cut are history and
-are not sent; every other request is replayed, released `(recorded start - t_star_ms) / speedup`
-after the run starts or after its replayed parents as the trace recorded (dependencies on history
-are dropped). Each lane runs its snapshot play only.
+are not sent (none may wait on a replayed request: 0.13 stops such a run); every other request is
+replayed, released `(recorded start - t_star_ms) / speedup` after the run starts or after its
+replayed parents as the trace recorded (dependencies on history are dropped). Each lane runs its
+snapshot play only.
 
 The replayed plays are renamed `agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>` and their
 sessions `<play>:conversation:<source session>`; request ids stay the source ones. The graph keeps
@@ -93,6 +94,7 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
                            f"(play {source_play}, t_star_ms {t_star:g})")
         play = f"agentic-v1:{graph.digest}:{seed}:{lane}:0"
         future = {rid for rid, t in start.items() if t >= t_star}
+        _check_boundary(graph, idx, future)
         entries.append(_entry(graph, idx, start, future, play, lane, source_play, t_star, seed, block))
         for i in idx:
             node = graph.nodes[i]
@@ -112,6 +114,14 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
     out.play_starts = dict.fromkeys(out.play_ids, 0.0)
     out.summary_fields = graph.summary_fields | {"agentic_snapshots": entries}
     return out
+
+
+def _check_boundary(graph: AgenticGraph, idx: list[int], future: set[str]) -> None:
+    """A request of history must not wait on a replayed one (0.13 stops such a run)."""
+    for i in idx:
+        node = graph.nodes[i]
+        if node.request_id not in future and any(d.parent in future for d in node.dependencies):
+            raise RunError(f"snapshot boundary crosses a historical request's unresolved dependency: {node.request_id}")
 
 
 def _entry(graph: AgenticGraph, idx: list[int], start: dict[str, float], future: set[str], play: str, lane: int,
