@@ -117,10 +117,18 @@ def shifted(trace: dict, offset_s: float) -> dict:
     return out
 
 
-def seeded_snapshot(lanes: int, seed: int, speedup: float) -> str:
+def seeded_snapshot(lanes: int, seed: int, speedup: float, warmup: bool = False) -> str:
     """A load with a seed-only `agentic_snapshot` (0.13 draws every lane's play and cut)."""
-    return (f"    speedup: {speedup}\n    agentic_lanes: {lanes}\n    agentic_snapshot:\n"
-            f"      seed: {seed}\n")
+    return (f"    speedup: {speedup}\n    agentic_lanes: {lanes}\n" + ("    agentic_warmup: true\n" if warmup else "")
+            + f"    agentic_snapshot:\n      seed: {seed}\n")
+
+
+def explicit_snapshot(cuts: list[tuple[str, float]], seed: int, speedup: float, warmup: bool = False) -> str:
+    """A load whose `agentic_snapshot` gives every lane's (source play, cut)."""
+    rows = "".join(f"      - source_play_id: {play}\n        t_star_ms: {cut}\n" for play, cut in cuts)
+    return (f"    speedup: {speedup}\n    agentic_lanes: {len(cuts)}\n" + ("    agentic_warmup: true\n" if warmup else "")
+            + f"    agentic_snapshot:\n      seed: {seed}\n      initial_selections:\n{rows}"
+            f"      corpus_cursor: {len(cuts)}\n")
 
 
 def write_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing="polynomial",
@@ -150,6 +158,15 @@ def main(argv: list[str]) -> int:
     offset = "".join(json.dumps(shifted(t, 1234.5678 + 0.37 * k)) + "\n" for k, t in enumerate(relative_traces()))
     write_case(root, "snap-seed-offset-max", "offset.jsonl", offset, replicas=2,
                load=seeded_snapshot(2, 2**64 - 1, 2))
+    beta, gamma, alpha = ("weka:e3d8d5a7ba5f60f0:play:beta", "weka:56c6fa620555e68f:play:gamma",
+                          "weka:aeca4954cc94d3e7:play:alpha")  # the plays of three.jsonl
+    write_case(root, "warm-seed-lanes2", "three.jsonl", three, replicas=2, load=seeded_snapshot(2, 4, 1.5, True))
+    write_case(root, "warm-seed-lanes3", "three.jsonl", three, replicas=2,
+               load=seeded_snapshot(3, 123456789, 1, True))
+    write_case(root, "warm-no-primers", "three.jsonl", three, replicas=2,  # warm-up from the replayed roots
+               load=explicit_snapshot([(beta, 0.0), (gamma, 310.0), (alpha, 2650.0)], 1, 1, True))
+    write_case(root, "warm-three-primers", "three.jsonl", three,
+               load=explicit_snapshot([(beta, 873.79), (gamma, 0.0)], 7, 2, True))
     return 0
 
 

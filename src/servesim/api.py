@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # imported where a run needs them (start-up time)
     from servesim.scaling.contract import ScalingPolicy
     from servesim.traffic.agentic_driver import AgenticDriver
     from servesim.traffic.live import LiveDriver
+    from servesim.traffic.warmup import Preparation
 
 
 class ProgressMeter:
@@ -265,6 +266,9 @@ class _Stages:
                 run, driver, self.collector, paths=self.paths, scaling=scaling)
         else:
             self.cluster = AggregatedCluster(run, driver, self.collector, paths=self.paths, scaling=scaling)
+        agentic = _agentic(driver)
+        if agentic is not None and agentic.preparation is not None:
+            agentic.preparation.on_barrier = _barrier_accounting(self.cluster, agentic.preparation.at_barrier)
         self.sampling: StateSampling | None = None
         if timeseries:
             from servesim.cluster.sampling import StateSampling
@@ -427,17 +431,25 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
             wall_ms: float, capture_per_request: bool, sampling: StateSampling | None) -> Report:
     """The summary, the per-worker breakdown, the planner section, the per-request records and,
     with `sampling`, the time series and latency arrays. `tally` holds the requests the
-    collector folded as they ended; the rest are folded in now."""
+    collector folded as they ended; the rest are folded in now. After a warm-up the report
+    covers the measured phase only (`servesim.traffic.warmup`)."""
+    prep = _preparation(cluster.driver)
+    before: dict[str, float] = {}
+    if prep is not None:
+        collector.records = prep.measured(collector.records, cluster.driver.total_requests)
+        before = prep.at_barrier
+        end_ms -= prep.barrier_ms or 0.0
     for record in collector.unfolded():
         tally.add(record)
-    usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
+    usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds - before.get(p.name, 0.0),
+                               p.spec.gpus_per_worker)
              for p in cluster.serving}
     summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla)
     summary.update(request_accounting(tally, cluster.driver.total_requests))
     if run.traffic.client_timeout_ms is not None:
         summary["timed_out_requests"] = tally.timed_out
-    workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
-               for w in fleet.by_id.values()]
+    workers = [WorkerUsage(name, w.worker_id, w.busy_ms - before.get(f"{name}:{w.worker_id}", 0.0))
+               for name, fleet in cluster.fleets.items() for w in fleet.by_id.values()]
     extensions: dict[str, Any] = {"workers": worker_breakdown(tally, workers, end_ms)}
     driver = _agentic(cluster.driver)
     if driver is not None:
@@ -447,6 +459,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block(),
                                          graph.play_starts))
         summary.update(graph.summary_fields)
+        if prep is not None:
+            summary["agentic_phases"] = prep.report()
         summary["trajectories"] = trajectory_breakdown(collector.records, graph.play_sizes(), graph.play_starts)
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
@@ -461,6 +475,26 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         report.latency = from_tally(tally)
     tally.close()
     return report
+
+
+def _preparation(driver: RequestDriver) -> Preparation | None:
+    """The warm-up of an agentic snapshot replay, if it has one."""
+    agentic = _agentic(driver)
+    return agentic.preparation if agentic is not None else None
+
+
+def _barrier_accounting(cluster: Cluster, into: dict[str, float]) -> Callable[[float], None]:
+    """What the cluster's pools and workers have accounted when a warm-up's barrier falls (worker
+    seconds per pool, busy time per `pool:worker`), stored in `into`."""
+
+    def snapshot(now: float) -> None:
+        for name, pool in cluster.pools.items():
+            into[name] = pool.worker_seconds
+        for name, fleet in cluster.fleets.items():
+            for w in fleet.by_id.values():
+                into[f"{name}:{w.worker_id}"] = w.busy_ms
+
+    return snapshot
 
 
 def _agentic(driver: RequestDriver) -> AgenticDriver | None:

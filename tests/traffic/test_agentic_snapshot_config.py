@@ -52,8 +52,11 @@ def _snap(*cuts: tuple[str, float], cursor: int | None = 2, seed: int = 4) -> di
      "selected twice"),
     ({"agentic_snapshot": _snap((BETA, -1.0), (GAMMA, 0.0))}, "traffic.load.agentic_snapshot.initial_selections[0].t_star_ms", "must be >= 0"),
     ({"agentic_snapshot": _snap((BETA, 0.0), (GAMMA, 0.0), seed=-1)}, "traffic.load.agentic_snapshot.seed", ""),
-    ({"agentic_snapshot": _snap((BETA, 0.0), (GAMMA, 0.0)), "agentic_warmup": True},
-     "traffic.load.agentic_warmup", "not built in servesim"),
+    ({"agentic_snapshot": _snap((BETA, 0.0), (GAMMA, 0.0)), "agentic_warmup_policy": "live_trajectory_v1"},
+     "traffic.load.agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile"),
+    ({"agentic_snapshot": _snap((BETA, 0.0), (GAMMA, 0.0)), "agentic_warmup": True,
+      "agentic_warmup_policy": "live_trajectory_v1"},
+     "traffic.load.agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile"),
     ({"agentic_snapshot": _snap((BETA, 0.0), (GAMMA, 0.0)), "agentic_profile": {}},
      "traffic.load.agentic_profile", "not built in servesim"),
     ({"agentic_warmup_policy": "fast"}, "traffic.load.agentic_warmup_policy", "repeated_prefixes"),
@@ -80,7 +83,7 @@ def test_bad_cuts_stop_the_run(tmp_path: Path, cut: tuple[str, float], message: 
 def test_a_policy_without_warmup_changes_nothing(tmp_path: Path) -> None:
     plain = _run(tmp_path, {"agentic_snapshot": _snap((BETA, 100.0), (GAMMA, 0.0))})
     with_policy = _run(tmp_path, {"agentic_snapshot": _snap((BETA, 100.0), (GAMMA, 0.0)),
-                                  "agentic_warmup_policy": "live_trajectory_v1"})
+                                  "agentic_warmup_policy": "repeated_prefixes"})
     assert plain.returncode == with_policy.returncode == 0
     a, b = json.loads(plain.stdout), json.loads(with_policy.stdout)
     assert a["agentic_snapshots"] == b["agentic_snapshots"] and a["num_requests"] == b["num_requests"] == 11  # beta: 8 of 9 from 100 ms, gamma: all 3

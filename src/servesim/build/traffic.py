@@ -61,7 +61,8 @@ def _load(traffic: TrafficConfig) -> LoadSpec:
     if snap is not None:
         chosen = snap.initial_selections
         snapshot = (snap.seed, None if chosen is None else tuple((s.source_play_id, s.t_star_ms) for s in chosen))
-    return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes, snapshot=snapshot)
+    return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes, snapshot=snapshot,
+                    warmup=load.agentic_warmup)
 
 
 def _graph_refusal(traffic: TrafficConfig, aggregated: bool) -> str | None:

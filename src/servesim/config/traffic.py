@@ -251,9 +251,9 @@ class TraceTimestampsLoad(SchemaModel):
     agentic_snapshot: AgenticSnapshotOptions | None = None
     """Upstream AISimulate 0.13 key (weka traces in servesim): start every lane inside a play, at a request boundary — lane k replays the requests of `initial_selections[k]`'s play that started at or after its cut, and only that play; the graph digest is that of the trace at speedup 1, the speedup still divides the replayed times. Requires `agentic_lanes`; reported as `agentic_snapshots`."""
     agentic_warmup: bool = False
-    """Upstream AISimulate 0.13 key: warm the snapshot's caches before measuring (requires `agentic_snapshot`). Not built in servesim: `true` is a config error."""
+    """Upstream AISimulate 0.13 key: before the measured replay, every snapshot lane sends its primers (each conversation's last request of history) then 10 warm-up repeats of them, one after another with a one-token answer; the replay starts at the barrier after the last one, and the report counts from there (the preparation is listed in `agentic_phases`). Requires `agentic_snapshot`."""
     agentic_warmup_policy: Literal["repeated_prefixes", "live_trajectory_v1"] | None = None
-    """Upstream AISimulate 0.13 key: how `agentic_warmup` warms ('repeated_prefixes' or 'live_trajectory_v1'); without `agentic_warmup` it changes nothing."""
+    """Upstream AISimulate 0.13 key: how `agentic_warmup` warms: 'repeated_prefixes' (the default) or 'live_trajectory_v1' (requires `agentic_warmup` and `agentic_profile`, 0.13's rule)."""
     agentic_profile: AgenticProfileOptions | None = None
     """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`). Not built in servesim: a config error."""
 
@@ -287,8 +287,8 @@ class TraceTimestampsLoad(SchemaModel):
                 again = sorted({p for p in plays if plays.count(p) > 1})
                 if again:
                     problems.append(("agentic_snapshot.initial_selections", f"servesim replays a source play on one lane only ({', '.join(again)} is selected twice)"))
-        if self.agentic_warmup:
-            problems.append(("agentic_warmup", "not built in servesim (AISimulate 0.13's snapshot warm-up); omit it or set false"))
+        if self.agentic_warmup_policy == "live_trajectory_v1" and (not self.agentic_warmup or self.agentic_profile is None):
+            problems.append(("agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile (0.13's rule)"))
         if self.agentic_profile is not None:
             problems.append(("agentic_profile", "not built in servesim (AISimulate 0.13's continuous profiles); omit it"))
         raise_if(problems)

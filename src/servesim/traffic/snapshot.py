@@ -27,6 +27,7 @@ from blake3 import blake3
 
 from servesim.errors import RunError
 from servesim.traffic.agentic import AgenticGraph, AgenticNode, _check_acyclic, _edges
+from servesim.traffic.warmup import LaneSources
 
 SCHEMA = "aisimulate.agentic.snapshot.v1"
 
@@ -82,6 +83,7 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
     block = graph.report_block()
     nodes: list[AgenticNode] = []
     entries: list[dict[str, Any]] = []
+    lanes: list[LaneSources] = []
     for lane, (source_play, t_star) in enumerate(selections):
         if source_play not in members:
             raise RunError(f"unknown snapshot source play {source_play}")
@@ -96,6 +98,7 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
         future = {rid for rid, t in start.items() if t >= t_star}
         _check_boundary(graph, idx, future)
         entries.append(_entry(graph, idx, start, future, play, lane, source_play, t_star, seed, block))
+        lanes.append(_lane_sources(graph, idx, start, future, play, lane, entries[-1]))
         for i in idx:
             node = graph.nodes[i]
             if node.request_id not in future:
@@ -113,7 +116,23 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
     out.block = block
     out.play_starts = dict.fromkeys(out.play_ids, 0.0)
     out.summary_fields = graph.summary_fields | {"agentic_snapshots": entries}
+    out.snapshot_lanes = lanes
     return out
+
+
+def _lane_sources(graph: AgenticGraph, idx: list[int], start: dict[str, float], future: set[str], play: str,
+                  lane: int, entry: dict[str, Any]) -> LaneSources:
+    """What a warm-up of this lane prepares from: its primers' sources, its replayed roots."""
+    nodes = {graph.nodes[i].request_id: graph.nodes[i] for i in idx}
+    primers = [nodes[p["source_request_id"]] for p in entry["primers"]]
+    roots = sorted((n for rid, n in nodes.items() if rid in future and not any(d.parent in future for d in n.dependencies)),
+                   key=lambda n: (start[n.request_id], n.request_id))
+    by_source = {r["source_request_id"]: r["identity"] for r in entry["requests"]}
+
+    def identity(node: AgenticNode) -> dict[str, str]:
+        return {k: v for k, v in by_source[node.request_id].items() if k != "request_id"}
+
+    return LaneSources(lane, play, primers, roots, identity)
 
 
 def _check_boundary(graph: AgenticGraph, idx: list[int], future: set[str]) -> None:

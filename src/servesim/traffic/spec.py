@@ -57,6 +57,8 @@ class LoadSpec:
     snapshot: tuple[int, tuple[tuple[str, float], ...] | None] | None = None
     """`agentic_snapshot`: (seed, the (source play, cut) of every lane, or None for 0.13's seeded
     draw of them)."""
+    warmup: bool = False
+    """`agentic_warmup`: prime and warm every snapshot lane's prefixes before the measured replay."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -96,6 +98,7 @@ class TrafficSpec:
             from servesim.traffic.agentic_driver import AgenticDriver
 
             lanes = self.load.lanes
+            preparation = None
             if self.load.snapshot is not None:
                 from servesim.traffic.snapshot import draw_selections, snapshot_graph
 
@@ -104,11 +107,16 @@ class TrafficSpec:
                 chosen = list(selections) if selections is not None else draw_selections(workload, self.load.lanes, seed)
                 workload = snapshot_graph(workload, chosen, seed, self.load.speedup)
                 lanes = None
+                if self.load.warmup:
+                    from servesim.traffic.warmup import Preparation
+
+                    assert workload.snapshot_lanes is not None
+                    preparation = Preparation.plan(workload.snapshot_lanes, workload.block_size)
             if self.load.lanes is not None:
                 workload.summary_fields = workload.summary_fields | {"agentic_lanes": self.load.lanes}
             elif workload.summary_fields:
                 workload.summary_fields = workload.summary_fields | {"agentic_lanes": None}
-            return AgenticDriver(workload, frontend_ms=lag, lanes=lanes)
+            return AgenticDriver(workload, frontend_ms=lag, lanes=lanes, preparation=preparation)
         load = self.load
         if load.snapshot is not None:
             raise RunError("agentic_snapshot requires weka input")
