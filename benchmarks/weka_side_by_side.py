@@ -82,7 +82,7 @@ def compare_phases(upstream: dict, ours: dict) -> None:
     for field in sorted(theirs[0]) if theirs else []:
         equal = sum(1 for a, b in zip(theirs, mine, strict=False) if a[field] == b.get(field))
         print(f"    agentic_phases.requests {field}: {equal}/{len(theirs)} equal"
-              + (" (times: engine timing differs)" if field in PHASE_TIMES else ""))
+              + (" (a time)" if field in PHASE_TIMES else ""))
 
 
 def main(argv: list[str]) -> int:

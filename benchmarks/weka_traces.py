@@ -109,6 +109,43 @@ traffic:
 {load}"""
 
 
+PD_CONFIG = """engine:
+  mode: disaggregated
+  model: Qwen/Qwen3-8B
+  hardware: h200_sxm
+  backend: vllm
+  context_length: 32768
+  workers:
+    prefill:
+      parallelism: {{replicas: {replicas}}}
+      kv_cache: {{block_size: 16, prefix_caching: true, capacity: {{type: fixed, blocks: 1000}}}}
+      timing: {timing}
+    decode:
+      parallelism: {{replicas: {replicas}}}
+      kv_cache: {{block_size: 16, prefix_caching: true, capacity: {{type: fixed, blocks: 1000}}}}
+      timing: {timing}
+  kv_transfer: {{bytes_per_token: 100000, bandwidth_gb_per_second: 10, timing_mode: full_prompt}}
+traffic:
+  source:
+    type: trace
+    format: weka
+    paths:
+    - {path}
+  load:
+    type: trace_timestamps
+{load}"""
+FIXED = "{type: fixed, prefill_ms: 10, decode_ms: 2}"
+
+
+def write_pd_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing=FIXED,
+                  load="    speedup: 1\n") -> None:
+    """A case on disaggregated prefill/decode pools."""
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / filename).write_text(text)
+    (folder / "config.yaml").write_text(PD_CONFIG.format(replicas=replicas, timing=timing, path=filename, load=load))
+
+
 def shifted(trace: dict, offset_s: float) -> dict:
     """`trace` with its top-level timestamps moved `offset_s` later (nested relative ones stay)."""
     out = json.loads(json.dumps(trace))
@@ -167,6 +204,12 @@ def main(argv: list[str]) -> int:
                load=explicit_snapshot([(beta, 0.0), (gamma, 310.0), (alpha, 2650.0)], 1, 1, True))
     write_case(root, "warm-three-primers", "three.jsonl", three,
                load=explicit_snapshot([(beta, 873.79), (gamma, 0.0)], 7, 2, True))
+    write_pd_case(root, "pd-three-plays", "three.jsonl", three)
+    write_pd_case(root, "pd-lanes2-poly", "three.jsonl", three, replicas=2, timing="{type: polynomial}",
+                  load="    speedup: 1.5\n    agentic_lanes: 2\n")
+    write_pd_case(root, "pd-warm-seed-lanes2", "three.jsonl", three, replicas=2, load=seeded_snapshot(2, 4, 1.5, True))
+    write_pd_case(root, "pd-snap-poly", "three.jsonl", three, timing="{type: polynomial}",
+                  load=seeded_snapshot(3, 123456789, 1))
     return 0
 
 

@@ -174,3 +174,37 @@ def test_warmup_phases_match_upstream(config: Path) -> None:
     assert {r["request_id"]: r["reused_input_tokens"] for r in report["per_request"]} == reused
     assert report["prefix_cache_reused_ratio"] == expected["prefix_cache_reused_ratio"]
     assert report["num_requests"] == expected["num_requests"] == len(records)
+
+
+PD_CASES = [c for c in CASES if "mode: disaggregated" in c.read_text()]
+HOST_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
+PD_RECORD_FIELDS = ("play_id", "session_id", "input_length", "output_length", "reused_input_tokens",
+                    "dispatched_at_ms", "ttft_ms", "itl_ms", "e2e_latency_ms", "terminal_time_ms",
+                    "prefill_worker_idx", "decode_worker_idx")
+
+
+def test_there_are_pd_cases() -> None:
+    assert len(PD_CASES) >= 4
+
+
+@pytest.mark.parametrize("config", PD_CASES, ids=[c.parent.name for c in PD_CASES])
+def test_pd_replay_matches_upstream_field_for_field(config: Path) -> None:
+    """On disaggregated prefill/decode pools servesim's agentic replay is 0.13's: every summary
+    field both report (host timings aside; means and deviations at 1e-12), snapshot and warm-up
+    blocks included, and per request its identity, prompt reuse, workers and every time."""
+    report = simulate(reference_config(config), capture_per_request=True).to_dict()
+    expected = json.loads((config.parent / "report.json").read_text())
+    common = sorted(k for k in report if k in expected and k not in HOST_FIELDS)
+    assert len(common) > 80
+    for key in common:
+        if key.startswith(("mean_", "std_")) and isinstance(expected[key], float):
+            assert report[key] == pytest.approx(expected[key], rel=1e-12, abs=1e-12), key
+        else:
+            assert report[key] == expected[key], key
+    theirs = [json.loads(line) for line in (config.parent / "requests.jsonl").read_text().splitlines()]
+    mine = sorted(report["per_request"], key=lambda r: (r["play_id"], r["request_id"]))
+    theirs.sort(key=lambda r: (r["play_id"], r["request_id"]))
+    assert [r["request_id"] for r in mine] == [r["request_id"] for r in theirs]
+    for a, b in zip(mine, theirs, strict=True):
+        for key in PD_RECORD_FIELDS:
+            assert a[key] == b[key], (b["request_id"], key)

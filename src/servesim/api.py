@@ -441,8 +441,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         end_ms -= prep.barrier_ms or 0.0
     for record in collector.unfolded():
         tally.add(record)
-    usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds - before.get(p.name, 0.0),
-                               p.spec.gpus_per_worker)
+    usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
              for p in cluster.serving}
     summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla)
     summary.update(request_accounting(tally, cluster.driver.total_requests))
@@ -484,12 +483,12 @@ def _preparation(driver: RequestDriver) -> Preparation | None:
 
 
 def _barrier_accounting(cluster: Cluster, into: dict[str, float]) -> Callable[[float], None]:
-    """What the cluster's pools and workers have accounted when a warm-up's barrier falls (worker
-    seconds per pool, busy time per `pool:worker`), stored in `into`."""
+    """At a warm-up's barrier: the pools' worker seconds restart from 0, and each worker's busy
+    time so far is stored in `into` (under `pool:worker`)."""
 
     def snapshot(now: float) -> None:
-        for name, pool in cluster.pools.items():
-            into[name] = pool.worker_seconds
+        for pool in cluster.pools.values():  # counted afresh from the barrier, as in 0.13
+            pool.worker_seconds = 0.0
         for name, fleet in cluster.fleets.items():
             for w in fleet.by_id.values():
                 into[f"{name}:{w.worker_id}"] = w.busy_ms

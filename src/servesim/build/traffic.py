@@ -72,6 +72,6 @@ def _graph_refusal(traffic: TrafficConfig, aggregated: bool) -> str | None:
         return "agentic Dynamo trace does not support concurrency load"
     if traffic.stop is not None and traffic.stop.max_virtual_time_seconds is not None:
         return "agentic Dynamo trace does not support max virtual time"
-    if not aggregated:
+    if not aggregated and not (isinstance(traffic.source, TraceSource) and traffic.source.format == "weka"):
         return "agentic Dynamo trace requires aggregated topology"
     return None
