@@ -30,7 +30,7 @@ READER_FIELDS = ("agentic_graph", "agentic_lanes", "agentic_input_format", "weka
                  "decode_gpus_per_worker")
 DECODE_FIELDS = tuple(f"{stat}_{metric}" for metric in ("itl_ms", "tpot_ms")
                       for stat in ("mean", "median", "max", "p75", "p90", "p95", "p99"))
-RECORD_FIELDS = ("play_id", "session_id", "input_length", "output_length")
+RECORD_FIELDS = ("play_id", "session_id", "input_length", "output_length", "uuid")
 BATCHED_APART = {"warm-no-primers", "warm-three-primers"}
 """Cases whose requests batch differently in 0.13: a first token one ITL later there moves the
 dependent dispatches, so decode batches (and ITL) differ — with or without the warm-up."""

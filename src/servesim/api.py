@@ -464,7 +464,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
-    per_request = request_records(collector.records) if capture_per_request else None
+    numbers = driver.graph.uuid_numbers if driver is not None else None
+    per_request = request_records(collector.records, uuid_numbers=numbers) if capture_per_request else None
     report = Report(summary, per_request, extensions, sla=run.sla, deployment=run.deployment,
                     first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
     if sampling is not None:

@@ -84,6 +84,8 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
     nodes: list[AgenticNode] = []
     entries: list[dict[str, Any]] = []
     lanes: list[LaneSources] = []
+    number: dict[str, int] = {}
+    """Per replayed request, its UUID number as 0.13 gives it: lane·(nodes + 1) + source index + 1."""
     for lane, (source_play, t_star) in enumerate(selections):
         if source_play not in members:
             raise RunError(f"unknown snapshot source play {source_play}")
@@ -107,6 +109,7 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
             nodes.append(replace(node, play_id=play, session_id=f"{play}:conversation:{node.session_id}",
                                  not_before_ms=(start[node.request_id] - t_star) / speedup, dependencies=deps,
                                  hash_ids=node.hash_ids))
+            number[node.request_id] = lane * (len(graph.nodes) + 1) + i + 1
     nodes.sort(key=lambda n: n.request_id)
     parents, children = _edges(nodes, path)
     _check_acyclic(nodes, parents, children, path)
@@ -117,6 +120,7 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
     out.play_starts = dict.fromkeys(out.play_ids, 0.0)
     out.summary_fields = graph.summary_fields | {"agentic_snapshots": entries}
     out.snapshot_lanes = lanes
+    out.uuid_numbers = [number[n.request_id] for n in nodes]
     return out
 
 
