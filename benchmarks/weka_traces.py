@@ -160,12 +160,18 @@ def seeded_snapshot(lanes: int, seed: int, speedup: float, warmup: bool = False)
             + f"    agentic_snapshot:\n      seed: {seed}\n")
 
 
-def explicit_snapshot(cuts: list[tuple[str, float]], seed: int, speedup: float, warmup: bool = False) -> str:
+def explicit_snapshot(cuts: list[tuple[str, float]], seed: int, speedup: float, warmup: bool = False,
+                      cursor: int | None = None) -> str:
     """A load whose `agentic_snapshot` gives every lane's (source play, cut)."""
     rows = "".join(f"      - source_play_id: {play}\n        t_star_ms: {cut}\n" for play, cut in cuts)
     return (f"    speedup: {speedup}\n    agentic_lanes: {len(cuts)}\n" + ("    agentic_warmup: true\n" if warmup else "")
             + f"    agentic_snapshot:\n      seed: {seed}\n      initial_selections:\n{rows}"
-            f"      corpus_cursor: {len(cuts)}\n")
+            f"      corpus_cursor: {len(cuts) if cursor is None else cursor}\n")
+
+
+def profile(duration_s: float) -> str:
+    """An `agentic_profile` of `duration_s` seconds (the other options at 0.13's defaults)."""
+    return f"    agentic_profile:\n      duration_seconds: {duration_s}\n"
 
 
 def write_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing="polynomial",
@@ -210,6 +216,13 @@ def main(argv: list[str]) -> int:
     write_pd_case(root, "pd-warm-seed-lanes2", "three.jsonl", three, replicas=2, load=seeded_snapshot(2, 4, 1.5, True))
     write_pd_case(root, "pd-snap-poly", "three.jsonl", three, timing="{type: polynomial}",
                   load=seeded_snapshot(3, 123456789, 1))
+    write_pd_case(root, "pd-profile-3s", "three.jsonl", three, replicas=2,
+                  load=seeded_snapshot(2, 4, 1.5) + profile(3.0))
+    write_pd_case(root, "pd-profile-poly", "three.jsonl", three, timing="{type: polynomial}",
+                  load=explicit_snapshot([(beta, 873.79), (gamma, 0.0), (alpha, 400.0)], 9, 1, cursor=5)
+                  + profile(5.5))
+    write_case(root, "profile-seed-lanes2", "three.jsonl", three, replicas=2,
+               load=seeded_snapshot(2, 4, 1.5) + profile(3.0))
     return 0
 
 

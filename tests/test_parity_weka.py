@@ -49,11 +49,11 @@ def test_weka_reader_matches_upstream(config: Path) -> None:
     for key in DECODE_FIELDS if config.parent.name not in BATCHED_APART else ():
         assert report[key] == pytest.approx(expected[key], rel=1e-12, abs=1e-12), key
     theirs = [json.loads(line) for line in (config.parent / "requests.jsonl").read_text().splitlines()]
-    mine = {r["request_id"]: r for r in report["per_request"]}
-    assert sorted(mine) == sorted(r["request_id"] for r in theirs)
+    mine = {(r["play_id"], r["request_id"]): r for r in report["per_request"]}
+    assert sorted(mine) == sorted((r["play_id"], r["request_id"]) for r in theirs)
     for record in theirs:
         for key in RECORD_FIELDS:
-            assert mine[record["request_id"]][key] == record[key], (record["request_id"], key)
+            assert mine[record["play_id"], record["request_id"]][key] == record[key], (record["request_id"], key)
 
 
 LANE_CASES = [c for c in CASES if "agentic_lanes" in c.read_text() and "agentic_snapshot" not in c.read_text()]
@@ -100,14 +100,15 @@ def test_the_digest_sees_every_byte(tmp_path: Path) -> None:
     assert block["node_count"] == expected["node_count"]
 
 
-SNAPSHOT_CASES = [c for c in CASES if "agentic_snapshot" in c.read_text()]
+SNAPSHOT_CASES = [c for c in CASES if "agentic_snapshot" in c.read_text() and "agentic_profile" not in c.read_text()]
+PROFILE_CASES = [c for c in CASES if "agentic_profile" in c.read_text()]
 
 
 def test_there_are_snapshot_cases() -> None:
     assert len(SNAPSHOT_CASES) >= 4
 
 
-@pytest.mark.parametrize("config", SNAPSHOT_CASES, ids=[c.parent.name for c in SNAPSHOT_CASES])
+@pytest.mark.parametrize("config", SNAPSHOT_CASES + PROFILE_CASES, ids=[c.parent.name for c in SNAPSHOT_CASES + PROFILE_CASES])
 def test_snapshots_match_upstream(config: Path) -> None:
     """The `agentic_snapshots` block is 0.13's, entry for entry: every request of each lane's
     source play, history or replayed, its identity, recorded start and end, pending replayed
@@ -115,7 +116,8 @@ def test_snapshots_match_upstream(config: Path) -> None:
     report = simulate(reference_config(config), capture_per_request=True).to_dict()
     expected = json.loads((config.parent / "report.json").read_text())
     assert report["agentic_snapshots"] == expected["agentic_snapshots"]
-    assert report["total_trajectories"] == expected["agentic_lanes"]
+    plays = len(expected["agentic_snapshots"]) if config in PROFILE_CASES else expected["agentic_lanes"]
+    assert report["total_trajectories"] == plays
 
 
 @pytest.mark.parametrize("config", SNAPSHOT_CASES, ids=[c.parent.name for c in SNAPSHOT_CASES])
@@ -208,3 +210,48 @@ def test_pd_replay_matches_upstream_field_for_field(config: Path) -> None:
     for a, b in zip(mine, theirs, strict=True):
         for key in PD_RECORD_FIELDS:
             assert a[key] == b[key], (b["request_id"], key)
+
+
+PROFILE_COUNTS = ("admission_closed", "admission_cutoff_ms", "cancel_drain_deadline_ms", "canceled_requests",
+                  "client_completed_plays", "corpus_cursor", "issued_requests", "never_issued_requests", "options",
+                  "plays_started", "profile_start_ms", "response_grace_deadline_ms", "retired_plays", "schema",
+                  "successful_responses", "idle_shifts")
+
+
+def test_there_are_profile_cases() -> None:
+    assert len(PROFILE_CASES) >= 3 and any(c in PD_CASES for c in PROFILE_CASES)
+
+
+@pytest.mark.parametrize("config", PROFILE_CASES, ids=[c.parent.name for c in PROFILE_CASES])
+def test_profiles_match_upstream(config: Path) -> None:
+    """A continuous profile starts 0.13's plays on 0.13's lanes (ordinals, corpus cursor, UUIDs,
+    sessions, own cache scopes: the same prompt reuse on P/D), sends the same requests before
+    the cutoff and counts them as 0.13 does; on P/D its window and throughput are 0.13's too.
+    Incomplete plays stay out of the trajectory latencies, which count from each play's start."""
+    report = simulate(reference_config(config), capture_per_request=True).to_dict()
+    expected = json.loads((config.parent / "report.json").read_text())
+    mine, theirs = report["agentic_profile"], expected["agentic_profile"]
+    for key in PROFILE_COUNTS:
+        assert mine[key] == theirs[key], key
+    if config in PD_CASES:
+        assert mine == theirs
+    for summary in (report, expected):
+        block = summary["agentic_profile"]
+        assert summary["duration_ms"] == block["observation_duration_ms"] == pytest.approx(
+            block["last_successful_response_ms"] - block["first_request_ms"], rel=1e-12)
+        assert summary["num_requests"] == block["issued_requests"] == block["successful_responses"]
+        assert summary["completed_trajectories"] == block["client_completed_plays"]
+        assert summary["total_trajectories"] == block["plays_started"]
+    records = [json.loads(line) for line in (config.parent / "requests.jsonl").read_text().splitlines()]
+    for rows in (records, report["per_request"]):
+        starts: dict[str, float] = {}
+        ends: dict[str, float] = {}
+        for r in rows:
+            starts[r["play_id"]] = min(starts.get(r["play_id"], r["dispatched_at_ms"]), r["dispatched_at_ms"])
+            ends[r["play_id"]] = max(ends.get(r["play_id"], 0.0), r["terminal_time_ms"])
+        lanes = yaml.safe_load(config.read_text())["traffic"]["load"]["agentic_lanes"]
+        for play, start in starts.items():  # a lane's next play starts when its previous one ends
+            lane, ordinal = (int(x) for x in play.rsplit(":", 2)[1:])
+            if ordinal:
+                assert start == ends[play.rsplit(":", 1)[0] + f":{ordinal - 1}"], play
+            assert lane < lanes

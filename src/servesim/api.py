@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # imported where a run needs them (start-up time)
     from servesim.scaling.contract import ScalingPolicy
     from servesim.traffic.agentic_driver import AgenticDriver
     from servesim.traffic.live import LiveDriver
+    from servesim.traffic.profile import ProfileDriver
     from servesim.traffic.warmup import Preparation
 
 
@@ -441,6 +442,10 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         end_ms -= prep.barrier_ms or 0.0
     for record in collector.unfolded():
         tally.add(record)
+    profile = _profile(cluster.driver)
+    if profile is not None:  # worker seconds run to the profile's end
+        for pool in cluster.pools.values():
+            pool.worker_seconds += max(0.0, profile.finished_ms() - end_ms) * len(pool.workers) / 1000
     usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
              for p in cluster.serving}
     summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla)
@@ -460,6 +465,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         summary.update(graph.summary_fields)
         if prep is not None:
             summary["agentic_phases"] = prep.report()
+        if profile is not None:
+            profile.rescale(summary)
         summary["trajectories"] = trajectory_breakdown(collector.records, graph.play_sizes(), graph.play_starts)
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
@@ -475,6 +482,15 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         report.latency = from_tally(tally)
     tally.close()
     return report
+
+
+def _profile(driver: RequestDriver) -> ProfileDriver | None:
+    """The driver when it runs a continuous agentic profile, else None."""
+    if _agentic(driver) is None:
+        return None
+    from servesim.traffic.profile import ProfileDriver
+
+    return driver if isinstance(driver, ProfileDriver) else None
 
 
 def _preparation(driver: RequestDriver) -> Preparation | None:

@@ -61,8 +61,10 @@ def _load(traffic: TrafficConfig) -> LoadSpec:
     if snap is not None:
         chosen = snap.initial_selections
         snapshot = (snap.seed, None if chosen is None else tuple((s.source_play_id, s.t_star_ms) for s in chosen))
+    profile = None if load.agentic_profile is None else load.agentic_profile.model_dump()
     return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes, snapshot=snapshot,
-                    warmup=load.agentic_warmup)
+                    warmup=load.agentic_warmup, profile=profile,
+                    corpus_cursor=snap.corpus_cursor if snap is not None else None)
 
 
 def _graph_refusal(traffic: TrafficConfig, aggregated: bool) -> str | None:

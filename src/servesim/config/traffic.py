@@ -225,18 +225,18 @@ class AgenticSnapshotOptions(SchemaModel):
 
 
 class AgenticProfileOptions(SchemaModel):
-    """A continuous agentic profile (AISimulate 0.13): accepted by the schema, refused at run time."""
+    """A continuous agentic profile (AISimulate 0.13): the snapshot lanes go on with the corpus' next plays until admission closes."""
 
     duration_seconds: PositiveNumber = 3600.0
-    """Upstream AISimulate 0.13 key: how long the profile runs from the preparation barrier. Not built in servesim (config error)."""
+    """Upstream AISimulate 0.13 key: admission closes this long after the start: no request is sent and no play starts at or after it; requests in flight finish."""
     response_grace_seconds: Annotated[float, Ge(0)] = 30.0
-    """Upstream AISimulate 0.13 key: grace for in-flight responses after the duration. Not built in servesim."""
+    """Upstream AISimulate 0.13 key: grace for in-flight responses after the cutoff (0.13 then cancels what still runs; servesim stops such a run: not built)."""
     cancel_drain_seconds: Annotated[float, Ge(0)] = 10.0
-    """Upstream AISimulate 0.13 key: drain after cancelling. Not built in servesim."""
+    """Upstream AISimulate 0.13 key: drain after cancelling (reported; servesim builds no cancelling)."""
     tree_idle_cap_seconds: PositiveNumber = 300.0
-    """Upstream AISimulate 0.13 key: idle cap of one play tree. Not built in servesim."""
+    """Upstream AISimulate 0.13 key: a play idle longer than this has its timers moved earlier in 0.13; servesim does not build that and stops such a run."""
     global_idle_cap_seconds: PositiveNumber = 10.0
-    """Upstream AISimulate 0.13 key: idle cap of the whole replay. Not built in servesim."""
+    """Upstream AISimulate 0.13 key: a server idle longer than this has its timers moved earlier in 0.13; servesim does not build that and stops such a run."""
 
 
 class TraceTimestampsLoad(SchemaModel):
@@ -255,7 +255,7 @@ class TraceTimestampsLoad(SchemaModel):
     agentic_warmup_policy: Literal["repeated_prefixes", "live_trajectory_v1"] | None = None
     """Upstream AISimulate 0.13 key: how `agentic_warmup` warms: 'repeated_prefixes' (the default) or 'live_trajectory_v1' (requires `agentic_warmup` and `agentic_profile`, 0.13's rule)."""
     agentic_profile: AgenticProfileOptions | None = None
-    """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`). Not built in servesim: a config error."""
+    """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`; not with `agentic_warmup` in servesim): every lane, when its play is over, starts the corpus' next play (from `corpus_cursor`) until admission closes; reported as `agentic_profile`, the summary over the observation window."""
 
     @model_validator(mode="before")
     @classmethod
@@ -289,8 +289,8 @@ class TraceTimestampsLoad(SchemaModel):
                     problems.append(("agentic_snapshot.initial_selections", f"servesim replays a source play on one lane only ({', '.join(again)} is selected twice)"))
         if self.agentic_warmup_policy == "live_trajectory_v1" and (not self.agentic_warmup or self.agentic_profile is None):
             problems.append(("agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile (0.13's rule)"))
-        if self.agentic_profile is not None:
-            problems.append(("agentic_profile", "not built in servesim (AISimulate 0.13's continuous profiles); omit it"))
+        if self.agentic_profile is not None and self.agentic_warmup:
+            problems.append(("agentic_profile", "with agentic_warmup is not built in servesim (a profile after 0.13's warm-up barrier); omit one of them"))
         raise_if(problems)
         return self
 

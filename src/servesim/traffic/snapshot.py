@@ -3,9 +3,10 @@
 Lane k starts inside the play `selections[k]` names, cut at `t_star_ms` of that play's recorded
 time (0 = its first request's start): the requests that started before the cut are history and
 are not sent (none may wait on a replayed request: 0.13 stops such a run); every other request is
-replayed, released `(recorded start - t_star_ms) / speedup` after the run starts or after its
-replayed parents as the trace recorded (dependencies on history are dropped). Each lane runs its
-snapshot play only.
+replayed: a request whose parents are all replayed is released after them as the trace recorded,
+whatever its recorded start; any other is also held until `(recorded start - t_star_ms) / speedup`
+after the run starts (its dependencies on history are dropped). Each lane runs its snapshot play
+only.
 
 The replayed plays are renamed `agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>` and their
 sessions `<play>:conversation:<source session>`; request ids stay the source ones. The graph keeps
@@ -106,9 +107,12 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
             if node.request_id not in future:
                 continue
             deps = [d._replace(delay_ms=d.delay_ms / speedup) for d in node.dependencies if d.parent in future]
+            # a request whose parents are all replayed waits on them only; one that lost a parent to
+            # history (or has none) is also held to its recorded start
+            held = not deps or len(deps) < len(node.dependencies)
+            free = (start[node.request_id] - t_star) / speedup if held else 0.0
             nodes.append(replace(node, play_id=play, session_id=f"{play}:conversation:{node.session_id}",
-                                 not_before_ms=(start[node.request_id] - t_star) / speedup, dependencies=deps,
-                                 hash_ids=node.hash_ids))
+                                 not_before_ms=free, dependencies=deps, hash_ids=node.hash_ids))
             number[node.request_id] = lane * (len(graph.nodes) + 1) + i + 1
     nodes.sort(key=lambda n: n.request_id)
     parents, children = _edges(nodes, path)
@@ -148,8 +152,8 @@ def _check_boundary(graph: AgenticGraph, idx: list[int], future: set[str]) -> No
 
 
 def _entry(graph: AgenticGraph, idx: list[int], start: dict[str, float], future: set[str], play: str, lane: int,
-           source_play: str, t_star: float, seed: int, block: dict[str, object]) -> dict[str, Any]:
-    """The `agentic_snapshots` entry of one lane."""
+           source_play: str, t_star: float, seed: int, block: dict[str, object], ordinal: int = 0) -> dict[str, Any]:
+    """The `agentic_snapshots` entry of one lane's play (`ordinal` 0: its snapshot play)."""
     nodes = [graph.nodes[i] for i in idx]
     cache = f"{play}:cache"
 
@@ -189,7 +193,7 @@ def _entry(graph: AgenticGraph, idx: list[int], start: dict[str, float], future:
         "graph": block,
         "lane_id": lane,
         "play_id": play,
-        "play_ordinal": 0,
+        "play_ordinal": ordinal,
         "primers": [{"conversation_id": conversation(n), "input_length": n.input_length,
                      "request_id": rid(n.request_id), "source_request_id": n.request_id}
                     for n in sorted(primers.values(), key=conversation)],

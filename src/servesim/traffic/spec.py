@@ -59,6 +59,10 @@ class LoadSpec:
     draw of them)."""
     warmup: bool = False
     """`agentic_warmup`: prime and warm every snapshot lane's prefixes before the measured replay."""
+    profile: dict[str, float] | None = None
+    """`agentic_profile` options (seconds): the lanes go on with the corpus' next plays until the cutoff."""
+    corpus_cursor: int | None = None
+    """`agentic_snapshot.corpus_cursor`: the corpus position of the first play drawn after the snapshot plays."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -105,7 +109,10 @@ class TrafficSpec:
                 seed, selections = self.load.snapshot
                 assert self.load.lanes is not None, "the schema requires agentic_lanes with agentic_snapshot"
                 chosen = list(selections) if selections is not None else draw_selections(workload, self.load.lanes, seed)
+                source = workload
                 workload = snapshot_graph(workload, chosen, seed, self.load.speedup)
+                if self.load.profile is not None:
+                    return _profile_driver(source, workload, self.load, seed, lag)
                 lanes = None
                 if self.load.warmup:
                     from servesim.traffic.warmup import Preparation
@@ -133,6 +140,20 @@ class TrafficSpec:
             return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup), delay_scale=load.speedup,
                           frontend_ms=lag, prompt_limit=prompt_limit)
         return Driver(workload, first_arrivals=times, frontend_ms=lag, prompt_limit=prompt_limit)
+
+
+def _profile_driver(source: AgenticGraph, graph: AgenticGraph, load: LoadSpec, seed: int,
+                    lag: float) -> RequestDriver:
+    """The driver of a continuous profile over `graph`'s snapshot plays (`source`: the trace at
+    speedup 1, whose plays the lanes go on with)."""
+    from servesim.traffic.profile import ProfileDriver, ProfilePlan
+    from servesim.traffic.snapshot import corpus_plays
+
+    assert load.lanes is not None and load.profile is not None
+    cursor = load.corpus_cursor if load.corpus_cursor is not None else load.lanes
+    graph.summary_fields = graph.summary_fields | {"agentic_lanes": load.lanes}
+    plan = ProfilePlan(source, corpus_plays(source), load.lanes, seed, load.speedup, cursor, dict(load.profile))
+    return ProfileDriver(graph, plan, frontend_ms=lag)
 
 
 def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:

@@ -1,0 +1,263 @@
+"""Continuous agentic profiles (AISimulate 0.13's `agentic_profile`) over a snapshot replay.
+
+Every lane starts with its snapshot play; whenever a lane's play is over (every request it
+released ended and it can release no more) the lane starts, at that instant, the next play of
+the corpus (`corpus_cursor`, then one more each time, modulo the number of plays), from its
+first request: play `agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>` with the lane's next
+ordinal, its own KV-cache scope (its prompts share blocks with no other play), its requests'
+UUIDs numbered `(ordinal · lanes + lane) · (node count + 1) + source index + 1`. Admission closes
+`duration_seconds` after the start: no request is sent at or after the cutoff, no play starts
+after it; the requests in flight finish. Incomplete plays are counted but left out of the
+trajectory latencies.
+
+The summary's duration is the observation window (first request sent to last successful
+response), which the throughputs divide by; worker seconds run to the end (the cutoff, or the
+last response after it). The `agentic_profile` block reports the window and its counts as 0.13
+does. Not built: 0.13's idle caps (a lane or the whole server idle longer than
+`tree_idle_cap_seconds` / `global_idle_cap_seconds` has its timers moved earlier) and the
+cancelling of requests still running at the response-grace deadline: a run where either would
+happen stops (RunError) rather than report other numbers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from servesim.errors import RunError
+from servesim.traffic.agentic import AgenticGraph
+from servesim.traffic.agentic_driver import AgenticDriver
+from servesim.traffic.driver import Arrival
+from servesim.traffic.hash_ids import unique_positions
+
+SCHEMA = "aisimulate.agentic.profile.v1"
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_ODD = np.uint64(0xBF58476D1CE4E5B9)
+
+
+@dataclass(slots=True)
+class ProfilePlan:
+    """What a continuous profile needs besides the snapshot graph."""
+
+    source: AgenticGraph
+    """The trace read at speedup 1 (its plays are the corpus)."""
+    corpus: list[str]
+    lanes: int
+    seed: int
+    speedup: float
+    cursor: int
+    options: dict[str, float]
+    """duration, response grace, cancel drain, tree and global idle caps, in seconds."""
+    members: dict[str, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for i, node in enumerate(self.source.nodes):
+            self.members.setdefault(node.play_id, []).append(i)
+
+
+class ProfileDriver(AgenticDriver):
+    """An `AgenticDriver` whose lanes go on with the corpus' next plays until the cutoff."""
+
+    def __init__(self, graph: AgenticGraph, plan: ProfilePlan, frontend_ms: float = 0.0) -> None:
+        super().__init__(graph, frontend_ms=frontend_ms)
+        self.plan = plan
+        self.cutoff_ms = plan.options["duration_seconds"] * 1000.0
+        lane_of = {lane.play_id: lane.lane for lane in graph.snapshot_lanes or []}
+        self._lane = [lane_of[p] for p in graph.play_ids]
+        self._size = [0] * len(graph.play_ids)
+        for p in self._play:
+            self._size[p] += 1
+        self._sent = [0] * len(graph.play_ids)
+        self._ended = [0] * len(graph.play_ids)
+        self._ordinal = [0] * plan.lanes
+        self._busy = [0] * len(graph.play_ids)
+        """Requests of each play in flight."""
+        self._idle_since = [0.0] * len(graph.play_ids)
+        self._in_flight = 0
+        self._server_idle_since = 0.0
+        self.first_request_ms: float | None = None
+        self.last_success_ms: float | None = None
+        self.successes = 0
+
+    # -- the runtime's questions ----------------------------------------------------------------
+
+    def next_ready_time(self) -> float:
+        self._drop_aborted()
+        return self._ready[0][0] + self.frontend_ms if self._open() else float("inf")
+
+    def drained(self) -> bool:
+        self._drop_aborted()
+        return not self._open()
+
+    def release(self, now: float) -> list[Arrival]:
+        """Like `AgenticDriver.release`, but nothing dispatched at or after the cutoff."""
+        out: list[Arrival] = []
+        ready, lag = self._ready, self.frontend_ms
+        while self._drop_aborted() and self._open() and ready[0][0] + lag <= now:
+            t, i = heapq.heappop(ready)
+            self._check_idle(i, t)
+            out.append(self._emit(i, t))
+            self._fire(i, t, "dispatch")
+        return out
+
+    def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
+                    completed: bool = True) -> None:
+        grace = self.cutoff_ms + self.plan.options["response_grace_seconds"] * 1000.0
+        if now > grace:
+            raise RunError(f"agentic_profile: request {arrival.request_id} still runs at the response-grace "
+                           f"deadline ({grace:g} ms); 0.13 cancels it, servesim does not build that cancelling")
+        super().on_terminal(arrival, now, emitted, ends_session=ends_session, completed=completed)
+        play = self._play[arrival.session_index]
+        self._ended[play] += 1
+        self._busy[play] -= 1
+        self._in_flight -= 1
+        if not self._busy[play]:
+            self._idle_since[play] = now
+        if not self._in_flight:
+            self._server_idle_since = now
+        if completed and not ends_session:
+            self.successes += 1
+            self.last_success_ms = now if self.last_success_ms is None else max(self.last_success_ms, now)
+        over = self._ended[play] == self._sent[play] and (
+            self._sent[play] == self._size[play] or play in self._aborted_by)
+        if over and now < self.cutoff_ms:
+            self._instantiate(self._lane[play], now)
+
+    # -- inside ---------------------------------------------------------------------------------
+
+    def _open(self) -> bool:
+        """Whether a request is ready to be sent before the cutoff."""
+        return bool(self._ready) and self._ready[0][0] < self.cutoff_ms
+
+    def _check_idle(self, i: int, t: float) -> None:
+        """Count request `i`, sent at `t`; stop where one of 0.13's idle caps would move time."""
+        play = self._play[i]
+        caps = self.plan.options
+        if not self._in_flight and t - self._server_idle_since > caps["global_idle_cap_seconds"] * 1000.0:
+            raise RunError(f"agentic_profile: the server would idle {t - self._server_idle_since:g} ms before "
+                           f"{self.graph.nodes[i].request_id}, over global_idle_cap_seconds; 0.13 then moves its "
+                           "timers earlier, which servesim does not build")
+        if not self._busy[play] and t - self._idle_since[play] > caps["tree_idle_cap_seconds"] * 1000.0:
+            raise RunError(f"agentic_profile: play {self.graph.play_ids[play]} would idle "
+                           f"{t - self._idle_since[play]:g} ms, over tree_idle_cap_seconds; 0.13 then moves its "
+                           "timers earlier, which servesim does not build")
+        if self.first_request_ms is None:
+            self.first_request_ms = t
+        self._sent[play] += 1
+        self._busy[play] += 1
+        self._in_flight += 1
+
+    def _instantiate(self, lane: int, now: float) -> None:
+        """Start the corpus' next play on `lane` at `now`, with its own ids and cache scope."""
+        plan, graph = self.plan, self.graph
+        source_play = plan.corpus[plan.cursor % len(plan.corpus)]
+        plan.cursor += 1
+        self._ordinal[lane] += 1
+        ordinal = self._ordinal[lane]
+        play = f"agentic-v1:{graph.digest}:{plan.seed}:{lane}:{ordinal}"
+        scope = ordinal * plan.lanes + lane
+        idx = plan.members[source_play]
+        src = [plan.source.nodes[j] for j in idx]
+        origin = min(n.not_before_ms for n in src)
+        base = len(graph.nodes)
+        local = {n.request_id: base + k for k, n in enumerate(src)}
+        p = len(graph.play_ids)
+        graph.play_ids.append(play)
+        if graph.play_starts is not None:
+            graph.play_starts[play] = now
+        for k, n in enumerate(src):
+            deps = [d._replace(delay_ms=d.delay_ms / plan.speedup) for d in n.dependencies]
+            offset = (n.not_before_ms - origin) / plan.speedup if not deps else 0.0  # a child waits on its parents only
+            node = replace(n, play_id=play, session_id=f"{play}:conversation:{n.session_id}",
+                           not_before_ms=now + offset, dependencies=deps, hash_ids=_scoped(n.hash_ids, scope))
+            graph.nodes.append(node)
+            graph.parents.append([(local[d.parent], d) for d in deps])
+            graph.children.append([])
+            for d in deps:
+                graph.children[local[d.parent]].append((base + k, d))
+            self._waiting.append(len(deps))
+            self._ready_at.append(node.not_before_ms)
+            self._released.append(0)
+            self._play.append(p)
+            if graph.uuid_numbers is not None:
+                graph.uuid_numbers.append(scope * (len(plan.source.nodes) + 1) + idx[k] + 1)
+        mine = graph.nodes[base:]
+        self._unique_from.extend(unique_positions([n.hash_ids for n in mine], [n.input_length for n in mine],
+                                                  graph.block_size))
+        for k in range(len(src)):
+            if not self._waiting[base + k]:
+                heapq.heappush(self._ready, (self._ready_at[base + k], base + k))
+        self._lane.append(lane)
+        self._size.append(len(src))
+        self._sent.append(0)
+        self._ended.append(0)
+        self._busy.append(0)
+        self._idle_since.append(now)
+        self._add_entry(source_play, idx, play, lane, ordinal)
+
+    def _add_entry(self, source_play: str, idx: list[int], play: str, lane: int, ordinal: int) -> None:
+        """The play's `agentic_snapshots` entry (every request replayed, cut at its start)."""
+        from servesim.traffic.snapshot import _entry
+
+        source = self.plan.source
+        origin = min(source.nodes[i].not_before_ms for i in idx)
+        start = {source.nodes[i].request_id: source.nodes[i].not_before_ms - origin for i in idx}
+        entries = self.graph.summary_fields.get("agentic_snapshots")
+        if isinstance(entries, list):
+            entries.append(_entry(source, idx, start, set(start), play, lane, source_play, 0.0, self.plan.seed,
+                                  self.graph.report_block(), ordinal))
+
+    # -- the report -----------------------------------------------------------------------------
+
+    def finished_ms(self) -> float:
+        """When the profile ends: the cutoff, or the last response after it."""
+        return max(self.cutoff_ms, self.last_success_ms or 0.0)
+
+    def report(self) -> dict[str, Any]:
+        """The `agentic_profile` block."""
+        opts = self.plan.options
+        first = self.first_request_ms if self.first_request_ms is not None else 0.0
+        last = self.last_success_ms if self.last_success_ms is not None else first
+        window = last - first
+        plays = len(self.graph.play_ids)
+        complete = sum(1 for p in range(plays) if self._ended[p] == self._size[p] and p not in self._aborted_by)
+        grace = self.cutoff_ms + opts["response_grace_seconds"] * 1000.0
+        issued = sum(self._sent)
+        return {
+            "admission_closed": True, "admission_cutoff_ms": self.cutoff_ms,
+            "cancel_drain_deadline_ms": grace + opts["cancel_drain_seconds"] * 1000.0,
+            "cancel_drain_timed_out": False, "canceled_requests": 0, "client_completed_plays": complete,
+            "client_in_flight_requests": 0, "corpus_cursor": self.plan.cursor, "finished_at_ms": self.finished_ms(),
+            "first_request_ms": self.first_request_ms, "idle_shifts": [], "issued_requests": issued,
+            "last_successful_response_ms": self.last_success_ms,
+            "never_issued_requests": len(self.graph.nodes) - issued, "observation_duration_ms": window,
+            "options": dict(opts), "plays_started": plays, "profile_start_ms": 0.0,
+            "response_grace_deadline_ms": grace, "retired_plays": plays, "schema": SCHEMA,
+            "server_quiescent_plays": plays, "server_unsettled_requests": 0,
+            "successful_request_throughput": self.successes / (window / 1000.0) if window > 0 else 0.0,
+            "successful_responses": self.successes, "unsettled_server_requests": 0,
+        }
+
+    def rescale(self, summary: dict[str, Any]) -> None:
+        """The summary over the observation window: duration and the throughputs dividing by it."""
+        block = self.report()
+        window = block["observation_duration_ms"]
+        ds = max(window / 1000, 1e-9)
+        summary["duration_ms"] = window
+        summary["request_throughput_rps"] = summary["completed_requests"] / ds
+        summary["input_throughput_tok_s"] = summary["total_input_tokens"] / ds
+        summary["output_throughput_tok_s"] = summary["total_output_tokens"] / ds
+        summary["total_throughput_tok_s"] = (summary["total_input_tokens"] + summary["total_output_tokens"]) / ds
+        summary["agentic_profile"] = block
+
+
+def _scoped(ids: array, scope: int) -> array:
+    """A play's hash ids moved to their own scope (a bijection of the ids for each scope)."""
+    values = np.frombuffer(ids, dtype=np.uint64) if len(ids) else np.zeros(0, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        mixed = (values ^ (np.uint64(scope) * _GOLDEN)) * _ODD
+    return array("Q", mixed.astype(np.uint64).tobytes())
