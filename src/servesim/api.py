@@ -50,8 +50,6 @@ if TYPE_CHECKING:  # imported where a run needs them (start-up time)
     from servesim.scaling.contract import ScalingPolicy
     from servesim.traffic.agentic_driver import AgenticDriver
     from servesim.traffic.live import LiveDriver
-    from servesim.traffic.profile import ProfileDriver
-    from servesim.traffic.warmup import Preparation
 
 
 class ProgressMeter:
@@ -269,7 +267,9 @@ class _Stages:
             self.cluster = AggregatedCluster(run, driver, self.collector, paths=self.paths, scaling=scaling)
         agentic = _agentic(driver)
         if agentic is not None and agentic.preparation is not None:
-            agentic.preparation.on_barrier = _barrier_accounting(self.cluster, agentic.preparation.at_barrier)
+            from servesim.traffic.warmup import barrier_accounting
+
+            agentic.preparation.on_barrier = barrier_accounting(self.cluster, agentic.preparation.at_barrier)
         self.sampling: StateSampling | None = None
         if timeseries:
             from servesim.cluster.sampling import StateSampling
@@ -434,7 +434,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
     with `sampling`, the time series and latency arrays. `tally` holds the requests the
     collector folded as they ended; the rest are folded in now. After a warm-up the report
     covers the measured phase only (`servesim.traffic.warmup`)."""
-    prep = _preparation(cluster.driver)
+    agentic = _agentic(cluster.driver)
+    prep = agentic.preparation if agentic is not None else None
     before: dict[str, float] = {}
     if prep is not None:
         collector.records = prep.measured(collector.records, cluster.driver.total_requests)
@@ -442,10 +443,10 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         end_ms -= prep.barrier_ms or 0.0
     for record in collector.unfolded():
         tally.add(record)
-    profile = _profile(cluster.driver)
-    if profile is not None:  # worker seconds run to the profile's end
+    profile_end = agentic.profile_end_ms() if agentic is not None else None
+    if profile_end is not None:  # worker seconds run to the profile's end
         for pool in cluster.pools.values():
-            pool.worker_seconds += max(0.0, profile.finished_ms() - end_ms) * len(pool.workers) / 1000
+            pool.worker_seconds += max(0.0, profile_end - end_ms) * len(pool.workers) / 1000
     usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
              for p in cluster.serving}
     summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla)
@@ -455,7 +456,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
     workers = [WorkerUsage(name, w.worker_id, w.busy_ms - before.get(f"{name}:{w.worker_id}", 0.0))
                for name, fleet in cluster.fleets.items() for w in fleet.by_id.values()]
     extensions: dict[str, Any] = {"workers": worker_breakdown(tally, workers, end_ms)}
-    driver = _agentic(cluster.driver)
+    driver = agentic
     if driver is not None:
         from servesim.report.trajectories import trajectory_breakdown, trajectory_fields, unreleased_requests
 
@@ -465,8 +466,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         summary.update(graph.summary_fields)
         if prep is not None:
             summary["agentic_phases"] = prep.report()
-        if profile is not None:
-            profile.rescale(summary)
+        driver.rescale(summary)
         summary["trajectories"] = trajectory_breakdown(collector.records, graph.play_sizes(), graph.play_starts)
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
@@ -482,35 +482,6 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         report.latency = from_tally(tally)
     tally.close()
     return report
-
-
-def _profile(driver: RequestDriver) -> ProfileDriver | None:
-    """The driver when it runs a continuous agentic profile, else None."""
-    if _agentic(driver) is None:
-        return None
-    from servesim.traffic.profile import ProfileDriver
-
-    return driver if isinstance(driver, ProfileDriver) else None
-
-
-def _preparation(driver: RequestDriver) -> Preparation | None:
-    """The warm-up of an agentic snapshot replay, if it has one."""
-    agentic = _agentic(driver)
-    return agentic.preparation if agentic is not None else None
-
-
-def _barrier_accounting(cluster: Cluster, into: dict[str, float]) -> Callable[[float], None]:
-    """At a warm-up's barrier: the pools' worker seconds restart from 0, and each worker's busy
-    time so far is stored in `into` (under `pool:worker`)."""
-
-    def snapshot(now: float) -> None:
-        for pool in cluster.pools.values():  # counted afresh from the barrier, as in 0.13
-            pool.worker_seconds = 0.0
-        for name, fleet in cluster.fleets.items():
-            for w in fleet.by_id.values():
-                into[f"{name}:{w.worker_id}"] = w.busy_ms
-
-    return snapshot
 
 
 def _agentic(driver: RequestDriver) -> AgenticDriver | None:

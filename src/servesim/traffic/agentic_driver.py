@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from servesim.errors import RunError
 from servesim.traffic.agentic import AgenticGraph, AgenticNode
@@ -88,6 +88,13 @@ class AgenticDriver:
     @property
     def total_requests(self) -> int:
         return len(self.graph.nodes)
+
+    def profile_end_ms(self) -> float | None:
+        """When a continuous profile ends (None: this replay is no profile)."""
+        return None
+
+    def rescale(self, summary: dict[str, Any]) -> None:
+        """Adjust the report's summary to the replay's measured window (a profile's; here none)."""
 
     def next_ready_time(self) -> float:
         self._drop_aborted()

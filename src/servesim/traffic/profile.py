@@ -213,7 +213,7 @@ class ProfileDriver(AgenticDriver):
 
     # -- the report -----------------------------------------------------------------------------
 
-    def finished_ms(self) -> float:
+    def profile_end_ms(self) -> float:
         """When the profile ends: the cutoff, or the last response after it."""
         return max(self.cutoff_ms, self.last_success_ms or 0.0)
 
@@ -231,7 +231,7 @@ class ProfileDriver(AgenticDriver):
             "admission_closed": True, "admission_cutoff_ms": self.cutoff_ms,
             "cancel_drain_deadline_ms": grace + opts["cancel_drain_seconds"] * 1000.0,
             "cancel_drain_timed_out": False, "canceled_requests": 0, "client_completed_plays": complete,
-            "client_in_flight_requests": 0, "corpus_cursor": self.plan.cursor, "finished_at_ms": self.finished_ms(),
+            "client_in_flight_requests": 0, "corpus_cursor": self.plan.cursor, "finished_at_ms": self.profile_end_ms(),
             "first_request_ms": self.first_request_ms, "idle_shifts": [], "issued_requests": issued,
             "last_successful_response_ms": self.last_success_ms,
             "never_issued_requests": len(self.graph.nodes) - issued, "observation_duration_ms": window,

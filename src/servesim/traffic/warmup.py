@@ -188,3 +188,18 @@ def shifted(record: RequestRecord, origin: float) -> RequestRecord:
                    destination_reserved_ms=later(record.destination_reserved_ms),
                    destination_activated_ms=later(record.destination_activated_ms),
                    source_released_ms=later(record.source_released_ms))
+
+
+def barrier_accounting(cluster: Any, into: dict[str, float]) -> Callable[[float], None]:
+    """At a warm-up's barrier: the cluster's pools' worker seconds restart from 0 (the report
+    counts them from there, as 0.13), and each worker's busy time so far is stored in `into`
+    (under `pool:worker`)."""
+
+    def snapshot(now: float) -> None:
+        for pool in cluster.pools.values():
+            pool.worker_seconds = 0.0
+        for name, fleet in cluster.fleets.items():
+            for w in fleet.by_id.values():
+                into[f"{name}:{w.worker_id}"] = w.busy_ms
+
+    return snapshot
