@@ -221,6 +221,8 @@ def main(argv: list[str]) -> int:
     write_pd_case(root, "pd-profile-poly", "three.jsonl", three, timing="{type: polynomial}",
                   load=explicit_snapshot([(beta, 873.79), (gamma, 0.0), (alpha, 400.0)], 9, 1, cursor=5)
                   + profile(5.5))
+    write_pd_case(root, "pd-warm-profile", "three.jsonl", three, replicas=2,
+                  load=seeded_snapshot(2, 4, 1.5, True) + profile(3.0))
     write_case(root, "profile-seed-lanes2", "three.jsonl", three, replicas=2,
                load=seeded_snapshot(2, 4, 1.5) + profile(3.0))
     return 0

@@ -437,8 +437,11 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
     agentic = _agentic(cluster.driver)
     prep = agentic.preparation if agentic is not None else None
     before: dict[str, float] = {}
+    loop_end = end_ms
     if prep is not None:
-        collector.records = prep.measured(collector.records, cluster.driver.total_requests)
+        from servesim.traffic.agentic_driver import PREP_BASE
+
+        collector.records = prep.measured(collector.records, PREP_BASE)
         before = prep.at_barrier
         end_ms -= prep.barrier_ms or 0.0
     for record in collector.unfolded():
@@ -446,7 +449,7 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
     profile_end = agentic.profile_end_ms() if agentic is not None else None
     if profile_end is not None:  # worker seconds run to the profile's end
         for pool in cluster.pools.values():
-            pool.worker_seconds += max(0.0, profile_end - end_ms) * len(pool.workers) / 1000
+            pool.worker_seconds += max(0.0, profile_end - loop_end) * len(pool.workers) / 1000
     usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
              for p in cluster.serving}
     summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla)

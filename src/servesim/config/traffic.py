@@ -255,7 +255,7 @@ class TraceTimestampsLoad(SchemaModel):
     agentic_warmup_policy: Literal["repeated_prefixes", "live_trajectory_v1"] | None = None
     """Upstream AISimulate 0.13 key: how `agentic_warmup` warms: 'repeated_prefixes' (the default) or 'live_trajectory_v1' (requires `agentic_warmup` and `agentic_profile`, 0.13's rule)."""
     agentic_profile: AgenticProfileOptions | None = None
-    """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`; not with `agentic_warmup` in servesim): every lane, when its play is over, starts the corpus' next play (from `corpus_cursor`) until admission closes; reported as `agentic_profile`, the summary over the observation window."""
+    """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`; after the warm-up's barrier with `agentic_warmup`): every lane, when its play is over, starts the corpus' next play (from `corpus_cursor`) until admission closes; reported as `agentic_profile`, the summary over the observation window."""
 
     @model_validator(mode="before")
     @classmethod
@@ -289,8 +289,8 @@ class TraceTimestampsLoad(SchemaModel):
                     problems.append(("agentic_snapshot.initial_selections", f"servesim replays a source play on one lane only ({', '.join(again)} is selected twice)"))
         if self.agentic_warmup_policy == "live_trajectory_v1" and (not self.agentic_warmup or self.agentic_profile is None):
             problems.append(("agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile (0.13's rule)"))
-        if self.agentic_profile is not None and self.agentic_warmup:
-            problems.append(("agentic_profile", "with agentic_warmup is not built in servesim (a profile after 0.13's warm-up barrier); omit one of them"))
+        if self.agentic_warmup_policy == "live_trajectory_v1" and self.agentic_warmup and self.agentic_profile is not None:
+            problems.append(("agentic_warmup_policy", "live_trajectory_v1 is not built in servesim (0.13's live-trajectory warm-up); use repeated_prefixes"))
         raise_if(problems)
         return self
 

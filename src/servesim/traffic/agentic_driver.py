@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from servesim.traffic.warmup import Preparation
 
 INF = math.inf
+PREP_BASE = 1 << 48
+"""A warm-up's requests are numbered from here (the graph's nodes, which a profile adds to as it
+runs, stay below)."""
 
 
 class Unreleased(NamedTuple):
@@ -74,11 +77,14 @@ class AgenticDriver:
         self._held: list[tuple[float, int]] = []
         extra: list[AgenticNode] = []
         if preparation is not None:
-            self._held, self._ready = self._ready, [(0.0, len(nodes) + k) for k in preparation.first[:-1]
+            self._held, self._ready = self._ready, [(0.0, PREP_BASE + k) for k in preparation.first[:-1]
                                                     if k < preparation.first[-1]]
             heapq.heapify(self._ready)
             extra = [r.source for r in preparation.requests]
-        self._unique_from = _unique_positions(graph, extra)
+        positions = _unique_positions(graph, extra)
+        self._unique_from = positions[:len(nodes)]
+        self._prep_unique = positions[len(nodes):]
+        """The unique positions of the warm-up's requests (numbered from PREP_BASE)."""
         self._next_output_base = GENERATED_BASE
         self.fixed_arrivals = (lanes is None and preparation is None and not any(self._waiting)
                                and len(graph.play_ids) == len(nodes))
@@ -116,7 +122,7 @@ class AgenticDriver:
         while self._drop_aborted() and ready[0][0] + lag <= now:
             t, i = heapq.heappop(ready)
             out.append(self._emit(i, t))
-            if i < len(self._play):
+            if i < PREP_BASE:
                 self._fire(i, t, "dispatch")
         return out
 
@@ -125,12 +131,12 @@ class AgenticDriver:
         """A released node ended: a completion fires its completion edges, any other end
         aborts its play."""
         i = arrival.session_index
-        if i >= len(self.graph.nodes):
+        if i >= PREP_BASE:
             if not completed or ends_session:
                 raise RunError(f"agentic warm-up request {arrival.request_id} did not complete, so the preparation "
                                "barrier cannot fall (servesim stops the run; 0.13 reports the failure in "
                                "agentic_phases)")
-            self._prepared(i - len(self.graph.nodes), now)
+            self._prepared(i - PREP_BASE, now)
             return
         if completed and not ends_session:
             self._fire(i, now, "completion")
@@ -150,7 +156,7 @@ class AgenticDriver:
         prep.ended += 1
         nxt = prep.next_of(k)
         if nxt is not None:
-            heapq.heappush(self._ready, (now, len(self.graph.nodes) + nxt))
+            heapq.heappush(self._ready, (now, PREP_BASE + nxt))
         if prep.ended < len(prep.requests):
             return
         prep.barrier_ms = now
@@ -201,8 +207,7 @@ class AgenticDriver:
                 heapq.heappush(self._ready, (self._ready_at[child], child))
 
     def _emit(self, i: int, t: float) -> Arrival:
-        n = len(self.graph.nodes)
-        if i >= n:
+        if i >= PREP_BASE:
             return self._emit_preparation(i, t)
         node = self.graph.nodes[i]
         self._released[i] = 1
@@ -218,13 +223,14 @@ class AgenticDriver:
     def _emit_preparation(self, i: int, t: float) -> Arrival:
         """Preparation request `i - len(nodes)`: its source's prompt, a one-token answer."""
         assert self.preparation is not None
-        request = self.preparation.requests[i - len(self.graph.nodes)]
+        request = self.preparation.requests[i - PREP_BASE]
         node = request.source
         base = self._next_output_base
         self._next_output_base += 2
         runs = expand_hash_ids(node.hash_ids, self.graph.block_size, node.input_length)
         return Arrival(i, 0, request.identity["conversation_id"], t, runs, node.input_length, 1, base,
-                       self._unique_from[i], request_id=request.request_id, play_id=request.identity["play_id"])
+                       self._prep_unique[i - PREP_BASE], request_id=request.request_id,
+                       play_id=request.identity["play_id"])
 
 
 class _Lanes:

@@ -24,15 +24,18 @@ from __future__ import annotations
 import heapq
 from array import array
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servesim.errors import RunError
 from servesim.traffic.agentic import AgenticGraph
-from servesim.traffic.agentic_driver import AgenticDriver
+from servesim.traffic.agentic_driver import PREP_BASE, AgenticDriver
 from servesim.traffic.driver import Arrival
 from servesim.traffic.hash_ids import unique_positions
+
+if TYPE_CHECKING:
+    from servesim.traffic.warmup import Preparation
 
 SCHEMA = "aisimulate.agentic.profile.v1"
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -62,10 +65,13 @@ class ProfilePlan:
 class ProfileDriver(AgenticDriver):
     """An `AgenticDriver` whose lanes go on with the corpus' next plays until the cutoff."""
 
-    def __init__(self, graph: AgenticGraph, plan: ProfilePlan, frontend_ms: float = 0.0) -> None:
-        super().__init__(graph, frontend_ms=frontend_ms)
+    def __init__(self, graph: AgenticGraph, plan: ProfilePlan, frontend_ms: float = 0.0,
+                 preparation: Preparation | None = None) -> None:
+        super().__init__(graph, frontend_ms=frontend_ms, preparation=preparation)
         self.plan = plan
-        self.cutoff_ms = plan.options["duration_seconds"] * 1000.0
+        self.start_ms = 0.0
+        """When the profile starts: 0, or the warm-up's barrier."""
+        self.cutoff_ms = plan.options["duration_seconds"] * 1000.0 if preparation is None else float("inf")
         lane_of = {lane.play_id: lane.lane for lane in graph.snapshot_lanes or []}
         self._lane = [lane_of[p] for p in graph.play_ids]
         self._size = [0] * len(graph.play_ids)
@@ -99,9 +105,10 @@ class ProfileDriver(AgenticDriver):
         ready, lag = self._ready, self.frontend_ms
         while self._drop_aborted() and self._open() and ready[0][0] + lag <= now:
             t, i = heapq.heappop(ready)
-            self._check_idle(i, t)
+            if i < PREP_BASE:
+                self._check_idle(i, t)
+                self._fire(i, t, "dispatch")
             out.append(self._emit(i, t))
-            self._fire(i, t, "dispatch")
         return out
 
     def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
@@ -111,6 +118,10 @@ class ProfileDriver(AgenticDriver):
             raise RunError(f"agentic_profile: request {arrival.request_id} still runs at the response-grace "
                            f"deadline ({grace:g} ms); 0.13 cancels it, servesim does not build that cancelling")
         super().on_terminal(arrival, now, emitted, ends_session=ends_session, completed=completed)
+        if arrival.session_index >= PREP_BASE:  # a warm-up request
+            if self.preparation is not None and self.preparation.barrier_ms is not None:
+                self._start(self.preparation.barrier_ms)
+            return
         play = self._play[arrival.session_index]
         self._ended[play] += 1
         self._busy[play] -= 1
@@ -128,6 +139,13 @@ class ProfileDriver(AgenticDriver):
             self._instantiate(self._lane[play], now)
 
     # -- inside ---------------------------------------------------------------------------------
+
+    def _start(self, at: float) -> None:
+        """The warm-up's barrier fell at `at`: the profile starts and its clock with it."""
+        self.start_ms = at
+        self.cutoff_ms = at + self.plan.options["duration_seconds"] * 1000.0
+        self._server_idle_since = at
+        self._idle_since = [at] * len(self._idle_since)
 
     def _open(self) -> bool:
         """Whether a request is ready to be sent before the cutoff."""
@@ -168,7 +186,7 @@ class ProfileDriver(AgenticDriver):
         p = len(graph.play_ids)
         graph.play_ids.append(play)
         if graph.play_starts is not None:
-            graph.play_starts[play] = now
+            graph.play_starts[play] = now - self.start_ms  # the report counts from the profile's start
         for k, n in enumerate(src):
             deps = [d._replace(delay_ms=d.delay_ms / plan.speedup) for d in n.dependencies]
             offset = (n.not_before_ms - origin) / plan.speedup if not deps else 0.0  # a child waits on its parents only
@@ -235,7 +253,7 @@ class ProfileDriver(AgenticDriver):
             "first_request_ms": self.first_request_ms, "idle_shifts": [], "issued_requests": issued,
             "last_successful_response_ms": self.last_success_ms,
             "never_issued_requests": len(self.graph.nodes) - issued, "observation_duration_ms": window,
-            "options": dict(opts), "plays_started": plays, "profile_start_ms": 0.0,
+            "options": dict(opts), "plays_started": plays, "profile_start_ms": self.start_ms,
             "response_grace_deadline_ms": grace, "retired_plays": plays, "schema": SCHEMA,
             "server_quiescent_plays": plays, "server_unsettled_requests": 0,
             "successful_request_throughput": self.successes / (window / 1000.0) if window > 0 else 0.0,

@@ -13,6 +13,7 @@ from servesim.traffic.workload import Workload
 
 if TYPE_CHECKING:
     from servesim.traffic.agentic import AgenticGraph
+    from servesim.traffic.warmup import Preparation
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -111,14 +112,14 @@ class TrafficSpec:
                 chosen = list(selections) if selections is not None else draw_selections(workload, self.load.lanes, seed)
                 source = workload
                 workload = snapshot_graph(workload, chosen, seed, self.load.speedup)
-                if self.load.profile is not None:
-                    return _profile_driver(source, workload, self.load, seed, lag)
                 lanes = None
                 if self.load.warmup:
                     from servesim.traffic.warmup import Preparation
 
                     assert workload.snapshot_lanes is not None
                     preparation = Preparation.plan(workload.snapshot_lanes, workload.block_size)
+                if self.load.profile is not None:
+                    return _profile_driver(source, workload, self.load, seed, lag, preparation)
             if self.load.lanes is not None:
                 workload.summary_fields = workload.summary_fields | {"agentic_lanes": self.load.lanes}
             elif workload.summary_fields:
@@ -143,7 +144,7 @@ class TrafficSpec:
 
 
 def _profile_driver(source: AgenticGraph, graph: AgenticGraph, load: LoadSpec, seed: int,
-                    lag: float) -> RequestDriver:
+                    lag: float, preparation: Preparation | None) -> RequestDriver:
     """The driver of a continuous profile over `graph`'s snapshot plays (`source`: the trace at
     speedup 1, whose plays the lanes go on with)."""
     from servesim.traffic.profile import ProfileDriver, ProfilePlan
@@ -153,7 +154,7 @@ def _profile_driver(source: AgenticGraph, graph: AgenticGraph, load: LoadSpec, s
     cursor = load.corpus_cursor if load.corpus_cursor is not None else load.lanes
     graph.summary_fields = graph.summary_fields | {"agentic_lanes": load.lanes}
     plan = ProfilePlan(source, corpus_plays(source), load.lanes, seed, load.speedup, cursor, dict(load.profile))
-    return ProfileDriver(graph, plan, frontend_ms=lag)
+    return ProfileDriver(graph, plan, frontend_ms=lag, preparation=preparation)
 
 
 def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:

@@ -105,14 +105,15 @@ class Preparation:
         """Whether every preparation request has ended."""
         return all(r.record is not None and r.record.terminal_ms is not None for r in self.requests)
 
-    def measured(self, records: Sequence[RequestRecord], nodes: int) -> list[RequestRecord]:
-        """The records of the measured phase (node index below `nodes`), their times counted
-        from the barrier; the preparation records are kept by their requests."""
+    def measured(self, records: Sequence[RequestRecord], base: int) -> list[RequestRecord]:
+        """The records of the measured phase (node index below `base`, where the preparation's
+        are numbered from), their times counted from the barrier; the preparation records are
+        kept by their requests."""
         origin = self.barrier_ms or 0.0
         out = []
         for record in records:
-            if record.node >= nodes:
-                self.requests[record.node - nodes].record = record
+            if record.node >= base:
+                self.requests[record.node - base].record = record
             else:
                 out.append(shifted(record, origin))
         return out
