@@ -169,9 +169,10 @@ def explicit_snapshot(cuts: list[tuple[str, float]], seed: int, speedup: float, 
             f"      corpus_cursor: {len(cuts) if cursor is None else cursor}\n")
 
 
-def profile(duration_s: float) -> str:
-    """An `agentic_profile` of `duration_s` seconds (the other options at 0.13's defaults)."""
-    return f"    agentic_profile:\n      duration_seconds: {duration_s}\n"
+def profile(duration_s: float, **options: float) -> str:
+    """An `agentic_profile` of `duration_s` seconds (the other options at 0.13's defaults unless given)."""
+    rows = "".join(f"      {key}: {value}\n" for key, value in options.items())
+    return f"    agentic_profile:\n      duration_seconds: {duration_s}\n{rows}"
 
 
 def write_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing="polynomial",
@@ -223,6 +224,10 @@ def main(argv: list[str]) -> int:
                   + profile(5.5))
     write_pd_case(root, "pd-warm-profile", "three.jsonl", three, replicas=2,
                   load=seeded_snapshot(2, 4, 1.5, True) + profile(3.0))
+    for name, caps in (("global", {"global_idle_cap_seconds": 0.05}), ("tree", {"tree_idle_cap_seconds": 0.2}),
+                       ("both", {"global_idle_cap_seconds": 0.08, "tree_idle_cap_seconds": 0.15})):
+        write_pd_case(root, f"pd-profile-{name}-idle", "three.jsonl", three, replicas=2,
+                      load=seeded_snapshot(2, 4, 1.5) + profile(4.0 if name == "both" else 3.0, **caps))
     write_case(root, "profile-seed-lanes2", "three.jsonl", three, replicas=2,
                load=seeded_snapshot(2, 4, 1.5) + profile(3.0))
     return 0

@@ -218,7 +218,11 @@ PROFILE_COUNTS = ("admission_closed", "admission_cutoff_ms", "cancel_drain_deadl
 
 
 def test_there_are_profile_cases() -> None:
+    """Profiles on both pool kinds, with server and play idle shifts among them."""
     assert len(PROFILE_CASES) >= 3 and any(c in PD_CASES for c in PROFILE_CASES)
+    shifts = [s for c in PROFILE_CASES
+              for s in json.loads((c.parent / "report.json").read_text())["agentic_profile"]["idle_shifts"]]
+    assert any(s["play_id"] is None for s in shifts) and any(s["play_id"] is not None for s in shifts)
 
 
 @pytest.mark.parametrize("config", PROFILE_CASES, ids=[c.parent.name for c in PROFILE_CASES])

@@ -113,16 +113,3 @@ def test_a_seeded_draw_needs_a_play_per_lane(tmp_path: Path) -> None:
     result = _run(tmp_path, {"agentic_lanes": 4, "agentic_snapshot": {"seed": 4}})
     assert result.returncode == 1, result.stderr
     assert "4 lanes draw 3 plays" in result.stderr and "one lane only" in result.stderr
-
-
-def test_a_profile_whose_idle_cap_would_fire_stops(tmp_path: Path) -> None:
-    """0.13 moves the timers of an idle server (or play) earlier; servesim does not build that
-    and stops rather than report other numbers."""
-    result = _run(tmp_path, {"agentic_snapshot": {"seed": 4},
-                             "agentic_profile": {"duration_seconds": 2, "global_idle_cap_seconds": 0.01}})
-    assert result.returncode == 1, result.stderr
-    assert "over global_idle_cap_seconds" in result.stderr and "not build" in result.stderr
-    result = _run(tmp_path, {"agentic_snapshot": {"seed": 4},
-                             "agentic_profile": {"duration_seconds": 2, "tree_idle_cap_seconds": 0.05}})
-    assert result.returncode == 1, result.stderr
-    assert "over tree_idle_cap_seconds" in result.stderr

@@ -234,9 +234,9 @@ class AgenticProfileOptions(SchemaModel):
     cancel_drain_seconds: Annotated[float, Ge(0)] = 10.0
     """Upstream AISimulate 0.13 key: drain after cancelling (reported; servesim builds no cancelling)."""
     tree_idle_cap_seconds: PositiveNumber = 300.0
-    """Upstream AISimulate 0.13 key: a play idle longer than this has its timers moved earlier in 0.13; servesim does not build that and stops such a run."""
+    """Upstream AISimulate 0.13 key: a play with none of its requests in flight for this long has its timers moved earlier so the next fires then (listed in `idle_shifts`)."""
     global_idle_cap_seconds: PositiveNumber = 10.0
-    """Upstream AISimulate 0.13 key: a server idle longer than this has its timers moved earlier in 0.13; servesim does not build that and stops such a run."""
+    """Upstream AISimulate 0.13 key: a server with no request in flight for this long has every timer moved earlier so the next fires then (listed in `idle_shifts`)."""
 
 
 class TraceTimestampsLoad(SchemaModel):

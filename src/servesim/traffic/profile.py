@@ -13,10 +13,13 @@ trajectory latencies.
 The summary's duration is the observation window (first request sent to last successful
 response), which the throughputs divide by; worker seconds run to the end (the cutoff, or the
 last response after it). The `agentic_profile` block reports the window and its counts as 0.13
-does. Not built: 0.13's idle caps (a lane or the whole server idle longer than
-`tree_idle_cap_seconds` / `global_idle_cap_seconds` has its timers moved earlier) and the
-cancelling of requests still running at the response-grace deadline: a run where either would
-happen stops (RunError) rather than report other numbers.
+does.
+
+Idle caps, as 0.13: when no request is in flight for `global_idle_cap_seconds` (or none of a
+play's own for `tree_idle_cap_seconds`) and the next timer concerned (a ready request, or a
+waiting one held to a later time) is later still, all those timers move earlier so that the next
+fires at the cap; each move is listed in `idle_shifts`. Not built: the cancelling of requests
+still running at the response-grace deadline (such a run stops with a RunError).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     from servesim.traffic.warmup import Preparation
 
 SCHEMA = "aisimulate.agentic.profile.v1"
+INF = float("inf")
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _ODD = np.uint64(0xBF58476D1CE4E5B9)
 
@@ -86,6 +90,12 @@ class ProfileDriver(AgenticDriver):
         self._in_flight = 0
         self._server_idle_since = 0.0
         self.first_request_ms: float | None = None
+        self.idle_shifts: list[dict[str, Any]] = []
+        self._active = {p for p in range(len(graph.play_ids)) if self._size[p]}
+        """Plays with requests not sent yet (the only ones an idle cap can move)."""
+        self._members: list[list[int]] = [[] for _ in graph.play_ids]
+        for i, p in enumerate(self._play):
+            self._members[p].append(i)
         self.last_success_ms: float | None = None
         self.successes = 0
 
@@ -93,14 +103,16 @@ class ProfileDriver(AgenticDriver):
 
     def next_ready_time(self) -> float:
         self._drop_aborted()
-        return self._ready[0][0] + self.frontend_ms if self._open() else float("inf")
+        shift = self._shift_idle(-INF)
+        return min(self._ready[0][0] + self.frontend_ms if self._open() else INF, shift)
 
     def drained(self) -> bool:
         self._drop_aborted()
-        return not self._open()
+        return not self._open() and self._shift_idle(-INF) == INF
 
     def release(self, now: float) -> list[Arrival]:
         """Like `AgenticDriver.release`, but nothing dispatched at or after the cutoff."""
+        self._shift_idle(now)
         out: list[Arrival] = []
         ready, lag = self._ready, self.frontend_ms
         while self._drop_aborted() and self._open() and ready[0][0] + lag <= now:
@@ -133,6 +145,8 @@ class ProfileDriver(AgenticDriver):
         if completed and not ends_session:
             self.successes += 1
             self.last_success_ms = now if self.last_success_ms is None else max(self.last_success_ms, now)
+        if play in self._aborted_by:
+            self._active.discard(play)
         over = self._ended[play] == self._sent[play] and (
             self._sent[play] == self._size[play] or play in self._aborted_by)
         if over and now < self.cutoff_ms:
@@ -151,21 +165,65 @@ class ProfileDriver(AgenticDriver):
         """Whether a request is ready to be sent before the cutoff."""
         return bool(self._ready) and self._ready[0][0] < self.cutoff_ms
 
-    def _check_idle(self, i: int, t: float) -> None:
-        """Count request `i`, sent at `t`; stop where one of 0.13's idle caps would move time."""
-        play = self._play[i]
+    def _timers(self, play: int | None, since: float) -> list[int]:
+        """The unreleased nodes (of `play`, or of every play) with a timer running at `since`:
+        those ready, and those still waiting on a parent but held to a later time (a recorded
+        deadline, or the delay after a parent that has ended)."""
+        out = [i for _, i in self._ready if i < PREP_BASE and (play is None or self._play[i] == play)]
+        for p in sorted(self._active) if play is None else (play,):
+            out += [i for i in self._members[p] if self._waiting[i] and not self._released[i]
+                    and self._ready_at[i] > since]
+        return out
+
+    def _shift_idle(self, now: float) -> float:
+        """0.13's idle caps: when the server (no request in flight) or a play (none of its own)
+        has idled for its cap and its next timer is later still, every timer concerned moves
+        earlier to fire at the cap (listed in `idle_shifts`). Shifts are applied in time order:
+        a server's at once (nothing can happen before it), a play's once the clock (`now`)
+        reaches it; the time of the next pending play shift is returned (inf: none)."""
+        if self.preparation is not None and self.preparation.barrier_ms is None:
+            return INF
         caps = self.plan.options
-        if not self._in_flight and t - self._server_idle_since > caps["global_idle_cap_seconds"] * 1000.0:
-            raise RunError(f"agentic_profile: the server would idle {t - self._server_idle_since:g} ms before "
-                           f"{self.graph.nodes[i].request_id}, over global_idle_cap_seconds; 0.13 then moves its "
-                           "timers earlier, which servesim does not build")
-        if not self._busy[play] and t - self._idle_since[play] > caps["tree_idle_cap_seconds"] * 1000.0:
-            raise RunError(f"agentic_profile: play {self.graph.play_ids[play]} would idle "
-                           f"{t - self._idle_since[play]:g} ms, over tree_idle_cap_seconds; 0.13 then moves its "
-                           "timers earlier, which servesim does not build")
+        while True:
+            best: tuple[float, int | None, float, list[int]] | None = None
+            if not self._in_flight:
+                at = self._server_idle_since + caps["global_idle_cap_seconds"] * 1000.0
+                timers = self._timers(None, at)
+                if timers:
+                    head = min(self._ready_at[i] for i in timers)
+                    if head > at and at < self.cutoff_ms:
+                        best = (at, None, head - at, timers)
+            for p in sorted(self._active):
+                if self._busy[p]:
+                    continue
+                at = self._idle_since[p] + caps["tree_idle_cap_seconds"] * 1000.0
+                timers = self._timers(p, at)
+                if not timers:
+                    continue
+                head = min(self._ready_at[i] for i in timers)
+                if head > at and at < self.cutoff_ms and (best is None or at < best[0]):
+                    best = (at, p, head - at, timers)
+            if best is None:
+                return INF
+            at, which, by, timers = best
+            if which is not None and at > now:
+                return at
+            moved = set(timers)
+            for i in moved:
+                self._ready_at[i] -= by
+            self._ready = [(self._ready_at[i], i) if i in moved else (t, i) for t, i in self._ready]
+            heapq.heapify(self._ready)
+            self.idle_shifts.append({"at_ms": at, "play_id": None if which is None else self.graph.play_ids[which],
+                                     "shifted_by_ms": by, "timer_count": len(timers)})
+
+    def _check_idle(self, i: int, t: float) -> None:
+        """Count request `i`, sent at `t`."""
+        play = self._play[i]
         if self.first_request_ms is None:
             self.first_request_ms = t
         self._sent[play] += 1
+        if self._sent[play] == self._size[play]:
+            self._active.discard(play)
         self._busy[play] += 1
         self._in_flight += 1
 
@@ -210,6 +268,8 @@ class ProfileDriver(AgenticDriver):
             if not self._waiting[base + k]:
                 heapq.heappush(self._ready, (self._ready_at[base + k], base + k))
         self._lane.append(lane)
+        self._members.append(list(range(base, base + len(src))))
+        self._active.add(p)
         self._size.append(len(src))
         self._sent.append(0)
         self._ended.append(0)
@@ -250,7 +310,8 @@ class ProfileDriver(AgenticDriver):
             "cancel_drain_deadline_ms": grace + opts["cancel_drain_seconds"] * 1000.0,
             "cancel_drain_timed_out": False, "canceled_requests": 0, "client_completed_plays": complete,
             "client_in_flight_requests": 0, "corpus_cursor": self.plan.cursor, "finished_at_ms": self.profile_end_ms(),
-            "first_request_ms": self.first_request_ms, "idle_shifts": [], "issued_requests": issued,
+            "first_request_ms": self.first_request_ms, "idle_shifts": sorted(self.idle_shifts, key=lambda e: e["at_ms"]),
+            "issued_requests": issued,
             "last_successful_response_ms": self.last_success_ms,
             "never_issued_requests": len(self.graph.nodes) - issued, "observation_duration_ms": window,
             "options": dict(opts), "plays_started": plays, "profile_start_ms": self.start_ms,
