@@ -62,10 +62,27 @@ def compare(case: Path, upstream: dict, ours: dict) -> None:
     if "agentic_snapshots" in upstream:
         same_snap = upstream["agentic_snapshots"] == ours.get("agentic_snapshots")
         print(f"    agentic_snapshots: {'equal' if same_snap else 'DIFFER'}")
+    if "agentic_phases" in upstream:
+        compare_phases(upstream["agentic_phases"], ours.get("agentic_phases") or {})
     by_id = {r["request_id"]: r for r in mine}
     for field in PER_REQUEST:
         equal = sum(1 for r in theirs if field in r and by_id.get(r["request_id"], {}).get(field) == r[field])
         print(f"    per request {field}: {equal}/{len(theirs)} equal")
+
+
+PHASE_TIMES = {"causal_terminal_at_ms", "dispatched_at_ms", "first_admit_ms", "quiescent_at_ms"}
+
+
+def compare_phases(upstream: dict, ours: dict) -> None:
+    """The warm-up's `agentic_phases` block: every field, per request every field but its times."""
+    for key in sorted(upstream):
+        if key != "requests":
+            print(f"    agentic_phases.{key}: {'equal' if upstream[key] == ours.get(key) else 'DIFFER'}")
+    theirs, mine = upstream["requests"], ours.get("requests", [])
+    for field in sorted(theirs[0]) if theirs else []:
+        equal = sum(1 for a, b in zip(theirs, mine, strict=False) if a[field] == b.get(field))
+        print(f"    agentic_phases.requests {field}: {equal}/{len(theirs)} equal"
+              + (" (a time)" if field in PHASE_TIMES else ""))
 
 
 def main(argv: list[str]) -> int:

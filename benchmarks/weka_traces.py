@@ -109,6 +109,72 @@ traffic:
 {load}"""
 
 
+PD_CONFIG = """engine:
+  mode: disaggregated
+  model: Qwen/Qwen3-8B
+  hardware: h200_sxm
+  backend: vllm
+  context_length: 32768
+  workers:
+    prefill:
+      parallelism: {{replicas: {replicas}}}
+      kv_cache: {{block_size: 16, prefix_caching: true, capacity: {{type: fixed, blocks: 1000}}}}
+      timing: {timing}
+    decode:
+      parallelism: {{replicas: {replicas}}}
+      kv_cache: {{block_size: 16, prefix_caching: true, capacity: {{type: fixed, blocks: 1000}}}}
+      timing: {timing}
+  kv_transfer: {{bytes_per_token: 100000, bandwidth_gb_per_second: 10, timing_mode: full_prompt}}
+traffic:
+  source:
+    type: trace
+    format: weka
+    paths:
+    - {path}
+  load:
+    type: trace_timestamps
+{load}"""
+FIXED = "{type: fixed, prefill_ms: 10, decode_ms: 2}"
+
+
+def write_pd_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing=FIXED,
+                  load="    speedup: 1\n") -> None:
+    """A case on disaggregated prefill/decode pools."""
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / filename).write_text(text)
+    (folder / "config.yaml").write_text(PD_CONFIG.format(replicas=replicas, timing=timing, path=filename, load=load))
+
+
+def shifted(trace: dict, offset_s: float) -> dict:
+    """`trace` with its top-level timestamps moved `offset_s` later (nested relative ones stay)."""
+    out = json.loads(json.dumps(trace))
+    for row in out["requests"]:
+        row["t"] = round(row["t"] + offset_s, 6)
+    return out
+
+
+def seeded_snapshot(lanes: int, seed: int, speedup: float, warmup: bool = False) -> str:
+    """A load with a seed-only `agentic_snapshot` (0.13 draws every lane's play and cut)."""
+    return (f"    speedup: {speedup}\n    agentic_lanes: {lanes}\n" + ("    agentic_warmup: true\n" if warmup else "")
+            + f"    agentic_snapshot:\n      seed: {seed}\n")
+
+
+def explicit_snapshot(cuts: list[tuple[str, float]], seed: int, speedup: float, warmup: bool = False,
+                      cursor: int | None = None) -> str:
+    """A load whose `agentic_snapshot` gives every lane's (source play, cut)."""
+    rows = "".join(f"      - source_play_id: {play}\n        t_star_ms: {cut}\n" for play, cut in cuts)
+    return (f"    speedup: {speedup}\n    agentic_lanes: {len(cuts)}\n" + ("    agentic_warmup: true\n" if warmup else "")
+            + f"    agentic_snapshot:\n      seed: {seed}\n      initial_selections:\n{rows}"
+            f"      corpus_cursor: {len(cuts) if cursor is None else cursor}\n")
+
+
+def profile(duration_s: float, **options: float) -> str:
+    """An `agentic_profile` of `duration_s` seconds (the other options at 0.13's defaults unless given)."""
+    rows = "".join(f"      {key}: {value}\n" for key, value in options.items())
+    return f"    agentic_profile:\n      duration_seconds: {duration_s}\n{rows}"
+
+
 def write_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing="polynomial",
                basis=None, load="    speedup: 1\n") -> None:
     folder = root / name
@@ -131,6 +197,39 @@ def main(argv: list[str]) -> int:
     write_case(root, "lanes1-jsonl", "plays.jsonl", rel, load="    speedup: 1\n    agentic_lanes: 1\n")
     write_case(root, "lanes2-three-plays", "three.jsonl", three, replicas=2,
                load="    speedup: 1.5\n    agentic_lanes: 2\n")
+    write_case(root, "snap-seed-lanes3", "three.jsonl", three, replicas=2, load=seeded_snapshot(3, 123456789, 1))
+    write_case(root, "snap-seed-lanes1", "three.jsonl", three, load=seeded_snapshot(1, 0, 1))
+    offset = "".join(json.dumps(shifted(t, 1234.5678 + 0.37 * k)) + "\n" for k, t in enumerate(relative_traces()))
+    write_case(root, "snap-seed-offset-max", "offset.jsonl", offset, replicas=2,
+               load=seeded_snapshot(2, 2**64 - 1, 2))
+    beta, gamma, alpha = ("weka:e3d8d5a7ba5f60f0:play:beta", "weka:56c6fa620555e68f:play:gamma",
+                          "weka:aeca4954cc94d3e7:play:alpha")  # the plays of three.jsonl
+    write_case(root, "warm-seed-lanes2", "three.jsonl", three, replicas=2, load=seeded_snapshot(2, 4, 1.5, True))
+    write_case(root, "warm-seed-lanes3", "three.jsonl", three, replicas=2,
+               load=seeded_snapshot(3, 123456789, 1, True))
+    write_case(root, "warm-no-primers", "three.jsonl", three, replicas=2,  # warm-up from the replayed roots
+               load=explicit_snapshot([(beta, 0.0), (gamma, 310.0), (alpha, 2650.0)], 1, 1, True))
+    write_case(root, "warm-three-primers", "three.jsonl", three,
+               load=explicit_snapshot([(beta, 873.79), (gamma, 0.0)], 7, 2, True))
+    write_pd_case(root, "pd-three-plays", "three.jsonl", three)
+    write_pd_case(root, "pd-lanes2-poly", "three.jsonl", three, replicas=2, timing="{type: polynomial}",
+                  load="    speedup: 1.5\n    agentic_lanes: 2\n")
+    write_pd_case(root, "pd-warm-seed-lanes2", "three.jsonl", three, replicas=2, load=seeded_snapshot(2, 4, 1.5, True))
+    write_pd_case(root, "pd-snap-poly", "three.jsonl", three, timing="{type: polynomial}",
+                  load=seeded_snapshot(3, 123456789, 1))
+    write_pd_case(root, "pd-profile-3s", "three.jsonl", three, replicas=2,
+                  load=seeded_snapshot(2, 4, 1.5) + profile(3.0))
+    write_pd_case(root, "pd-profile-poly", "three.jsonl", three, timing="{type: polynomial}",
+                  load=explicit_snapshot([(beta, 873.79), (gamma, 0.0), (alpha, 400.0)], 9, 1, cursor=5)
+                  + profile(5.5))
+    write_pd_case(root, "pd-warm-profile", "three.jsonl", three, replicas=2,
+                  load=seeded_snapshot(2, 4, 1.5, True) + profile(3.0))
+    for name, caps in (("global", {"global_idle_cap_seconds": 0.05}), ("tree", {"tree_idle_cap_seconds": 0.2}),
+                       ("both", {"global_idle_cap_seconds": 0.08, "tree_idle_cap_seconds": 0.15})):
+        write_pd_case(root, f"pd-profile-{name}-idle", "three.jsonl", three, replicas=2,
+                      load=seeded_snapshot(2, 4, 1.5) + profile(4.0 if name == "both" else 3.0, **caps))
+    write_case(root, "profile-seed-lanes2", "three.jsonl", three, replicas=2,
+               load=seeded_snapshot(2, 4, 1.5) + profile(3.0))
     return 0
 
 

@@ -6,7 +6,6 @@ collect → report, around the replay loop.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -49,7 +48,6 @@ if TYPE_CHECKING:  # imported where a run needs them (start-up time)
     from servesim.report.spool import RecordSpool
     from servesim.scaling.contract import ScalingPolicy
     from servesim.traffic.agentic_driver import AgenticDriver
-    from servesim.traffic.live import LiveDriver
 
 
 class ProgressMeter:
@@ -220,7 +218,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
         from servesim.scaling.planner.policy import DynamoPlanner  # imported when used: start-up time
 
         scaling = DynamoPlanner(run.planner)
-    stages = _Stages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
+    stages = RunStages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
     paths = stages.paths
     now = _steady_replay(stages, progress) if paths.steady else None
     left_steady = stages.left_steady
@@ -228,11 +226,11 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     if now is None:
         if stages.spent:
             stages.cluster.release()
-            stages = _Stages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
+            stages = RunStages(run, capture_per_request, fast, scaling, workload, timeseries, spool)
         now = _general_replay(run, stages, progress)
         loop = ISOLATED if paths.isolated else SHARED
     wall_ms = (time.perf_counter() - started) * 1000
-    report = _report(run, stages.cluster, stages.collector, stages.tally, now, wall_ms,
+    report = build_report(run, stages.cluster, stages.collector, stages.tally, now, wall_ms,
                      capture_per_request and stages.spool is None, stages.sampling)
     report.spool = stages.spool
     report.provenance = {**run.provenance, **paths.provenance(loop, left_steady)}
@@ -240,7 +238,7 @@ def _replay(run: LoweredRun, *, capture_per_request: bool, progress: bool, fast:
     return report
 
 
-class _Stages:
+class RunStages:
     """The stages of one replay, wired: driver, cluster, collector, the report's tally and
     (with time series) the state sampling."""
 
@@ -268,6 +266,11 @@ class _Stages:
                 run, driver, self.collector, paths=self.paths, scaling=scaling)
         else:
             self.cluster = AggregatedCluster(run, driver, self.collector, paths=self.paths, scaling=scaling)
+        agentic = _agentic(driver)
+        if agentic is not None and agentic.preparation is not None:
+            from servesim.traffic.warmup import barrier_accounting
+
+            agentic.preparation.on_barrier = barrier_accounting(self.cluster, agentic.preparation.at_barrier)
         self.sampling: StateSampling | None = None
         if timeseries:
             from servesim.cluster.sampling import StateSampling
@@ -280,7 +283,7 @@ class _Stages:
         """Why the steady replay on these stages stopped (None: it did not)."""
 
 
-def _steady_replay(stages: _Stages, progress: bool) -> float | None:
+def _steady_replay(stages: RunStages, progress: bool) -> float | None:
     """Replay a run whose paths allow it as arrays (`servesim.cluster.steady`); the last
     instant, or None when a pass turns out not to be that simple (`stages.left_steady` says
     why)."""
@@ -311,7 +314,7 @@ def _steady_replay(stages: _Stages, progress: bool) -> float | None:
     return now
 
 
-def _general_replay(run: LoweredRun, stages: _Stages, progress: bool) -> float:
+def _general_replay(run: LoweredRun, stages: RunStages, progress: bool) -> float:
     """Replay the run with the general engine (per worker when its paths allow); the last
     instant."""
     cluster, driver, paths = stages.cluster, stages.driver, stages.paths
@@ -331,87 +334,6 @@ def _general_replay(run: LoweredRun, stages: _Stages, progress: bool) -> float:
     return loop.now
 
 
-class LiveReplay:
-    """A replay whose requests arrive while it runs (`servesim serve`): the caller adds requests
-    to `driver`, steps the clock with `run_until`, hangs up requests whose clients left, and
-    takes the report with `finish`. The engines, router and planner are those `simulate` wires
-    for the same config, run without fast paths (so that each pass can be observed)."""
-
-    def __init__(self, run: LoweredRun, stages: _Stages, driver: LiveDriver, reference: bool) -> None:
-        self.run = run
-        self.driver = driver
-        self.stages = stages
-        self.reference = reference
-        cluster = stages.cluster
-        assert isinstance(cluster, AggregatedCluster)
-        self.cluster = cluster
-        cluster.track_places()
-        self.loop: ReplayLoop = ReplayLoop(driver, list(cluster.pools.values()), cluster, None)
-        self._started = time.perf_counter()
-        stages.spent = True
-        driver.start(0.0)
-        self.loop.start()
-
-    def warm_up(self) -> None:
-        """Load what each pool's timing model defers (AIConfigurator's engine, which a timing
-        memo may spare until a question it cannot answer), so that no request waits for it
-        mid-run; answers are unchanged."""
-        for spec in self.run.pools:
-            getattr(spec.timing, "engine", None)
-
-    @property
-    def now(self) -> float:
-        """The simulated clock (ms)."""
-        return self.loop.now
-
-    def run_until(self, until_ms: float) -> float:
-        """Process everything due by `until_ms` and move the clock there."""
-        return self.loop.run_until(until_ms)
-
-    def hang_up(self, rid: int) -> bool:
-        """The client of request `rid` left now (`AggregatedCluster.hang_up`)."""
-        return self.cluster.hang_up(rid, self.loop.now)
-
-    def finish(self) -> Report:
-        """Close the driver, hang up every request still open and build the report of the run so
-        far (per-request records included)."""
-        self.driver.close()
-        for rid in self.cluster.open_requests():
-            self.cluster.hang_up(rid, self.loop.now)
-        while self.cluster.in_flight() and (at := self.loop.next_time()) < math.inf:
-            self.loop.run_until(at)  # to the ends of the passes that still hold hung-up requests
-        wall_ms = (time.perf_counter() - self._started) * 1000
-        stages = self.stages
-        report = _report(self.run, self.cluster, stages.collector, stages.tally, self.loop.now, wall_ms, True,
-                         stages.sampling)
-        report.summary["timed_out_requests"] = stages.tally.timed_out
-        save_timing_cache()
-        return report.reference_fields_only() if self.reference else report
-
-
-def live_replay(config: SimConfig | Mapping[str, Any] | str | Path, *, timeseries: bool = False,
-                scaling: ScalingPolicy | None = None) -> LiveReplay:
-    """Wire the engine section of `config` for requests added while it runs (`LiveReplay`);
-    its traffic section is not used. Disaggregated serving is refused (ConfigError)."""
-    from servesim.traffic.live import LiveDriver
-
-    if isinstance(config, (str, os.PathLike)):
-        config = load_config(config)
-    elif isinstance(config, Mapping):
-        config = parse_config(config)
-    run = lower(config, unservable="reject")
-    if run.disaggregated:
-        raise ConfigError("engine.mode: disaggregated serving cannot be served live (servesim serve takes "
-                          "aggregated configs)")
-    if scaling is None and run.planner is not None:
-        from servesim.scaling.planner.policy import DynamoPlanner
-
-        scaling = DynamoPlanner(run.planner)
-    driver = LiveDriver(run.traffic.frontend_ms)
-    stages = _Stages(run, True, False, scaling, None, timeseries, None, driver=driver)
-    return LiveReplay(run, stages, driver, config.compat == "reference")
-
-
 def _fold(tally: RequestTally, spool: RecordSpool | None) -> Callable[[RequestRecord], None]:
     """What the collector does with each request as it ends: the tally takes it and, with a
     spool, so does the spool."""
@@ -426,24 +348,39 @@ def _fold(tally: RequestTally, spool: RecordSpool | None) -> Callable[[RequestRe
     return fold
 
 
-def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: RequestTally, end_ms: float,
-            wall_ms: float, capture_per_request: bool, sampling: StateSampling | None) -> Report:
+def build_report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: RequestTally, end_ms: float,
+                 wall_ms: float, capture_per_request: bool, sampling: StateSampling | None) -> Report:
     """The summary, the per-worker breakdown, the planner section, the per-request records and,
     with `sampling`, the time series and latency arrays. `tally` holds the requests the
-    collector folded as they ended; the rest are folded in now."""
+    collector folded as they ended; the rest are folded in now. After a warm-up the report
+    covers the measured phase only (`servesim.traffic.warmup`)."""
+    agentic = _agentic(cluster.driver)
+    prep = agentic.preparation if agentic is not None else None
+    before: dict[str, float] = {}
+    loop_end = end_ms
+    if prep is not None:
+        from servesim.traffic.agentic_driver import PREP_BASE
+
+        collector.records = prep.measured(collector.records, PREP_BASE)
+        before = prep.at_barrier
+        end_ms -= prep.barrier_ms or 0.0
     for record in collector.unfolded():
         tally.add(record)
+    profile_end = agentic.profile_end_ms() if agentic is not None else None
+    if profile_end is not None:  # worker seconds run to the profile's end
+        for pool in cluster.pools.values():
+            pool.worker_seconds += max(0.0, profile_end - loop_end) * len(pool.workers) / 1000
     usage = {p.name: PoolUsage(cluster.pools[p.name].worker_seconds, p.spec.gpus_per_worker)
              for p in cluster.serving}
     summary: dict[str, Any] = summarize(tally, usage, wall_ms, run.sla)
     summary.update(request_accounting(tally, cluster.driver.total_requests))
     if run.traffic.client_timeout_ms is not None:
         summary["timed_out_requests"] = tally.timed_out
-    workers = [WorkerUsage(name, w.worker_id, w.busy_ms) for name, fleet in cluster.fleets.items()
-               for w in fleet.by_id.values()]
+    workers = [WorkerUsage(name, w.worker_id, w.busy_ms - before.get(f"{name}:{w.worker_id}", 0.0))
+               for name, fleet in cluster.fleets.items() for w in fleet.by_id.values()]
     summary.update(_power(cluster, workers, int(summary.get("total_output_tokens", 0))))
     extensions: dict[str, Any] = {"workers": worker_breakdown(tally, workers, end_ms)}
-    driver = _agentic(cluster.driver)
+    driver = agentic
     if driver is not None:
         from servesim.report.trajectories import trajectory_breakdown, trajectory_fields, unreleased_requests
 
@@ -451,11 +388,15 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         summary.update(trajectory_fields(collector.records, graph.play_sizes(), graph.report_block(),
                                          graph.play_starts))
         summary.update(graph.summary_fields)
+        if prep is not None:
+            summary["agentic_phases"] = prep.report()
+        driver.rescale(summary)
         summary["trajectories"] = trajectory_breakdown(collector.records, graph.play_sizes(), graph.play_starts)
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
-    per_request = request_records(collector.records) if capture_per_request else None
+    numbers = driver.graph.uuid_numbers if driver is not None else None
+    per_request = request_records(collector.records, uuid_numbers=numbers) if capture_per_request else None
     report = Report(summary, per_request, extensions, sla=run.sla, deployment=run.deployment,
                     first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
     if sampling is not None:

@@ -10,7 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.api import live_replay, simulate
+from servesim.api import simulate
+from servesim.live import live_replay
 from servesim.cli import main
 from servesim.collect.collector import Status
 from servesim.serve.protocol import ApiError, Limits, parse_json, parse_request

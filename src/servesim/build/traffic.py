@@ -59,9 +59,13 @@ def _load(traffic: TrafficConfig) -> LoadSpec:
     assert isinstance(load, TraceTimestampsLoad)
     snap = load.agentic_snapshot
     snapshot = None
-    if snap is not None and snap.initial_selections is not None:
-        snapshot = (snap.seed, tuple((s.source_play_id, s.t_star_ms) for s in snap.initial_selections))
-    return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes, snapshot=snapshot)
+    if snap is not None:
+        chosen = snap.initial_selections
+        snapshot = (snap.seed, None if chosen is None else tuple((s.source_play_id, s.t_star_ms) for s in chosen))
+    profile = None if load.agentic_profile is None else load.agentic_profile.model_dump()
+    return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes, snapshot=snapshot,
+                    warmup=load.agentic_warmup, profile=profile,
+                    corpus_cursor=snap.corpus_cursor if snap is not None else None)
 
 
 def _graph_refusal(traffic: TrafficConfig, aggregated: bool) -> str | None:
@@ -71,6 +75,6 @@ def _graph_refusal(traffic: TrafficConfig, aggregated: bool) -> str | None:
         return "agentic Dynamo trace does not support concurrency load"
     if traffic.stop is not None and traffic.stop.max_virtual_time_seconds is not None:
         return "agentic Dynamo trace does not support max virtual time"
-    if not aggregated:
+    if not aggregated and not (isinstance(traffic.source, TraceSource) and traffic.source.format == "weka"):
         return "agentic Dynamo trace requires aggregated topology"
     return None

@@ -19,7 +19,7 @@ from servesim.config.traffic import (
     stop_count,
 )
 
-AGGREGATED_ONLY_FORMATS = ("mooncake-delta", "agentic_mooncake", "weka")
+AGGREGATED_ONLY_FORMATS = ("mooncake-delta", "agentic_mooncake")
 
 
 def aggregated_only_format_rules(source: SourceConfig, mode: EngineMode) -> list[tuple[str, str]]:

@@ -227,26 +227,26 @@ class AgenticSnapshotOptions(SchemaModel):
     """AgentX request-boundary snapshots: every lane starts inside a play, cut at `t_star_ms`."""
 
     seed: Annotated[int, Strict(), Ge(0), Le(2**64 - 1)]
-    """Upstream AISimulate 0.13 key: names the snapshot plays (`agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>`) and, in 0.13, seeds the draw of each lane's play and cut; servesim does not reproduce that draw, so it requires `initial_selections`."""
+    """Upstream AISimulate 0.13 key: names the snapshot plays (`agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>`) and seeds the draw of each lane's cut when `initial_selections` is omitted (lane k starts in the k-th play of the corpus, cut between 1/4 and 3/4 of its recorded span, as 0.13 draws it)."""
     initial_selections: Annotated[list[AgenticSnapshotSelection], MinLen(1)] | None = None
-    """Upstream AISimulate 0.13 key: the cut of every lane, in lane order (exactly one per lane; with `corpus_cursor`). servesim requires it (see `seed`)."""
+    """Upstream AISimulate 0.13 key: the cut of every lane, in lane order (exactly one per lane; with `corpus_cursor`). Omitted: drawn from `seed`."""
     corpus_cursor: Annotated[int, Strict(), Ge(0), Le(2**64 - 1)] | None = None
     """Upstream AISimulate 0.13 key: the corpus position of the next play to draw after the initial ones (with `initial_selections`; at least the number of lanes). Only continuous profiles draw further plays."""
 
 
 class AgenticProfileOptions(SchemaModel):
-    """A continuous agentic profile (AISimulate 0.13): accepted by the schema, refused at run time."""
+    """A continuous agentic profile (AISimulate 0.13): the snapshot lanes go on with the corpus' next plays until admission closes."""
 
     duration_seconds: PositiveNumber = 3600.0
-    """Upstream AISimulate 0.13 key: how long the profile runs from the preparation barrier. Not built in servesim (config error)."""
+    """Upstream AISimulate 0.13 key: admission closes this long after the start: no request is sent and no play starts at or after it; requests in flight finish."""
     response_grace_seconds: Annotated[float, Ge(0)] = 30.0
-    """Upstream AISimulate 0.13 key: grace for in-flight responses after the duration. Not built in servesim."""
+    """Upstream AISimulate 0.13 key: grace for in-flight responses after the cutoff (0.13 then cancels what still runs; servesim stops such a run: not built)."""
     cancel_drain_seconds: Annotated[float, Ge(0)] = 10.0
-    """Upstream AISimulate 0.13 key: drain after cancelling. Not built in servesim."""
+    """Upstream AISimulate 0.13 key: drain after cancelling (reported; servesim builds no cancelling)."""
     tree_idle_cap_seconds: PositiveNumber = 300.0
-    """Upstream AISimulate 0.13 key: idle cap of one play tree. Not built in servesim."""
+    """Upstream AISimulate 0.13 key: a play with none of its requests in flight for this long has its timers moved earlier so the next fires then (listed in `idle_shifts`)."""
     global_idle_cap_seconds: PositiveNumber = 10.0
-    """Upstream AISimulate 0.13 key: idle cap of the whole replay. Not built in servesim."""
+    """Upstream AISimulate 0.13 key: a server with no request in flight for this long has every timer moved earlier so the next fires then (listed in `idle_shifts`)."""
 
 
 class TraceTimestampsLoad(SchemaModel):
@@ -261,11 +261,11 @@ class TraceTimestampsLoad(SchemaModel):
     agentic_snapshot: AgenticSnapshotOptions | None = None
     """Upstream AISimulate 0.13 key (weka traces in servesim): start every lane inside a play, at a request boundary — lane k replays the requests of `initial_selections[k]`'s play that started at or after its cut, and only that play; the graph digest is that of the trace at speedup 1, the speedup still divides the replayed times. Requires `agentic_lanes`; reported as `agentic_snapshots`."""
     agentic_warmup: bool = False
-    """Upstream AISimulate 0.13 key: warm the snapshot's caches before measuring (requires `agentic_snapshot`). Not built in servesim: `true` is a config error."""
+    """Upstream AISimulate 0.13 key: before the measured replay, every snapshot lane sends its primers (each conversation's last request of history) then 10 warm-up repeats of them, one after another with a one-token answer; the replay starts at the barrier after the last one, and the report counts from there (the preparation is listed in `agentic_phases`). Requires `agentic_snapshot`."""
     agentic_warmup_policy: Literal["repeated_prefixes", "live_trajectory_v1"] | None = None
-    """Upstream AISimulate 0.13 key: how `agentic_warmup` warms ('repeated_prefixes' or 'live_trajectory_v1'); without `agentic_warmup` it changes nothing."""
+    """Upstream AISimulate 0.13 key: how `agentic_warmup` warms: 'repeated_prefixes' (the default) or 'live_trajectory_v1' (requires `agentic_warmup` and `agentic_profile`, 0.13's rule)."""
     agentic_profile: AgenticProfileOptions | None = None
-    """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`). Not built in servesim: a config error."""
+    """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`; after the warm-up's barrier with `agentic_warmup`): every lane, when its play is over, starts the corpus' next play (from `corpus_cursor`) until admission closes; reported as `agentic_profile`, the summary over the observation window."""
 
     @model_validator(mode="before")
     @classmethod
@@ -287,9 +287,7 @@ class TraceTimestampsLoad(SchemaModel):
                 problems.append(("agentic_snapshot", "requires positive agentic_lanes (0.13's rule)"))
             if (snap.initial_selections is None) != (snap.corpus_cursor is None):
                 problems.append(("agentic_snapshot", "initial_selections and corpus_cursor must be specified together (0.13's rule)"))
-            elif snap.initial_selections is None:
-                problems.append(("agentic_snapshot.initial_selections", "required by servesim: 0.13's seeded draw of each lane's play and cut is not reproduced; give the cuts (and corpus_cursor) explicitly"))
-            elif self.agentic_lanes is not None:
+            elif snap.initial_selections is not None and self.agentic_lanes is not None:
                 sel = snap.initial_selections
                 if len(sel) != self.agentic_lanes:
                     problems.append(("agentic_snapshot.initial_selections", f"must contain exactly one selection per lane ({len(sel)} for {self.agentic_lanes} lanes; 0.13's rule)"))
@@ -299,10 +297,10 @@ class TraceTimestampsLoad(SchemaModel):
                 again = sorted({p for p in plays if plays.count(p) > 1})
                 if again:
                     problems.append(("agentic_snapshot.initial_selections", f"servesim replays a source play on one lane only ({', '.join(again)} is selected twice)"))
-        if self.agentic_warmup:
-            problems.append(("agentic_warmup", "not built in servesim (AISimulate 0.13's snapshot warm-up); omit it or set false"))
-        if self.agentic_profile is not None:
-            problems.append(("agentic_profile", "not built in servesim (AISimulate 0.13's continuous profiles); omit it"))
+        if self.agentic_warmup_policy == "live_trajectory_v1" and (not self.agentic_warmup or self.agentic_profile is None):
+            problems.append(("agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile (0.13's rule)"))
+        if self.agentic_warmup_policy == "live_trajectory_v1" and self.agentic_warmup and self.agentic_profile is not None:
+            problems.append(("agentic_warmup_policy", "live_trajectory_v1 is not built in servesim (0.13's live-trajectory warm-up); use repeated_prefixes"))
         raise_if(problems)
         return self
 

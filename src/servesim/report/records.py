@@ -118,19 +118,22 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
     return out
 
 
-def request_records(records: Sequence[RequestRecord], seed: int = 0) -> list[dict[str, Any]]:
+def request_records(records: Sequence[RequestRecord], seed: int = 0,
+                    uuid_numbers: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Records of every terminal request, ordered by arrival time then arrival order (agentic
     requests: by request id first).
 
     UUIDs are version-4 UUIDs drawn from a generator owned by this call, so a rerun of the same
     config gives the same identifiers; an agentic request's UUID is its node number (1-based),
-    as in the reference.
+    as in the reference, or `uuid_numbers[node]` when given (snapshot replays).
     """
     rng = random.Random(seed)
     ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in records]
     terminal = [r for r in records if r.status is not None]
     if any(r.request_id is not None for r in terminal):
         terminal.sort(key=lambda r: (r.request_id or "", r.arrival_ms, r.node))
-        return [request_record(r, str(uuid.UUID(int=r.node + 1))) for r in terminal]
+        numbers = uuid_numbers
+        return [request_record(r, str(uuid.UUID(int=numbers[r.node] if numbers is not None else r.node + 1)))
+                for r in terminal]
     terminal.sort(key=lambda r: (r.arrival_ms, r.rid))
     return [request_record(r, ids[r.rid]) for r in terminal]

@@ -115,8 +115,12 @@ def unreleased_warning(account: Mapping[str, Any]) -> str | None:
     why = "; ".join(f"{len(ids)} {status}: {_some(ids)}" for status, ids in sorted(by_status.items()))
     count = account["count"]
     were = "request was" if count == 1 else "requests were"
+    held = count - sum(1 for r in account["requests"] if r["blocked_by"] is not None)
+    reasons = [f"a request of the same play did not complete ({why})"] if why else []
+    if held:
+        reasons.append(f"{held} not due before the replay ended (a profile's admission cutoff, or a time cap)")
     return (f"{count} agentic {were} never released, so not counted in num_requests nor recorded per "
-            f"request: a request of the same play did not complete ({why})")
+            f"request: {'; '.join(reasons)}")
 
 
 def _some(ids: list[str], shown: int = 5) -> str:

@@ -72,7 +72,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     with start_up():
-        from servesim.api import live_replay
+        from servesim.live import live_replay
         from servesim.config import load_config
 
         out_dir = Path(args.output_dir)

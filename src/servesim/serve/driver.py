@@ -11,7 +11,7 @@ import logging
 import math
 import time
 
-from servesim.api import LiveReplay
+from servesim.live import LiveReplay
 from servesim.collect.collector import Status
 from servesim.errors import SimulationError
 from servesim.serve.protocol import ParsedRequest

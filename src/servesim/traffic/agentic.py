@@ -21,7 +21,7 @@ import math
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from servesim.errors import TraceError
 
@@ -88,6 +88,11 @@ class AgenticGraph:
     play_starts: dict[str, float] | None = None
     """Plays whose trajectory starts before their first dispatch, and when (snapshot plays: at
     the cut, time 0)."""
+    uuid_numbers: list[int] | None = None
+    """Per node, the number of its per-request UUID when it is not the node number + 1 (snapshot
+    plays: numbered by lane and source index, as in 0.13)."""
+    snapshot_lanes: list[Any] | None = None
+    """Snapshot replays: per lane, what a warm-up prepares from (`servesim.traffic.warmup.LaneSources`)."""
 
     @property
     def num_requests(self) -> int:

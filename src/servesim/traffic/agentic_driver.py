@@ -20,15 +20,21 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from servesim.errors import RunError
-from servesim.traffic.agentic import AgenticGraph
+from servesim.traffic.agentic import AgenticGraph, AgenticNode
 from servesim.traffic.driver import Arrival
 from servesim.traffic.hash_ids import unique_positions
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
+if TYPE_CHECKING:
+    from servesim.traffic.warmup import Preparation
+
 INF = math.inf
+PREP_BASE = 1 << 48
+"""A warm-up's requests are numbered from here (the graph's nodes, which a profile adds to as it
+runs, stay below)."""
 
 
 class Unreleased(NamedTuple):
@@ -45,7 +51,8 @@ class Unreleased(NamedTuple):
 class AgenticDriver:
     """Releases the nodes of an agentic graph in dependency order (open loop only)."""
 
-    def __init__(self, graph: AgenticGraph, frontend_ms: float = 0.0, lanes: int | None = None) -> None:
+    def __init__(self, graph: AgenticGraph, frontend_ms: float = 0.0, lanes: int | None = None,
+                 preparation: Preparation | None = None) -> None:
         self.graph = graph
         self.frontend_ms = frontend_ms
         """A node dispatched (sent) at t is released at t + frontend_ms and keeps t as its arrival."""
@@ -64,15 +71,36 @@ class AgenticDriver:
         heapq.heapify(self._ready)
         self._aborted_by: dict[int, int] = {}
         """Per aborted play, the node whose end aborted it."""
-        self._unique_from = _unique_positions(graph)
+        self.preparation = preparation
+        """A warm-up run first (`servesim.traffic.warmup`): its requests are numbered after the
+        nodes; the nodes wait in `_held` until its barrier falls."""
+        self._held: list[tuple[float, int]] = []
+        extra: list[AgenticNode] = []
+        if preparation is not None:
+            self._held, self._ready = self._ready, [(0.0, PREP_BASE + k) for k in preparation.first[:-1]
+                                                    if k < preparation.first[-1]]
+            heapq.heapify(self._ready)
+            extra = [r.source for r in preparation.requests]
+        positions = _unique_positions(graph, extra)
+        self._unique_from = positions[:len(nodes)]
+        self._prep_unique = positions[len(nodes):]
+        """The unique positions of the warm-up's requests (numbered from PREP_BASE)."""
         self._next_output_base = GENERATED_BASE
-        self.fixed_arrivals = lanes is None and not any(self._waiting) and len(graph.play_ids) == len(nodes)
+        self.fixed_arrivals = (lanes is None and preparation is None and not any(self._waiting)
+                               and len(graph.play_ids) == len(nodes))
         """True when no request waits on another and every play has one request: terminal
         requests never release or hold back others."""
 
     @property
     def total_requests(self) -> int:
         return len(self.graph.nodes)
+
+    def profile_end_ms(self) -> float | None:
+        """When a continuous profile ends (None: this replay is no profile)."""
+        return None
+
+    def rescale(self, summary: dict[str, Any]) -> None:
+        """Adjust the report's summary to the replay's measured window (a profile's; here none)."""
 
     def next_ready_time(self) -> float:
         self._drop_aborted()
@@ -94,7 +122,8 @@ class AgenticDriver:
         while self._drop_aborted() and ready[0][0] + lag <= now:
             t, i = heapq.heappop(ready)
             out.append(self._emit(i, t))
-            self._fire(i, t, "dispatch")
+            if i < PREP_BASE:
+                self._fire(i, t, "dispatch")
         return out
 
     def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
@@ -102,6 +131,13 @@ class AgenticDriver:
         """A released node ended: a completion fires its completion edges, any other end
         aborts its play."""
         i = arrival.session_index
+        if i >= PREP_BASE:
+            if not completed or ends_session:
+                raise RunError(f"agentic warm-up request {arrival.request_id} did not complete, so the preparation "
+                               "barrier cannot fall (servesim stops the run; 0.13 reports the failure in "
+                               "agentic_phases)")
+            self._prepared(i - PREP_BASE, now)
+            return
         if completed and not ends_session:
             self._fire(i, now, "completion")
         else:
@@ -111,6 +147,25 @@ class AgenticDriver:
             self._lanes.ended[play] += 1
             if self._lanes.play_over(play, play in self._aborted_by):
                 self._start_next(play, now)
+
+    def _prepared(self, k: int, now: float) -> None:
+        """Preparation request `k` ended: its lane sends the next one; after the last one the
+        barrier falls and the held nodes are scheduled from `now`."""
+        prep = self.preparation
+        assert prep is not None
+        prep.ended += 1
+        nxt = prep.next_of(k)
+        if nxt is not None:
+            heapq.heappush(self._ready, (now, PREP_BASE + nxt))
+        if prep.ended < len(prep.requests):
+            return
+        prep.barrier_ms = now
+        if prep.on_barrier is not None:
+            prep.on_barrier(now)
+        self._ready_at = [now + t for t in self._ready_at]
+        for t, i in self._held:
+            heapq.heappush(self._ready, (now + t, i))
+        self._held = []
 
     def _start_next(self, play: int, now: float) -> None:
         """`play` ended: start the next play on its lane, its times counted from `now`."""
@@ -137,8 +192,8 @@ class AgenticDriver:
     def _drop_aborted(self) -> bool:
         """Forget the ready nodes of aborted plays at the head of the queue; True if a node
         is left."""
-        ready = self._ready
-        while ready and self._play[ready[0][1]] in self._aborted_by:
+        ready, n = self._ready, len(self._play)
+        while ready and ready[0][1] < n and self._play[ready[0][1]] in self._aborted_by:
             heapq.heappop(ready)
         return bool(ready)
 
@@ -152,6 +207,8 @@ class AgenticDriver:
                 heapq.heappush(self._ready, (self._ready_at[child], child))
 
     def _emit(self, i: int, t: float) -> Arrival:
+        if i >= PREP_BASE:
+            return self._emit_preparation(i, t)
         node = self.graph.nodes[i]
         self._released[i] = 1
         if self._lanes is not None:
@@ -161,6 +218,19 @@ class AgenticDriver:
         runs = expand_hash_ids(node.hash_ids, self.graph.block_size, node.input_length)
         return Arrival(i, 0, node.session_id, t, runs, node.input_length, node.output_length, base,
                        self._unique_from[i], request_id=node.request_id, play_id=node.play_id)
+
+
+    def _emit_preparation(self, i: int, t: float) -> Arrival:
+        """Preparation request `i - len(nodes)`: its source's prompt, a one-token answer."""
+        assert self.preparation is not None
+        request = self.preparation.requests[i - PREP_BASE]
+        node = request.source
+        base = self._next_output_base
+        self._next_output_base += 2
+        runs = expand_hash_ids(node.hash_ids, self.graph.block_size, node.input_length)
+        return Arrival(i, 0, request.identity["conversation_id"], t, runs, node.input_length, 1, base,
+                       self._prep_unique[i - PREP_BASE], request_id=request.request_id,
+                       play_id=request.identity["play_id"])
 
 
 class _Lanes:
@@ -202,8 +272,9 @@ class _Lanes:
         return self._queue.pop() if self._queue else None
 
 
-def _unique_positions(graph: AgenticGraph) -> list[int]:
-    """Per node, the first prompt position no other node's prompt can share (its input length
-    if there is none: generated tokens are never shared)."""
-    nodes = graph.nodes
+def _unique_positions(graph: AgenticGraph, extra: list[AgenticNode] | None = None) -> list[int]:
+    """Per node (then per `extra` prompt: a warm-up's sources), the first prompt position no
+    other prompt can share (its input length if there is none: generated tokens are never
+    shared)."""
+    nodes = graph.nodes + (extra or [])
     return unique_positions([n.hash_ids for n in nodes], [n.input_length for n in nodes], graph.block_size)

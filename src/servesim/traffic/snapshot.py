@@ -2,9 +2,11 @@
 
 Lane k starts inside the play `selections[k]` names, cut at `t_star_ms` of that play's recorded
 time (0 = its first request's start): the requests that started before the cut are history and
-are not sent; every other request is replayed, released `(recorded start - t_star_ms) / speedup`
-after the run starts or after its replayed parents as the trace recorded (dependencies on history
-are dropped). Each lane runs its snapshot play only.
+are not sent (none may wait on a replayed request: 0.13 stops such a run); every other request is
+replayed: a request whose parents are all replayed is released after them as the trace recorded,
+whatever its recorded start; any other is also held until `(recorded start - t_star_ms) / speedup`
+after the run starts (its dependencies on history are dropped). Each lane runs its snapshot play
+only.
 
 The replayed plays are renamed `agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>` and their
 sessions `<play>:conversation:<source session>`; request ids stay the source ones. The graph keeps
@@ -17,13 +19,59 @@ of history).
 
 from __future__ import annotations
 
+import json
+import struct
 from dataclasses import replace
 from typing import Any
 
+from blake3 import blake3
+
 from servesim.errors import RunError
 from servesim.traffic.agentic import AgenticGraph, AgenticNode, _check_acyclic, _edges
+from servesim.traffic.warmup import LaneSources
 
 SCHEMA = "aisimulate.agentic.snapshot.v1"
+
+
+def draw_selections(graph: AgenticGraph, lanes: int, seed: int) -> list[tuple[str, float]]:
+    """0.13's seeded initial draw (`agentic_snapshot.seed` without `initial_selections`): lane k
+    starts in the k-th play of the corpus (mod the play count) and cuts it at a fraction `u` of its
+    recorded span, `u = 1/4 + (x >> 11) * 2^-54` with `x` the first 8 bytes (little-endian) of the
+    BLAKE3 hash of the compact JSON `[SCHEMA, seed, graph digest, source play, lane, 0]`."""
+    plays = corpus_plays(graph)
+    if lanes > len(plays):
+        raise RunError(f"agentic_snapshot: {lanes} lanes draw {len(plays)} plays, so a play would run on two lanes "
+                       "(0.13 replays it twice, under the same request ids); servesim replays a source play on one "
+                       "lane only: use at most as many lanes as plays")
+    starts: dict[str, list[float]] = {}
+    for node in graph.nodes:
+        starts.setdefault(node.play_id, []).append(node.not_before_ms)
+    out = []
+    for lane in range(lanes):
+        play = plays[lane % len(plays)]
+        origin = min(starts[play])
+        last = max(starts[play]) - origin
+        out.append((play, last * _cut_fraction(seed, graph.digest, play, lane, 0)))
+    return out
+
+
+def corpus_plays(graph: AgenticGraph) -> list[str]:
+    """The graph's play ids in corpus order (`source_play_ordinal`, else order of first appearance)."""
+    first: dict[str, AgenticNode] = {}
+    for node in graph.nodes:
+        first.setdefault(node.play_id, node)
+    plays = list(first)
+    ordinals = [first[p].source_play_ordinal for p in plays]
+    if all(o is not None for o in ordinals):
+        plays.sort(key=lambda p: first[p].source_play_ordinal or 0)
+    return plays
+
+
+def _cut_fraction(seed: int, digest: str, play: str, lane: int, ordinal: int) -> float:
+    """The fraction in [1/4, 3/4) of a play's recorded span where a lane's draw cuts it."""
+    key = json.dumps([SCHEMA, seed, digest, play, lane, ordinal], separators=(",", ":"), ensure_ascii=False)
+    (x,) = struct.unpack("<Q", blake3(key.encode()).digest()[:8])
+    return (x >> 11) * 2.0 ** -53 * 0.5 + 0.25
 
 
 def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], seed: int, speedup: float,
@@ -36,6 +84,9 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
     block = graph.report_block()
     nodes: list[AgenticNode] = []
     entries: list[dict[str, Any]] = []
+    lanes: list[LaneSources] = []
+    number: dict[str, int] = {}
+    """Per replayed request, its UUID number as 0.13 gives it: lane·(nodes + 1) + source index + 1."""
     for lane, (source_play, t_star) in enumerate(selections):
         if source_play not in members:
             raise RunError(f"unknown snapshot source play {source_play}")
@@ -48,15 +99,21 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
                            f"(play {source_play}, t_star_ms {t_star:g})")
         play = f"agentic-v1:{graph.digest}:{seed}:{lane}:0"
         future = {rid for rid, t in start.items() if t >= t_star}
+        _check_boundary(graph, idx, future)
         entries.append(_entry(graph, idx, start, future, play, lane, source_play, t_star, seed, block))
+        lanes.append(_lane_sources(graph, idx, start, future, play, lane, entries[-1]))
         for i in idx:
             node = graph.nodes[i]
             if node.request_id not in future:
                 continue
             deps = [d._replace(delay_ms=d.delay_ms / speedup) for d in node.dependencies if d.parent in future]
+            # a request whose parents are all replayed waits on them only; one that lost a parent to
+            # history (or has none) is also held to its recorded start
+            held = not deps or len(deps) < len(node.dependencies)
+            free = (start[node.request_id] - t_star) / speedup if held else 0.0
             nodes.append(replace(node, play_id=play, session_id=f"{play}:conversation:{node.session_id}",
-                                 not_before_ms=(start[node.request_id] - t_star) / speedup, dependencies=deps,
-                                 hash_ids=node.hash_ids))
+                                 not_before_ms=free, dependencies=deps, hash_ids=node.hash_ids))
+            number[node.request_id] = lane * (len(graph.nodes) + 1) + i + 1
     nodes.sort(key=lambda n: n.request_id)
     parents, children = _edges(nodes, path)
     _check_acyclic(nodes, parents, children, path)
@@ -66,12 +123,37 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
     out.block = block
     out.play_starts = dict.fromkeys(out.play_ids, 0.0)
     out.summary_fields = graph.summary_fields | {"agentic_snapshots": entries}
+    out.snapshot_lanes = lanes
+    out.uuid_numbers = [number[n.request_id] for n in nodes]
     return out
 
 
+def _lane_sources(graph: AgenticGraph, idx: list[int], start: dict[str, float], future: set[str], play: str,
+                  lane: int, entry: dict[str, Any]) -> LaneSources:
+    """What a warm-up of this lane prepares from: its primers' sources, its replayed roots."""
+    nodes = {graph.nodes[i].request_id: graph.nodes[i] for i in idx}
+    primers = [nodes[p["source_request_id"]] for p in entry["primers"]]
+    roots = sorted((n for rid, n in nodes.items() if rid in future and not any(d.parent in future for d in n.dependencies)),
+                   key=lambda n: (start[n.request_id], n.request_id))
+    by_source = {r["source_request_id"]: r["identity"] for r in entry["requests"]}
+
+    def identity(node: AgenticNode) -> dict[str, str]:
+        return {k: v for k, v in by_source[node.request_id].items() if k != "request_id"}
+
+    return LaneSources(lane, play, primers, roots, identity)
+
+
+def _check_boundary(graph: AgenticGraph, idx: list[int], future: set[str]) -> None:
+    """A request of history must not wait on a replayed one (0.13 stops such a run)."""
+    for i in idx:
+        node = graph.nodes[i]
+        if node.request_id not in future and any(d.parent in future for d in node.dependencies):
+            raise RunError(f"snapshot boundary crosses a historical request's unresolved dependency: {node.request_id}")
+
+
 def _entry(graph: AgenticGraph, idx: list[int], start: dict[str, float], future: set[str], play: str, lane: int,
-           source_play: str, t_star: float, seed: int, block: dict[str, object]) -> dict[str, Any]:
-    """The `agentic_snapshots` entry of one lane."""
+           source_play: str, t_star: float, seed: int, block: dict[str, object], ordinal: int = 0) -> dict[str, Any]:
+    """The `agentic_snapshots` entry of one lane's play (`ordinal` 0: its snapshot play)."""
     nodes = [graph.nodes[i] for i in idx]
     cache = f"{play}:cache"
 
@@ -111,7 +193,7 @@ def _entry(graph: AgenticGraph, idx: list[int], start: dict[str, float], future:
         "graph": block,
         "lane_id": lane,
         "play_id": play,
-        "play_ordinal": 0,
+        "play_ordinal": ordinal,
         "primers": [{"conversation_id": conversation(n), "input_length": n.input_length,
                      "request_id": rid(n.request_id), "source_request_id": n.request_id}
                     for n in sorted(primers.values(), key=conversation)],

@@ -13,6 +13,7 @@ from servesim.traffic.workload import Workload
 
 if TYPE_CHECKING:
     from servesim.traffic.agentic import AgenticGraph
+    from servesim.traffic.warmup import Preparation
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -56,8 +57,15 @@ class LoadSpec:
     speedup: float = 1.0
     lanes: int | None = None
     """`agentic_lanes`: replay an agentic graph's plays closed loop on this many lanes."""
-    snapshot: tuple[int, tuple[tuple[str, float], ...]] | None = None
-    """`agentic_snapshot`: (seed, the (source play, cut) of every lane)."""
+    snapshot: tuple[int, tuple[tuple[str, float], ...] | None] | None = None
+    """`agentic_snapshot`: (seed, the (source play, cut) of every lane, or None for 0.13's seeded
+    draw of them)."""
+    warmup: bool = False
+    """`agentic_warmup`: prime and warm every snapshot lane's prefixes before the measured replay."""
+    profile: dict[str, float] | None = None
+    """`agentic_profile` options (seconds): the lanes go on with the corpus' next plays until the cutoff."""
+    corpus_cursor: int | None = None
+    """`agentic_snapshot.corpus_cursor`: the corpus position of the first play drawn after the snapshot plays."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -98,17 +106,28 @@ class TrafficSpec:
             from servesim.traffic.agentic_driver import AgenticDriver
 
             lanes = self.load.lanes
+            preparation = None
             if self.load.snapshot is not None:
-                from servesim.traffic.snapshot import snapshot_graph
+                from servesim.traffic.snapshot import draw_selections, snapshot_graph
 
                 seed, selections = self.load.snapshot
-                workload = snapshot_graph(workload, list(selections), seed, self.load.speedup)
+                assert self.load.lanes is not None, "the schema requires agentic_lanes with agentic_snapshot"
+                chosen = list(selections) if selections is not None else draw_selections(workload, self.load.lanes, seed)
+                source = workload
+                workload = snapshot_graph(workload, chosen, seed, self.load.speedup)
                 lanes = None
+                if self.load.warmup:
+                    from servesim.traffic.warmup import Preparation
+
+                    assert workload.snapshot_lanes is not None
+                    preparation = Preparation.plan(workload.snapshot_lanes, workload.block_size)
+                if self.load.profile is not None:
+                    return _profile_driver(source, workload, self.load, seed, lag, preparation)
             if self.load.lanes is not None:
                 workload.summary_fields = workload.summary_fields | {"agentic_lanes": self.load.lanes}
             elif workload.summary_fields:
                 workload.summary_fields = workload.summary_fields | {"agentic_lanes": None}
-            return AgenticDriver(workload, frontend_ms=lag, lanes=lanes)
+            return AgenticDriver(workload, frontend_ms=lag, lanes=lanes, preparation=preparation)
         load = self.load
         if load.snapshot is not None:
             raise RunError("agentic_snapshot requires weka input")
@@ -125,6 +144,20 @@ class TrafficSpec:
             return Driver(workload, first_arrivals=_trace_arrivals(workload, load.speedup), delay_scale=load.speedup,
                           frontend_ms=lag, prompt_limit=prompt_limit)
         return Driver(workload, first_arrivals=times, frontend_ms=lag, prompt_limit=prompt_limit)
+
+
+def _profile_driver(source: AgenticGraph, graph: AgenticGraph, load: LoadSpec, seed: int,
+                    lag: float, preparation: Preparation | None) -> RequestDriver:
+    """The driver of a continuous profile over `graph`'s snapshot plays (`source`: the trace at
+    speedup 1, whose plays the lanes go on with)."""
+    from servesim.traffic.profile import ProfileDriver, ProfilePlan
+    from servesim.traffic.snapshot import corpus_plays
+
+    assert load.lanes is not None and load.profile is not None
+    cursor = load.corpus_cursor if load.corpus_cursor is not None else load.lanes
+    graph.summary_fields = graph.summary_fields | {"agentic_lanes": load.lanes}
+    plan = ProfilePlan(source, corpus_plays(source), load.lanes, seed, load.speedup, cursor, dict(load.profile))
+    return ProfileDriver(graph, plan, frontend_ms=lag, preparation=preparation)
 
 
 def _trace_arrivals(workload: Workload, speedup: float) -> list[float]:
