@@ -15,6 +15,7 @@ from servesim.build.control import planner_settings, router_spec
 from servesim.build.describe import describe
 from servesim.build.traffic import traffic_spec
 from servesim.config.schema import EngineConfig, Role, SimConfig, SlaConfig, WorkerConfig, runtime_rejections
+from servesim.engine.cache.host import HostOffloadSettings
 from servesim.engine.factory import make_rank
 from servesim.engine.interface import HandoffRank
 from servesim.engine.pass_time import TimingModel
@@ -170,6 +171,7 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
                 if worker.scheduler.sglang is not None else SglangSettings()),
         speculative=_speculative(worker),
         preempt_first=worker.scheduler.preemption_mode == "fifo",
+        host=_host_offload(engine, worker),
     )
     return PoolSpec(
         role=role,
@@ -197,12 +199,30 @@ def _speculative(worker: WorkerConfig) -> SpeculativeSettings | None:
     return SpeculativeSettings(nextn=n, acceptance_rates=tuple(float(r) for r in rates), seed=spec.seed)
 
 
+def _host_offload(engine: EngineConfig, worker: WorkerConfig) -> HostOffloadSettings | None:
+    """The host tier of each rank of `worker`'s role (upstream 0.13 `kv_cache.host_offload`)."""
+    host = worker.kv_cache.host_offload
+    if host is None:
+        return None
+    per_token = worker.kv_cache.bytes_per_token
+    if per_token == "auto":
+        per_token = _model_kv_bytes_per_token(engine, worker)
+    block_bytes = worker.kv_cache.block_size_for(engine.backend) * per_token
+    return HostOffloadSettings(host.num_host_blocks, block_bytes, host.h2d_bandwidth_gbps,
+                               host.latency_to_first_byte_ms)
+
+
 def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:
     """KV bytes per token moved by a transfer: explicit, or from the model's HF config."""
     kv = engine.kv_transfer
     assert kv is not None
     if kv.bytes_per_token != "auto":
         return kv.bytes_per_token
+    return _model_kv_bytes_per_token(engine, prefill)
+
+
+def _model_kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:
+    """KV bytes per token per rank of `prefill`'s split, from the model's HF config."""
     from servesim.perf.models import resolve_model
 
     spec = resolve_model(engine.model)

@@ -200,6 +200,36 @@ KvCapacityConfig = Annotated[
 ]
 
 
+class HostOffloadConfig(SchemaModel):
+    """Upstream 0.13 key: G2, a host-memory KV tier behind each rank's GPU pool (vLLM only)."""
+
+    scope: Literal["dp_rank_local", "cluster_shared"] = "dp_rank_local"
+    """Upstream 0.13 key: 'dp_rank_local' = a host cache per scheduler (DP) rank; 'cluster_shared' (one deployment-wide pool) is not built in servesim (config error)."""
+    num_host_blocks: PositiveInt
+    """Upstream 0.13 key: host blocks per rank (of block_size x bytes_per_token bytes each)."""
+    d2h_bandwidth_gbps: NonNegativeNumber = 32.0
+    """Upstream 0.13 key: device-to-host bandwidth in GB/s (stores cost no time in servesim, see docs/upstream013.md)."""
+    h2d_bandwidth_gbps: NonNegativeNumber = 32.0
+    """Upstream 0.13 key: host-to-device bandwidth in GB/s (0 = unlimited): the loads of a rank move their n x block bytes one after another at this rate, each also waiting latency_to_first_byte_ms (latencies overlap)."""
+    shared_d2h_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared store bandwidth in GB/s (cluster_shared is not built)."""
+    shared_h2d_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared load bandwidth in GB/s (cluster_shared is not built)."""
+    latency_to_first_byte_ms: NonNegativeNumber = 0.0
+    """Upstream 0.13 key: fixed latency of every host-to-device load, in ms."""
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: Any) -> Any:
+        """'worker_local' is a G3 scope; 'cluster_shared' is not built yet."""
+        if value == "worker_local":
+            raise ValueError("'worker_local' is a g3_offload scope; use 'dp_rank_local' for per-DP-rank host caches")
+        if value == "cluster_shared":
+            raise ValueError("'cluster_shared' (one deployment-wide host pool) is not built in servesim; "
+                             "use 'dp_rank_local'")
+        return value
+
+
 class KvCacheConfig(SchemaModel):
     """KV cache block size, prefix caching and capacity."""
 
@@ -210,7 +240,16 @@ class KvCacheConfig(SchemaModel):
     capacity: KvCapacityConfig = DefaultCapacity.defaults()
     """How many KV blocks each rank has: {type: default, memory_fraction, cuda_graph_reserved_bytes} or {type: fixed, blocks or bytes}."""
     bytes_per_token: BytesPerToken = "auto"
-    """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes; 'auto' = not given. Like 0.13, it sizes nothing else (the transfer uses kv_transfer.bytes_per_token)."""
+    """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes; sizes the host blocks of host_offload ('auto' = from the model's HF config there); like 0.13, not the P/D transfer (that uses kv_transfer.bytes_per_token)."""
+    host_offload: HostOffloadConfig | None = None
+    """Upstream 0.13 key: G2 host-memory tier (vLLM, aggregated mode, prefix caching on); omitted = none."""
+
+    @model_validator(mode="after")
+    def _host_offload_needs_caching(self) -> "KvCacheConfig":
+        """A host tier only holds shareable prefix blocks."""
+        if self.host_offload is not None and not self.prefix_caching:
+            raise_if([("host_offload", "requires prefix_caching: true")])
+        return self
 
     @model_validator(mode="after")
     def _byte_geometry(self) -> "KvCacheConfig":
@@ -334,6 +373,7 @@ class EngineConfig(SchemaModel):
         if self.backend != "vllm":
             problems += [(f"workers.{role}.scheduler.preemption_mode", f"only allowed when backend is 'vllm' (backend is '{self.backend}')")
                          for role, worker in self.roles.items() if worker.scheduler.preemption_mode is not None]
+        problems += self._host_offload_rules()
         if self.backend in ("vllm", "trtllm"):
             for role, worker in self.roles.items():
                 size = worker.kv_cache.block_size_for(self.backend)
@@ -341,6 +381,22 @@ class EngineConfig(SchemaModel):
                     problems.append((f"workers.{role}.kv_cache.block_size", f"must be >= 2 for backend '{self.backend}' (got {size})"))
         raise_if(problems)
         return self
+
+    def _host_offload_rules(self) -> list[tuple[str, str]]:
+        """host_offload: vLLM, aggregated mode, no speculative decoding (as in 0.13, which also
+        offers it to disaggregated roles: not built in servesim)."""
+        problems = []
+        for role, worker in self.roles.items():
+            if worker.kv_cache.host_offload is None:
+                continue
+            key = f"workers.{role}.kv_cache.host_offload"
+            if self.backend != "vllm":
+                problems.append((key, f"only allowed when backend is 'vllm' (backend is '{self.backend}')"))
+            elif self.mode != "aggregated":
+                problems.append((key, "is not built in servesim for disaggregated roles (aggregated mode only)"))
+            elif worker.speculative is not None:
+                problems.append((key, "not allowed together with speculative decoding"))
+        return problems
 
     @property
     def roles(self) -> dict[Role, WorkerConfig]:
