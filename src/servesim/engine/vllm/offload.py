@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from enum import IntEnum
+from typing import cast
 
 from servesim.engine.cache.host import HostTier
 from servesim.engine.cache.kv import Block, BlockPool
@@ -87,7 +88,7 @@ class VllmHostOffload:
                 if ready > self.now:
                     i += 1
                     continue
-                hits = request.lease[:gpu_hits]  # type: ignore[assignment]  # pinned at the load's start
+                hits = cast(list[Block], request.lease[:gpu_hits])  # pinned at the load's start
                 own = self._still_needed(request)
                 if own > self.config.num_blocks - self.pool.active_blocks - (reserved - own):
                     break
