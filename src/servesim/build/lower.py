@@ -154,7 +154,7 @@ def _transfer(engine: EngineConfig) -> TransferSpec:
 
 def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, *, capped: bool) -> PoolSpec:
     """The resolved settings of one role's pool."""
-    engine = config.engine
+    engine = config.engine.for_role(worker)
     par = worker.parallelism
     rank = RankConfig(
         block_size=worker.kv_cache.block_size_for(engine.backend),

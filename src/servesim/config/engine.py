@@ -292,6 +292,8 @@ class SpeculativeConfig(SchemaModel):
 class WorkerConfig(SchemaModel):
     """Settings shared by every worker of one role."""
 
+    hardware: HardwareName | None = None
+    """Upstream 0.13 key (disaggregated prefill and decode workers only): this role's AIC system (its GPU memory, KV capacity and default timing); omitted = engine.hardware."""
     parallelism: ParallelismConfig = ParallelismConfig.defaults()
     """Replicas and GPU split of each worker."""
     scheduler: SchedulerConfig = SchedulerConfig.defaults()
@@ -374,6 +376,8 @@ class EngineConfig(SchemaModel):
             problems += [(f"workers.{role}.scheduler.preemption_mode", f"only allowed when backend is 'vllm' (backend is '{self.backend}')")
                          for role, worker in self.roles.items() if worker.scheduler.preemption_mode is not None]
         problems += self._host_offload_rules()
+        problems += [(f"workers.{role}.hardware", "only allowed for prefill and decode workers in disaggregated mode")
+                     for role, worker in self.roles.items() if worker.hardware is not None and role == "aggregated"]
         if self.backend in ("vllm", "trtllm"):
             for role, worker in self.roles.items():
                 size = worker.kv_cache.block_size_for(self.backend)
@@ -397,6 +401,12 @@ class EngineConfig(SchemaModel):
             elif worker.speculative is not None:
                 problems.append((key, "not allowed together with speculative decoding"))
         return problems
+
+    def for_role(self, worker: WorkerConfig) -> "EngineConfig":
+        """The engine as `worker`'s role sees it: its own hardware, if it names one."""
+        if worker.hardware is None or worker.hardware == self.hardware:
+            return self
+        return self.model_copy(update={"hardware": worker.hardware})
 
     @property
     def roles(self) -> dict[Role, WorkerConfig]:

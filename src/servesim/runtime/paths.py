@@ -307,6 +307,7 @@ KNOBS: dict[str, Knob] = {
         "kv_cache.capacity.cuda_graph_reserved_bytes", "kv_cache.capacity.memory_fraction",
         "kv_cache.capacity.type", "parallelism.moe_expert", "parallelism.moe_tensor", "parallelism.pipeline",
         "parallelism.tensor", "timing.gpu_spec.memory_gib")},
+    _WORKER + "hardware": KV_SIZE,
     _WORKER + "kv_cache.prefix_caching": NEUTRAL,
     _WORKER + "kv_cache.host_offload.num_host_blocks": HOST,
     **{_WORKER + "kv_cache.host_offload." + name: NEUTRAL for name in (
