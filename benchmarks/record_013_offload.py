@@ -64,6 +64,16 @@ def config(blocks: int, host: dict[str, Any] | None, **scheduler: int) -> dict[s
                        "workers": {"aggregated": worker}}}
 
 
+def with_g3(cfg: dict[str, Any], **g3: Any) -> dict[str, Any]:
+    """`cfg` with a worker-local disk tier behind its host tier."""
+    cfg = copy.deepcopy(cfg)
+    cfg["engine"]["workers"]["aggregated"]["kv_cache"]["g3_offload"] = {"scope": "worker_local", **g3}
+    return cfg
+
+
+G3_TRACE = [PACER, req(100, A), req(200, B), req(300, C), req(400, B), req(500, A)]
+
+
 def _pressure_trace() -> list[dict[str, Any]]:
     """30 requests every 20 ms over 5 prompt families of 4 shared blocks plus a private tail."""
     out = [PACER]
@@ -100,6 +110,13 @@ SCENARIOS: dict[str, tuple[dict[str, Any], list[dict[str, Any]], str]] = {
                    "the same trace as `reload` without a host tier"),
     "pressure": (config(14, {"num_host_blocks": 40}), _pressure_trace(),
                  "30 requests over 5 shared prefixes, the GPU pool overflowing, host memory holding them all"),
+    "g3-restore": (with_g3(config(8, {"num_host_blocks": 8}), num_g3_blocks=100), G3_TRACE,
+                   "A dropped from host memory comes back from disk: read into host memory, loaded next pass"),
+    "g3-slow": (with_g3(config(8, {"num_host_blocks": 8}), num_g3_blocks=100, read_bandwidth_gbps=0.01,
+                        latency_to_first_byte_ms=3.0), G3_TRACE,
+                "a slow disk: 3 ms + 4 blocks at 10 MB/s = 54.2 ms"),
+    "g3-small": (with_g3(config(8, {"num_host_blocks": 8}), num_g3_blocks=8), G3_TRACE,
+                 "the disk holds two prompts too: A is gone from both tiers"),
 }
 """Scenarios servesim reproduces field for field (tests/upstream013/test_host_offload.py)."""
 
@@ -107,6 +124,9 @@ KNOWN_DIFFERENCES: dict[str, tuple[dict[str, Any], list[dict[str, Any]], str]] =
     "pressure-host-overflow": (config(14, {"num_host_blocks": 24}), _pressure_trace(),
                                "host memory overflowing too: 0.13 drops blocks of one stored prompt in an order "
                                "that is not their position (see docs/upstream013.md)"),
+    "g3-host-overflow": (with_g3(config(8, {"num_host_blocks": 6}), num_g3_blocks=100), G3_TRACE,
+                         "host memory overflowing inside a prompt (see pressure-host-overflow): 0.13 finds B's "
+                         "tail on disk, servesim in host memory"),
     "preemption": (config(11, {"num_host_blocks": 100, "latency_to_first_byte_ms": 3.0}),
                    SCENARIOS["serial-loads"][1],
                    "a preempted request: 0.13 reloads its blocks from host memory (not built)"),
@@ -172,7 +192,7 @@ def main() -> int:
             return 1
         assert report is not None
         scenarios[name] = {"what": what, "exact": name in SCENARIOS, "config": cfg, "trace": trace,
-                           "requests": records(report),
+                           "requests": records(report), "g3_offload": report.get("g3_offload"),
                            "prefix_cache_reused_ratio": report.get("summary", report)["prefix_cache_reused_ratio"]}
         line = f"{name}: recorded {len(trace) - 1} requests"
         if compare:

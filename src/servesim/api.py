@@ -451,6 +451,9 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
+    g3 = cluster.g3_summary()
+    if g3 is not None:
+        summary["g3_offload"] = g3
     per_request = request_records(collector.records) if capture_per_request else None
     report = Report(summary, per_request, extensions, sla=run.sla, deployment=run.deployment,
                     first_rejection=tally.first_rejection[1] if tally.first_rejection else None)

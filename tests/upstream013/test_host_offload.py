@@ -138,3 +138,49 @@ def test_host_tier_lru_and_channel() -> None:
     assert 1 not in tier and tier.hits([2, 3, 4], 0, 3) == 3
     assert tier.next_due() == pytest.approx(12.001)
     assert not tier.take_due(12.0) and tier.take_due(12.003) and tier.next_due() == float("inf")
+
+
+def _close(a: Any, b: Any) -> bool:
+    """Equal, floats to 1e-9 relative (0.13 sums job times in another order)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(a))
+    return a == b
+
+
+@pytest.mark.parametrize("name", [n for n in EXACT if SCENARIOS[n]["g3_offload"] is not None])
+def test_g3_summary_section_matches_013(name: str, tmp_path: Path) -> None:
+    """The disk tier's `g3_offload` summary section: probes, hits, evictions, resident blocks and
+    the read and write jobs with their bytes and times."""
+    section = _run(SCENARIOS[name], tmp_path)["g3_offload"]
+    assert _close(section, SCENARIOS[name]["g3_offload"]), (section, SCENARIOS[name]["g3_offload"])
+
+
+def test_g3_scenarios_read_from_disk() -> None:
+    restore = SCENARIOS["g3-restore"]
+    assert restore["g3_offload"]["read"]["completed_jobs"] == 1 and restore["g3_offload"]["lookup_hits"] == 4
+    assert restore["requests"][-1]["first_admission_host_reused_input_tokens"] == 384  # counted as host hits
+    assert SCENARIOS["g3-slow"]["requests"][-1]["first_admit_ms"] == 560.0  # 500 + 54.2 -> 555, loaded -> 560
+    assert SCENARIOS["g3-small"]["g3_offload"]["evictions"] == 8
+    assert all(s["g3_offload"] is None for n, s in SCENARIOS.items() if not n.startswith("g3"))
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"kv_cache.g3_offload": {"scope": "worker_local", "num_g3_blocks": 10}, "kv_cache.host_offload": None},
+     "g3_offload: requires host_offload"),
+    ({"kv_cache.g3_offload": {"scope": "cluster_shared", "num_g3_blocks": 10}},
+     "'cluster_shared' (one deployment-wide disk pool) is not built"),
+    ({"kv_cache.g3_offload": {"scope": "worker_local", "num_g3_blocks": 10}, "parallelism": {"attention_data": 2}},
+     "g3_offload: requires parallelism.attention_data: 1"),
+    ({"kv_cache.g3_offload": {"num_g3_blocks": 10}}, "g3_offload.scope"),
+])
+def test_g3_config_rules(changes: dict[str, Any], named: str, tmp_path: Path) -> None:
+    """0.13's rules for g3_offload (it accepts cluster_shared, which servesim does not build)."""
+    config = _verdict_config(changes, tmp_path)
+    kv = config["engine"]["workers"]["aggregated"]["kv_cache"]
+    if kv.get("host_offload", 0) is None:
+        del kv["host_offload"]
+    with pytest.raises(ConfigError) as info:
+        parse_config(config)
+    assert named in str(info.value)

@@ -15,6 +15,7 @@ from servesim.build.control import planner_settings, router_spec
 from servesim.build.describe import describe
 from servesim.build.traffic import traffic_spec
 from servesim.config.schema import EngineConfig, Role, SimConfig, SlaConfig, WorkerConfig, runtime_rejections
+from servesim.engine.cache.disk import G3Settings
 from servesim.engine.cache.host import HostOffloadSettings
 from servesim.engine.factory import make_rank
 from servesim.engine.interface import HandoffRank
@@ -208,8 +209,11 @@ def _host_offload(engine: EngineConfig, worker: WorkerConfig) -> HostOffloadSett
     if per_token == "auto":
         per_token = _model_kv_bytes_per_token(engine, worker)
     block_bytes = worker.kv_cache.block_size_for(engine.backend) * per_token
+    disk = worker.kv_cache.g3_offload
+    g3 = (G3Settings(disk.num_g3_blocks, block_bytes, disk.latency_to_first_byte_ms, disk.read_bandwidth_gbps,
+                     disk.write_bandwidth_gbps) if disk is not None else None)
     return HostOffloadSettings(host.num_host_blocks, block_bytes, host.h2d_bandwidth_gbps,
-                               host.latency_to_first_byte_ms)
+                               host.latency_to_first_byte_ms, g3)
 
 
 def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:

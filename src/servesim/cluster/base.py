@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.collect.collector import Collector, RequestRecord, Status
@@ -274,6 +274,14 @@ class Cluster:
         assert result.host_tokens is not None
         for (request, _), host in zip(result.admitted, result.host_tokens, strict=True):
             self._open[request.rid][1].admissions[-1].host_tokens = host
+
+    def g3_summary(self) -> dict[str, Any] | None:
+        """0.13's `g3_offload` summary section: the disk tiers' counters summed (None without one)."""
+        from servesim.engine.cache.disk import merge_summaries
+
+        parts = [rank.host.g3.summary() for worker in self._host_workers for rank in worker.host_ranks
+                 if rank.host.g3 is not None]
+        return merge_summaries(parts) if parts else None
 
     def _pass_requests(self, router: Router, worker: Worker, result: RankPass, now: float) -> None:
         """A rank's first tokens, completions, rejections and held prompts of a pass ending now."""

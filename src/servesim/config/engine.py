@@ -230,6 +230,34 @@ class HostOffloadConfig(SchemaModel):
         return value
 
 
+class G3OffloadConfig(SchemaModel):
+    """Upstream 0.13 key: G3, a disk KV tier behind host memory (needs host_offload; aggregated workers without attention DP)."""
+
+    scope: Literal["worker_local", "cluster_shared"]
+    """Upstream 0.13 key: 'worker_local' = one disk cache per worker; 'cluster_shared' is not built in servesim (config error)."""
+    num_g3_blocks: PositiveInt
+    """Upstream 0.13 key: disk blocks per worker."""
+    latency_to_first_byte_ms: NonNegativeNumber = 0.1
+    """Upstream 0.13 key: fixed latency of every disk read and write job, in ms (the latencies of jobs in flight together overlap)."""
+    read_bandwidth_gbps: NonNegativeNumber = 10.0
+    """Upstream 0.13 key: disk-to-host bandwidth in GB/s (0 = unlimited); reads move their bytes one after another."""
+    write_bandwidth_gbps: NonNegativeNumber = 10.0
+    """Upstream 0.13 key: host-to-disk bandwidth in GB/s (writes cost no simulated time; counted in the g3_offload summary)."""
+    shared_read_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared read bandwidth in GB/s (cluster_shared is not built)."""
+    shared_write_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared write bandwidth in GB/s (cluster_shared is not built)."""
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: Any) -> Any:
+        """'cluster_shared' is not built yet."""
+        if value == "cluster_shared":
+            raise ValueError("'cluster_shared' (one deployment-wide disk pool) is not built in servesim; "
+                             "use 'worker_local'")
+        return value
+
+
 class KvCacheConfig(SchemaModel):
     """KV cache block size, prefix caching and capacity."""
 
@@ -243,12 +271,16 @@ class KvCacheConfig(SchemaModel):
     """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes; sizes the host blocks of host_offload ('auto' = from the model's HF config there); like 0.13, not the P/D transfer (that uses kv_transfer.bytes_per_token)."""
     host_offload: HostOffloadConfig | None = None
     """Upstream 0.13 key: G2 host-memory tier (vLLM, aggregated mode, prefix caching on); omitted = none."""
+    g3_offload: G3OffloadConfig | None = None
+    """Upstream 0.13 key: G3 disk tier behind host_offload (aggregated workers, attention_data 1); omitted = none."""
 
     @model_validator(mode="after")
     def _host_offload_needs_caching(self) -> "KvCacheConfig":
-        """A host tier only holds shareable prefix blocks."""
+        """A host tier only holds shareable prefix blocks; a disk tier sits behind a host tier."""
         if self.host_offload is not None and not self.prefix_caching:
             raise_if([("host_offload", "requires prefix_caching: true")])
+        if self.g3_offload is not None and self.host_offload is None:
+            raise_if([("g3_offload", "requires host_offload")])
         return self
 
     @model_validator(mode="after")
@@ -400,6 +432,8 @@ class EngineConfig(SchemaModel):
                 problems.append((key, "is not built in servesim for disaggregated roles (aggregated mode only)"))
             elif worker.speculative is not None:
                 problems.append((key, "not allowed together with speculative decoding"))
+            elif worker.kv_cache.g3_offload is not None and worker.parallelism.attention_data != 1:
+                problems.append((f"workers.{role}.kv_cache.g3_offload", "requires parallelism.attention_data: 1"))
         return problems
 
     def for_role(self, worker: WorkerConfig) -> "EngineConfig":

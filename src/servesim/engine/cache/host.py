@@ -19,6 +19,8 @@ import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from servesim.engine.cache.disk import G3Settings, G3Tier
+
 
 @dataclass(frozen=True)
 class HostOffloadSettings:
@@ -28,6 +30,8 @@ class HostOffloadSettings:
     block_bytes: int
     h2d_gb_per_second: float
     latency_ms: float = 0.0
+    g3: G3Settings | None = None
+    """The worker's disk tier behind host memory (`engine.cache.disk`), if any."""
 
     def transfer_ms(self, blocks: int) -> float:
         """How long the bytes of `blocks` blocks keep the host-to-device channel busy (no time
@@ -48,6 +52,7 @@ class HostTier:
         """Completion times of the loads in flight (a heap)."""
         self.stored_blocks = 0
         self.loaded_blocks = 0
+        self.g3 = G3Tier(settings.g3) if settings.g3 is not None else None
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -55,15 +60,20 @@ class HostTier:
     def __contains__(self, key: int) -> bool:
         return key in self._blocks
 
-    def store(self, keys: list[int]) -> None:
-        """Write the blocks of `keys` (just computed) to host memory, evicting the oldest."""
+    def store(self, keys: list[int], write_through: bool = True) -> None:
+        """Write the blocks of `keys` (just computed, or read back from disk) to host memory,
+        evicting the oldest; the new ones also go to disk (`write_through`, with a disk tier)."""
         blocks = self._blocks
+        fresh = []
         for key in keys:
             if key in blocks:
                 blocks.move_to_end(key)
             else:
                 blocks[key] = None
-                self.stored_blocks += 1
+                fresh.append(key)
+        self.stored_blocks += len(fresh)
+        if write_through and self.g3 is not None and fresh:
+            self.g3.write(fresh)
         excess = len(blocks) - self.settings.num_blocks
         for _ in range(excess):
             blocks.popitem(last=False)
@@ -87,6 +97,13 @@ class HostTier:
         self._channel_free_ms = start + self.settings.transfer_ms(len(keys))
         done = self._channel_free_ms + self.settings.latency_ms
         self.loaded_blocks += len(keys)
+        heapq.heappush(self._due, done)
+        return done
+
+    def start_restore(self, keys: list[int], now: float) -> float:
+        """Queue the read of `keys` from disk into host memory; returns when it completes."""
+        assert self.g3 is not None
+        done = self.g3.start_read(keys, now)
         heapq.heappush(self._due, done)
         return done
 

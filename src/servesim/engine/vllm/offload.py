@@ -72,11 +72,22 @@ class VllmHostOffload:
                 del waiting[i]
                 result.rejected.append(request)
                 continue
+            restore = request.g3_restore
+            if restore is not None:
+                if restore[0] > self.now:
+                    i += 1
+                    continue
+                assert self.host is not None
+                self.host.store(restore[1], write_through=False)
+                request.g3_restore = None
             if request.host_load is None:
                 hits = self._cache_hits(request)
                 moved, extra = self._host_hits(request, len(hits))
                 if not self._fits(request, hits, reserved):
                     break
+                if self._start_restore(request, len(hits) + moved):
+                    i += 1
+                    continue
                 if extra:
                     if not self._start_load(request, hits, moved, extra):
                         break
@@ -147,12 +158,33 @@ class VllmHostOffload:
         request.host_load = (host.start_load(keys, self.now), gpu_hits, extra)
         return True
 
+    def _start_restore(self, request: EngineRequest, cached: int) -> bool:
+        """With a disk tier: probe it for the full prompt blocks after the `cached` ones the GPU
+        pool and host memory hold; if it has some, queue their read into host memory (True)."""
+        host = self.host
+        assert host is not None
+        g3 = host.g3
+        if g3 is None:
+            return False
+        bs = self.config.block_size
+        full = min(request.prompt_len, request.length) // bs
+        if cached >= full:
+            return False
+        keys = request.full_block_keys(full, bs)
+        found = g3.probe(keys, cached, full)
+        if not found:
+            return False
+        wanted = keys[cached:cached + found]
+        request.g3_restore = (host.start_restore(wanted, self.now), wanted)
+        return True
+
     def _drop_load(self, request: EngineRequest) -> None:
         """A waiting request leaves while holding the blocks of its load: they are freed."""
         if request.host_load is not None and request.lease:
             self.pool.release(request.lease, request.host_load[1])
             request.lease = []
         request.host_load = None
+        request.g3_restore = None
 
     def _host_hits(self, request: EngineRequest, gpu_hits: int) -> tuple[int, int]:
         """(blocks to load, blocks reused): the full prompt blocks host memory holds right after
