@@ -50,8 +50,6 @@ class HostTier:
         self._channel_free_ms = 0.0
         self._due: list[float] = []
         """Completion times of the loads in flight (a heap)."""
-        self.stored_blocks = 0
-        self.loaded_blocks = 0
         self.g3 = G3Tier(settings.g3) if settings.g3 is not None else None
 
     def __len__(self) -> int:
@@ -71,7 +69,6 @@ class HostTier:
             else:
                 blocks[key] = None
                 fresh.append(key)
-        self.stored_blocks += len(fresh)
         if write_through and self.g3 is not None and fresh:
             self.g3.write(fresh)
         excess = len(blocks) - self.settings.num_blocks
@@ -96,7 +93,6 @@ class HostTier:
         start = now if now > self._channel_free_ms else self._channel_free_ms
         self._channel_free_ms = start + self.settings.transfer_ms(len(keys))
         done = self._channel_free_ms + self.settings.latency_ms
-        self.loaded_blocks += len(keys)
         heapq.heappush(self._due, done)
         return done
 
