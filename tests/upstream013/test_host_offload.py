@@ -184,3 +184,23 @@ def test_g3_config_rules(changes: dict[str, Any], named: str, tmp_path: Path) ->
     with pytest.raises(ConfigError) as info:
         parse_config(config)
     assert named in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["pressure", "g3-restore"])
+def test_report_html_shows_the_tiers(name: str, tmp_path: Path) -> None:
+    """report.html's KV-cache-tiers section: reused tokens by tier agree with the per-request
+    admission histories, bytes moved with the block counts."""
+    from servesim.report.html.run import write_run_report
+
+    scenario = SCENARIOS[name]
+    report = simulate(parse_config(_config(scenario, tmp_path)), capture_per_request=True, timeseries=True)
+    tiers = report.extensions["kv_tiers"]
+    admissions = [a for r in report.per_request for a in r["admission_history"]]
+    assert tiers["host_reused_tokens"] == sum(a["host_reused_input_tokens"] for a in admissions) > 0
+    assert tiers["gpu_reused_tokens"] == sum(a["g1_reused_input_tokens"] for a in admissions)
+    assert tiers["host_loaded_bytes"] % 128_000 == 0 and tiers["host_loaded_bytes"] >= tiers["host_reused_tokens"] * 1000
+    if scenario["g3_offload"] is not None:
+        assert tiers["disk_read_bytes"] == scenario["g3_offload"]["read"]["completed_bytes"]
+    write_run_report(report, tmp_path / "report.html")
+    html = (tmp_path / "report.html").read_text()
+    assert "KV cache tiers" in html and f"{tiers['host_reused_tokens']:,} tokens" in html

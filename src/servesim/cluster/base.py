@@ -275,6 +275,20 @@ class Cluster:
         for (request, _), host in zip(result.admitted, result.host_tokens, strict=True):
             self._open[request.rid][1].admissions[-1].host_tokens = host
 
+    def kv_tiers(self) -> dict[str, Any] | None:
+        """With host tiers: reused prompt tokens by tier and bytes moved, summed over ranks
+        (the report's KV-cache-tiers section; None without a host tier)."""
+        from servesim.engine.cache.disk import merge_summaries
+
+        if not self._host_workers:
+            return None
+        tiers = merge_summaries([rank.host.tally() for worker in self._host_workers for rank in worker.host_ranks])
+        disk = self.g3_summary()
+        if disk is not None:
+            tiers["disk_read_bytes"] = disk["read"]["completed_bytes"]
+            tiers["disk_written_bytes"] = disk["write"]["completed_bytes"]
+        return tiers
+
     def g3_summary(self) -> dict[str, Any] | None:
         """0.13's `g3_offload` summary section: the disk tiers' counters summed (None without one)."""
         from servesim.engine.cache.disk import merge_summaries

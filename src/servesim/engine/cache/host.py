@@ -51,6 +51,12 @@ class HostTier:
         self._due: list[float] = []
         """Completion times of the loads in flight (a heap)."""
         self.g3 = G3Tier(settings.g3) if settings.g3 is not None else None
+        self.stored_bytes = 0
+        self.loaded_bytes = 0
+        self.gpu_reused_tokens = 0
+        """Prompt tokens admissions reused from the GPU pool (counted by the rank)."""
+        self.host_reused_tokens = 0
+        """Prompt tokens admissions reused from host memory (counted by the rank)."""
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -69,6 +75,8 @@ class HostTier:
             else:
                 blocks[key] = None
                 fresh.append(key)
+        if write_through:
+            self.stored_bytes += len(fresh) * self.settings.block_bytes
         if write_through and self.g3 is not None and fresh:
             self.g3.write(fresh)
         excess = len(blocks) - self.settings.num_blocks
@@ -92,6 +100,7 @@ class HostTier:
             blocks.move_to_end(key)
         start = now if now > self._channel_free_ms else self._channel_free_ms
         self._channel_free_ms = start + self.settings.transfer_ms(len(keys))
+        self.loaded_bytes += len(keys) * self.settings.block_bytes
         done = self._channel_free_ms + self.settings.latency_ms
         heapq.heappush(self._due, done)
         return done
@@ -102,6 +111,11 @@ class HostTier:
         done = self.g3.start_read(keys, now)
         heapq.heappush(self._due, done)
         return done
+
+    def tally(self) -> dict[str, int]:
+        """What the tier did: reused prompt tokens by tier, bytes stored and loaded."""
+        return {"gpu_reused_tokens": self.gpu_reused_tokens, "host_reused_tokens": self.host_reused_tokens,
+                "host_stored_bytes": self.stored_bytes, "host_loaded_bytes": self.loaded_bytes}
 
     def next_due(self) -> float:
         """When the next load in flight completes (inf if none)."""

@@ -116,6 +116,9 @@ class VllmHostOffload:
             request.admissions += 1
             result.admitted.append((request, (len(hits) + loaded) * bs))
             host_tokens.append(loaded * bs)
+            assert self.host is not None
+            self.host.gpu_reused_tokens += len(hits) * bs
+            self.host.host_reused_tokens += loaded * bs
             if plan.budget == 0 and budget_before == 0:
                 break
 
