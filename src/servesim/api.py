@@ -90,7 +90,9 @@ class Report:
     """What servesim reports beyond the reference: `workers`, a per-worker breakdown (also
     written to `workers.json` by the CLI); for agentic traces, `unreleased`, the requests never
     released because a request of their play ended without completing (`unreleased.json`,
-    docs/traffic.md)."""
+    docs/traffic.md); with a host KV tier, `kv_tiers`: the prompt tokens admissions reused from
+    the GPU pool and from host memory, and the bytes stored to and loaded from host memory (and
+    read from and written to disk), drawn in the HTML report."""
     timeseries: TimeSeries | None = None
     """Each worker's queue, batch, KV-cache use and prefix hits over simulated time (with
     `simulate(..., timeseries=True)`)."""
@@ -395,6 +397,12 @@ def build_report(run: LoweredRun, cluster: Cluster, collector: Collector, tally:
         extensions["unreleased"] = unreleased_requests(driver.unreleased(), collector.records)
     if cluster.scaler is not None:
         summary["planner"] = cluster.scaler.record.as_dict()
+    g3 = cluster.g3_summary()
+    if g3 is not None:
+        summary["g3_offload"] = g3
+    tiers = cluster.kv_tiers()
+    if tiers is not None:
+        extensions["kv_tiers"] = tiers
     numbers = driver.graph.uuid_numbers if driver is not None else None
     per_request = request_records(collector.records, uuid_numbers=numbers) if capture_per_request else None
     report = Report(summary, per_request, extensions, sla=run.sla, deployment=run.deployment,

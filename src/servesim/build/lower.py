@@ -15,6 +15,8 @@ from servesim.build.control import planner_settings, router_spec
 from servesim.build.describe import describe
 from servesim.build.traffic import traffic_spec
 from servesim.config.schema import EngineConfig, Role, SimConfig, SlaConfig, WorkerConfig, runtime_rejections
+from servesim.engine.cache.disk import G3Settings
+from servesim.engine.cache.host import HostOffloadSettings
 from servesim.engine.factory import make_rank
 from servesim.engine.interface import HandoffRank
 from servesim.engine.pass_time import TimingModel
@@ -153,7 +155,7 @@ def _transfer(engine: EngineConfig) -> TransferSpec:
 
 def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, *, capped: bool) -> PoolSpec:
     """The resolved settings of one role's pool."""
-    engine = config.engine
+    engine = config.engine.for_role(worker)
     par = worker.parallelism
     rank = RankConfig(
         block_size=worker.kv_cache.block_size_for(engine.backend),
@@ -172,6 +174,7 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
         preempt_first=worker.scheduler.preemption_mode == "fifo",
         prefill_schedule_interval=worker.scheduler.prefill_schedule_interval,
         prefill_decode_interval=worker.scheduler.prefill_decode_interval,
+        host=_host_offload(engine, worker),
     )
     return PoolSpec(
         role=role,
@@ -199,12 +202,33 @@ def _speculative(worker: WorkerConfig) -> SpeculativeSettings | None:
     return SpeculativeSettings(nextn=n, acceptance_rates=tuple(float(r) for r in rates), seed=spec.seed)
 
 
+def _host_offload(engine: EngineConfig, worker: WorkerConfig) -> HostOffloadSettings | None:
+    """The host tier of each rank of `worker`'s role (upstream 0.13 `kv_cache.host_offload`)."""
+    host = worker.kv_cache.host_offload
+    if host is None:
+        return None
+    per_token = worker.kv_cache.bytes_per_token
+    if per_token == "auto":
+        per_token = _model_kv_bytes_per_token(engine, worker)
+    block_bytes = worker.kv_cache.block_size_for(engine.backend) * per_token
+    disk = worker.kv_cache.g3_offload
+    g3 = (G3Settings(disk.num_g3_blocks, block_bytes, disk.latency_to_first_byte_ms, disk.read_bandwidth_gbps,
+                     disk.write_bandwidth_gbps) if disk is not None else None)
+    return HostOffloadSettings(host.num_host_blocks, block_bytes, host.h2d_bandwidth_gbps,
+                               host.latency_to_first_byte_ms, g3)
+
+
 def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:
     """KV bytes per token moved by a transfer: explicit, or from the model's HF config."""
     kv = engine.kv_transfer
     assert kv is not None
     if kv.bytes_per_token != "auto":
         return kv.bytes_per_token
+    return _model_kv_bytes_per_token(engine, prefill)
+
+
+def _model_kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:
+    """KV bytes per token per rank of `prefill`'s split, from the model's HF config."""
     from servesim.perf.models import resolve_model
 
     spec = resolve_model(engine.model)

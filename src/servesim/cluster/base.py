@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.collect.collector import Collector, RequestRecord, Status
@@ -123,6 +123,8 @@ class Cluster:
         self._open: dict[int, tuple[Arrival, RequestRecord]] = {}
         self._kv_events: dict[Worker, list[KvEvents]] = {}
         """Per worker whose router wants them: the blocks each rank cached or evicted this pass."""
+        self._host_workers: list[Worker] = []
+        """Workers with a host KV tier: their loads from host memory are timers (`engine.vllm.offload`)."""
         self.pools: dict[str, Pool] = {}
         """The runtime's pools: the provisioned workers of each, by name."""
         self.fleets: dict[str, Fleet] = {}
@@ -166,6 +168,8 @@ class Cluster:
                             async_scheduling=spec.async_scheduling)
             if listen:
                 self._listen_for_kv_events(worker)
+            if worker.host_ranks:
+                self._host_workers.append(worker)
             return worker
 
         workers = [make(w) for w in range(spec.replicas)]
@@ -242,6 +246,8 @@ class Cluster:
         for _rank, result in ranks:
             if result.admitted:
                 self._admitted(result.admitted, outcome.start_ms, pool.label)
+                if result.host_tokens is not None:
+                    self._host_tiers(result)
         if self._kv_events:
             self._flush_kv_events(pool, worker, now)
         if self.scaler is not None:
@@ -262,6 +268,34 @@ class Cluster:
         open_requests, admit = self._open, self.collector.on_admit
         for request, reused in admitted:
             admit(open_requests[request.rid][1], start, reused, label)
+
+    def _host_tiers(self, result: RankPass) -> None:
+        """Record how many of each admission's reused tokens came from host memory."""
+        assert result.host_tokens is not None
+        for (request, _), host in zip(result.admitted, result.host_tokens, strict=True):
+            self._open[request.rid][1].admissions[-1].host_tokens = host
+
+    def kv_tiers(self) -> dict[str, Any] | None:
+        """With host tiers: reused prompt tokens by tier and bytes moved, summed over ranks
+        (the report's KV-cache-tiers section; None without a host tier)."""
+        from servesim.engine.cache.disk import merge_summaries
+
+        if not self._host_workers:
+            return None
+        tiers = merge_summaries([rank.host.tally() for worker in self._host_workers for rank in worker.host_ranks])
+        disk = self.g3_summary()
+        if disk is not None:
+            tiers["disk_read_bytes"] = disk["read"]["completed_bytes"]
+            tiers["disk_written_bytes"] = disk["write"]["completed_bytes"]
+        return tiers
+
+    def g3_summary(self) -> dict[str, Any] | None:
+        """0.13's `g3_offload` summary section: the disk tiers' counters summed (None without one)."""
+        from servesim.engine.cache.disk import merge_summaries
+
+        parts = [rank.host.g3.summary() for worker in self._host_workers for rank in worker.host_ranks
+                 if rank.host.g3 is not None]
+        return merge_summaries(parts) if parts else None
 
     def _pass_requests(self, router: Router, worker: Worker, result: RankPass, now: float) -> None:
         """A rank's first tokens, completions, rejections and held prompts of a pass ending now."""
@@ -314,7 +348,10 @@ class Cluster:
     # -- handler protocol: worker lifecycle and scaling ticks -----------------------------------
 
     def next_timer(self) -> float:
-        return min((f.next_ready() for f in self.fleets.values()), default=INF)
+        timer = min((f.next_ready() for f in self.fleets.values()), default=INF)
+        if self._host_workers:
+            timer = min(timer, min(worker.next_load_ms() for worker in self._host_workers))
+        return timer
 
     def fire_timers(self, now: float) -> bool:
         """Workers whose startup ends now become active (before any other timer)."""
@@ -328,6 +365,8 @@ class Cluster:
         if self.scaler is not None:
             for fleet in self.fleets.values():
                 self.scaler.on_transitions(fleet.settle_drained(now), now)
+        if self._host_workers:
+            return [worker for worker in self._host_workers if worker.loads_done(now)]
         return ()
 
     def next_control(self) -> float:

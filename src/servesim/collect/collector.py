@@ -33,6 +33,8 @@ class Admission:
     at_ms: float
     reused_tokens: int
     pool: str
+    host_tokens: int | None = None
+    """With a host KV tier: how many of the reused tokens were loaded from host memory."""
 
 
 @dataclass(slots=True, eq=False, repr=False)

@@ -204,6 +204,64 @@ KvCapacityConfig = Annotated[
 ]
 
 
+class HostOffloadConfig(SchemaModel):
+    """Upstream 0.13 key: G2, a host-memory KV tier behind each rank's GPU pool (vLLM only)."""
+
+    scope: Literal["dp_rank_local", "cluster_shared"] = "dp_rank_local"
+    """Upstream 0.13 key: 'dp_rank_local' = a host cache per scheduler (DP) rank; 'cluster_shared' (one deployment-wide pool) is not built in servesim (config error)."""
+    num_host_blocks: PositiveInt
+    """Upstream 0.13 key: host blocks per rank (of block_size x bytes_per_token bytes each)."""
+    d2h_bandwidth_gbps: NonNegativeNumber = 32.0
+    """Upstream 0.13 key: device-to-host bandwidth in GB/s (stores cost no time in servesim, see docs/upstream013.md)."""
+    h2d_bandwidth_gbps: NonNegativeNumber = 32.0
+    """Upstream 0.13 key: host-to-device bandwidth in GB/s (0 = unlimited): the loads of a rank move their n x block bytes one after another at this rate, each also waiting latency_to_first_byte_ms (latencies overlap)."""
+    shared_d2h_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared store bandwidth in GB/s (cluster_shared is not built)."""
+    shared_h2d_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared load bandwidth in GB/s (cluster_shared is not built)."""
+    latency_to_first_byte_ms: NonNegativeNumber = 0.0
+    """Upstream 0.13 key: fixed latency of every host-to-device load, in ms."""
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: Any) -> Any:
+        """'worker_local' is a G3 scope; 'cluster_shared' is not built yet."""
+        if value == "worker_local":
+            raise ValueError("'worker_local' is a g3_offload scope; use 'dp_rank_local' for per-DP-rank host caches")
+        if value == "cluster_shared":
+            raise ValueError("'cluster_shared' (one deployment-wide host pool) is not built in servesim; "
+                             "use 'dp_rank_local'")
+        return value
+
+
+class G3OffloadConfig(SchemaModel):
+    """Upstream 0.13 key: G3, a disk KV tier behind host memory (needs host_offload; aggregated workers without attention DP)."""
+
+    scope: Literal["worker_local", "cluster_shared"]
+    """Upstream 0.13 key: 'worker_local' = one disk cache per worker; 'cluster_shared' is not built in servesim (config error)."""
+    num_g3_blocks: PositiveInt
+    """Upstream 0.13 key: disk blocks per worker."""
+    latency_to_first_byte_ms: NonNegativeNumber = 0.1
+    """Upstream 0.13 key: fixed latency of every disk read and write job, in ms (the latencies of jobs in flight together overlap)."""
+    read_bandwidth_gbps: NonNegativeNumber = 10.0
+    """Upstream 0.13 key: disk-to-host bandwidth in GB/s (0 = unlimited); reads move their bytes one after another."""
+    write_bandwidth_gbps: NonNegativeNumber = 10.0
+    """Upstream 0.13 key: host-to-disk bandwidth in GB/s (writes cost no simulated time; counted in the g3_offload summary)."""
+    shared_read_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared read bandwidth in GB/s (cluster_shared is not built)."""
+    shared_write_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared write bandwidth in GB/s (cluster_shared is not built)."""
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: Any) -> Any:
+        """'cluster_shared' is not built yet."""
+        if value == "cluster_shared":
+            raise ValueError("'cluster_shared' (one deployment-wide disk pool) is not built in servesim; "
+                             "use 'worker_local'")
+        return value
+
+
 class KvCacheConfig(SchemaModel):
     """KV cache block size, prefix caching and capacity."""
 
@@ -214,7 +272,20 @@ class KvCacheConfig(SchemaModel):
     capacity: KvCapacityConfig = DefaultCapacity.defaults()
     """How many KV blocks each rank has: {type: default, memory_fraction, cuda_graph_reserved_bytes} or {type: fixed, blocks or bytes}."""
     bytes_per_token: BytesPerToken = "auto"
-    """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes; 'auto' = not given. Like 0.13, it sizes nothing else (the transfer uses kv_transfer.bytes_per_token)."""
+    """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes; sizes the host blocks of host_offload ('auto' = from the model's HF config there); like 0.13, not the P/D transfer (that uses kv_transfer.bytes_per_token)."""
+    host_offload: HostOffloadConfig | None = None
+    """Upstream 0.13 key: G2 host-memory tier (vLLM, aggregated mode, prefix caching on); omitted = none."""
+    g3_offload: G3OffloadConfig | None = None
+    """Upstream 0.13 key: G3 disk tier behind host_offload (aggregated workers, attention_data 1); omitted = none."""
+
+    @model_validator(mode="after")
+    def _host_offload_needs_caching(self) -> "KvCacheConfig":
+        """A host tier only holds shareable prefix blocks; a disk tier sits behind a host tier."""
+        if self.host_offload is not None and not self.prefix_caching:
+            raise_if([("host_offload", "requires prefix_caching: true")])
+        if self.g3_offload is not None and self.host_offload is None:
+            raise_if([("g3_offload", "requires host_offload")])
+        return self
 
     @model_validator(mode="after")
     def _byte_geometry(self) -> "KvCacheConfig":
@@ -257,6 +328,8 @@ class SpeculativeConfig(SchemaModel):
 class WorkerConfig(SchemaModel):
     """Settings shared by every worker of one role."""
 
+    hardware: HardwareName | None = None
+    """Upstream 0.13 key (disaggregated prefill and decode workers only): this role's AIC system (its GPU memory, KV capacity and default timing); omitted = engine.hardware."""
     parallelism: ParallelismConfig = ParallelismConfig.defaults()
     """Replicas and GPU split of each worker."""
     scheduler: SchedulerConfig = SchedulerConfig.defaults()
@@ -348,6 +421,9 @@ class EngineConfig(SchemaModel):
             problems += [(f"workers.{role}.scheduler.preemption_mode", f"only allowed when backend is 'vllm' (backend is '{self.backend}')")
                          for role, worker in self.roles.items() if worker.scheduler.preemption_mode is not None]
         problems += _interval_backends(self)
+        problems += self._host_offload_rules()
+        problems += [(f"workers.{role}.hardware", "only allowed for prefill and decode workers in disaggregated mode")
+                     for role, worker in self.roles.items() if worker.hardware is not None and role == "aggregated"]
         if self.backend in ("vllm", "trtllm"):
             for role, worker in self.roles.items():
                 size = worker.kv_cache.block_size_for(self.backend)
@@ -355,6 +431,30 @@ class EngineConfig(SchemaModel):
                     problems.append((f"workers.{role}.kv_cache.block_size", f"must be >= 2 for backend '{self.backend}' (got {size})"))
         raise_if(problems)
         return self
+
+    def _host_offload_rules(self) -> list[tuple[str, str]]:
+        """host_offload: vLLM, aggregated mode, no speculative decoding (as in 0.13, which also
+        offers it to disaggregated roles: not built in servesim)."""
+        problems = []
+        for role, worker in self.roles.items():
+            if worker.kv_cache.host_offload is None:
+                continue
+            key = f"workers.{role}.kv_cache.host_offload"
+            if self.backend != "vllm":
+                problems.append((key, f"only allowed when backend is 'vllm' (backend is '{self.backend}')"))
+            elif self.mode != "aggregated":
+                problems.append((key, "is not built in servesim for disaggregated roles (aggregated mode only)"))
+            elif worker.speculative is not None:
+                problems.append((key, "not allowed together with speculative decoding"))
+            elif worker.kv_cache.g3_offload is not None and worker.parallelism.attention_data != 1:
+                problems.append((f"workers.{role}.kv_cache.g3_offload", "requires parallelism.attention_data: 1"))
+        return problems
+
+    def for_role(self, worker: WorkerConfig) -> "EngineConfig":
+        """The engine as `worker`'s role sees it: its own hardware, if it names one."""
+        if worker.hardware is None or worker.hardware == self.hardware:
+            return self
+        return self.model_copy(update={"hardware": worker.hardware})
 
     @property
     def roles(self) -> dict[Role, WorkerConfig]:

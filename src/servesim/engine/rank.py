@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import TYPE_CHECKING, Protocol
 
+from servesim.engine.cache.host import HostOffloadSettings
 from servesim.engine.metrics import ForwardPassMetrics
 from servesim.engine.request import EngineRequest
 
@@ -83,6 +84,8 @@ class RankConfig:
     stop_livelocks: bool = True
     """Fail the run when a rank provably evicts and readmits its requests for ever (the
     reference spins); off under a time cap, which ends the reference's spin too."""
+    host: HostOffloadSettings | None = None
+    """The rank's host-memory KV tier (upstream 0.13 `kv_cache.host_offload`), if any."""
 
     @property
     def prompt_content_limit(self) -> int:
@@ -111,7 +114,7 @@ class RankPass:
     """
 
     __slots__ = ("prefill_ms", "decode_ms", "admitted", "finished", "rejected", "first_tokens", "held",
-                 "preemptions", "scheduled_tokens", "emitted", "metrics")
+                 "preemptions", "scheduled_tokens", "emitted", "metrics", "host_tokens")
 
     def __init__(self, prefill_ms: float = 0.0, decode_ms: float = 0.0, *,
                  finished: list[EngineRequest] | None = None, scheduled_tokens: int = 0, emitted: int = 0,
@@ -127,6 +130,8 @@ class RankPass:
         self.scheduled_tokens = scheduled_tokens
         self.emitted = emitted
         self.metrics = metrics
+        self.host_tokens: list[int] | None = None
+        """With a host tier: the reused prompt tokens loaded from host memory, per admission."""
 
     @property
     def has_effect(self) -> bool:

@@ -19,7 +19,7 @@ class EngineRequest:
         "rid", "prompt_len", "max_output", "_prompt", "output_base", "output_ids",
         "keys", "generated", "computed", "lease", "preempted", "token_spans", "admissions",
         "order", "anchor", "epoch", "shared_blocks", "own_blocks", "reject_reason",
-        "prebuilt", "reserve_attempt",
+        "prebuilt", "reserve_attempt", "host_load", "g3_restore",
     )
 
     def __init__(self, rid: int, prompt_runs: Prompt, prompt_len: int, max_output: int,
@@ -59,6 +59,11 @@ class EngineRequest:
         """Decode role: its prompt's KV arrived from a prefill worker; not yet admitted."""
         self.reserve_attempt = -1
         """Decode role: the capacity generation of the last failed reservation attempt."""
+        self.host_load: tuple[float, int, int] | None = None
+        """With a host KV tier: (when its load from host memory completes, GPU-cached blocks at
+        the load's start, blocks loaded) while waiting for or after that load, until admitted."""
+        self.g3_restore: tuple[float, list[int]] | None = None
+        """With a disk KV tier: (when its read from disk into host memory completes, the keys)."""
 
     @property
     def prompt_runs(self) -> list[Run]:

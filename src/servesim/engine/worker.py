@@ -15,6 +15,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from servesim.engine.busy import BusyTime
 from servesim.engine.request import EngineRequest
@@ -62,6 +63,9 @@ class Worker:
         self.async_scheduling = async_scheduling
         self.inbox: list[tuple[int, EngineRequest]] = []
         """Async scheduling: (rank, request) that reached the worker during its running pass."""
+        self.host_ranks: list[Any] = [r for r in ranks if getattr(r, "host", None) is not None]
+        """Ranks with a host KV tier (`engine.vllm.offload`): told each pass's start, and they
+        wake the worker when a load from host memory completes."""
 
     @property
     def busy_ms(self) -> float:
@@ -174,6 +178,8 @@ class Worker:
         return first
 
     def _one_pass(self, now: float) -> WorkerPass:
+        if self.host_ranks:
+            self._tell_time(now)
         index = len(self.pass_ends)
         if self.held or self._interval > 1:
             self._release_held(index, now)
@@ -215,6 +221,8 @@ class Worker:
 
     def _lone_pass(self, rank: HandoffRank, now: float) -> WorkerPass:
         """`_one_pass` of a worker whose one rank has work."""
+        if self.host_ranks:
+            self._tell_time(now)
         index = len(self.pass_ends)
         result = rank.run_pass(index)
         end = (now + result.prefill_ms) + result.decode_ms
@@ -226,6 +234,24 @@ class Worker:
             result.metrics.wall_time_secs = (end - now) / 1000
         self.busy = True
         return WorkerPass(now, end, index, [(0, result)], result.has_effect)
+
+    def _tell_time(self, now: float) -> None:
+        for rank in self.host_ranks:
+            rank.now = now
+
+    def next_load_ms(self) -> float:
+        """When a load from host memory completes on one of the ranks (inf if none)."""
+        return min(rank.next_load_ms() for rank in self.host_ranks) if self.host_ranks else float("inf")
+
+    def loads_done(self, now: float) -> bool:
+        """Whether loads from host memory completed by `now` (each reported once); unparks."""
+        done = False
+        for rank in self.host_ranks:
+            if rank.loads_done(now):
+                done = True
+        if done:
+            self.parked = False
+        return done
 
     def finish_pass(self) -> None:
         self.busy = False

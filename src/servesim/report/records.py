@@ -23,7 +23,19 @@ def _admission_history(record: RequestRecord) -> list[dict[str, Any]]:
             "pool_admission_ordinal": k,
             "reused_input_tokens": adm.reused_tokens,
         })
+        if adm.host_tokens is not None:
+            out[-1]["g1_reused_input_tokens"] = adm.reused_tokens - adm.host_tokens
+            out[-1]["host_reused_input_tokens"] = adm.host_tokens
     return out
+
+
+def _tier_fields(record: RequestRecord) -> dict[str, Any]:
+    """With a host KV tier (upstream 0.13): the first admission's reuse by tier."""
+    first = record.admissions[0] if record.admissions else None
+    if first is None or first.host_tokens is None:
+        return {}
+    return {"first_admission_g1_reused_input_tokens": first.reused_tokens - first.host_tokens,
+            "first_admission_host_reused_input_tokens": first.host_tokens}
 
 
 def _routing_history(record: RequestRecord) -> list[dict[str, Any]]:
@@ -109,6 +121,7 @@ def request_record(record: RequestRecord, request_uuid: str) -> dict[str, Any]:
         "turn_index": record.turn_index,
         "uuid": request_uuid,
     })
+    out.update(_tier_fields(record))
     if record.request_id is not None:
         out["request_id"] = record.request_id
         out["play_id"] = record.play_id

@@ -152,8 +152,17 @@ def _refuse(why: dict[str, str], path: str, reason: str | None) -> None:
 
 
 
+HOST_TIER = "a host KV tier (loads from host memory end on their own clock)"
+
+
+def _host_tier(run: LoweredRun) -> bool:
+    return any(p.rank_config.host is not None for p in run.pools)
+
+
 def _run_ahead_refusal(run: LoweredRun, driver: RequestDriver) -> str | None:
     """Why no worker may run passes ahead to a horizon."""
+    if _host_tier(run):
+        return HOST_TIER
     if run.disaggregated:
         return "disaggregated serving (a handoff can change a worker's work at any pass end)"
     if not driver.fixed_arrivals:
@@ -165,6 +174,8 @@ def _run_ahead_refusal(run: LoweredRun, driver: RequestDriver) -> str | None:
 
 def _isolated_refusal(run: LoweredRun, driver: RequestDriver, call: CallFacts) -> str | None:
     """Why workers cannot be replayed one at a time (their timelines could interact)."""
+    if _host_tier(run):
+        return HOST_TIER
     if run.disaggregated:
         return "disaggregated serving (the pools hand requests to each other)"
     if not driver.fixed_arrivals:
@@ -273,6 +284,8 @@ BUDGET = _knob("the steady lane needs max_sequences ≤ max_batched_tokens and t
 FIFO = _knob("FIFO preemption: a victim could be a cohort member", COHORT)
 DRAFTS = _knob("speculative decoding: a burst could touch a cohort member", COHORT, STEADY)
 TIMEOUTS = _knob("client timeouts: requests leave on their own clock", ISOLATED, RUN_ON, BULK_ROUTING, STEADY)
+HOST = _knob("a host KV tier: its loads end on their own clock (timers of the shared loop)",
+             RUN_AHEAD, ISOLATED, RUN_ON, BULK_ROUTING, STEADY)
 
 _WORKER = "engine.workers.*."
 """Every role's worker fields (aggregated, prefill, decode) share one classification."""
@@ -294,7 +307,15 @@ KNOBS: dict[str, Knob] = {
         "kv_cache.capacity.cuda_graph_reserved_bytes", "kv_cache.capacity.memory_fraction",
         "kv_cache.capacity.type", "parallelism.moe_expert", "parallelism.moe_tensor", "parallelism.pipeline",
         "parallelism.tensor", "timing.gpu_spec.memory_gib")},
+    _WORKER + "hardware": KV_SIZE,
     _WORKER + "kv_cache.prefix_caching": NEUTRAL,
+    _WORKER + "kv_cache.host_offload.num_host_blocks": HOST,
+    **{_WORKER + "kv_cache.g3_offload." + name: NEUTRAL for name in (
+        "scope", "num_g3_blocks", "latency_to_first_byte_ms", "read_bandwidth_gbps", "write_bandwidth_gbps",
+        "shared_read_bandwidth_gbps", "shared_write_bandwidth_gbps")},
+    **{_WORKER + "kv_cache.host_offload." + name: NEUTRAL for name in (
+        "scope", "d2h_bandwidth_gbps", "h2d_bandwidth_gbps", "shared_d2h_bandwidth_gbps",
+        "shared_h2d_bandwidth_gbps", "latency_to_first_byte_ms")},
     _WORKER + "parallelism.attention_data": ATTENTION_DP,
     _WORKER + "parallelism.replicas": NEUTRAL,
     _WORKER + "scheduler.async_scheduling": FUSED,

@@ -32,6 +32,8 @@ from servesim.engine.request import EngineRequest
 from servesim.engine.speculative import DraftSampler
 from servesim.engine.vllm.ahead import VllmRunAhead
 from servesim.engine.vllm.handoff import VllmHandoff
+from servesim.engine.vllm.offload import VllmHostOffload
+from servesim.engine.cache.host import HostTier
 
 
 class Scheduled(IntEnum):
@@ -44,7 +46,7 @@ class Scheduled(IntEnum):
     """Making room for it preempted the request itself."""
 
 
-class VllmRank(VllmHandoff, VllmRunAhead):
+class VllmRank(VllmHandoff, VllmRunAhead, VllmHostOffload):
     """Scheduler, KV pool and timing of one rank running the vLLM core."""
 
     def __init__(self, config: RankConfig, timing: TimingModel, *, policy: VllmPolicy | None = None,
@@ -60,6 +62,10 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         """Whether steady decoders join the cohort (`engine.vllm.cohort.cohort_refusal`: off when a
         burst or a FIFO victim could touch a cohort member)."""
         self.pool = BlockPool(config.num_blocks, config.prefix_caching)
+        self.host = HostTier(config.host) if config.host is not None else None
+        """The host-memory KV tier (`engine.vllm.offload`), if any."""
+        self.now = 0.0
+        """With a host tier: when the pass being planned starts (set by the worker)."""
         self.waiting: deque[EngineRequest] = deque()
         self.running: dict[EngineRequest, None] = {}
         """Every running request, in running (admission) order."""
@@ -140,6 +146,8 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         While destinations are pending on a decode rank, only prebuilt requests are admitted,
         each time the first one in waiting order.
         """
+        if self.host is not None:
+            return self._admit_waiting_host(plan)
         waiting, running, result, policy = self.waiting, self.running, plan.result, self.policy
         max_sequences = self.config.max_sequences
         prebuilt_only = bool(self.handoff.pending)
@@ -191,11 +199,12 @@ class VllmRank(VllmHandoff, VllmRunAhead):
 
     # -- scheduling one request -------------------------------------------------------------
 
-    def _schedule(self, plan: PassPlan, request: EngineRequest, hits: list[Block]) -> Scheduled:
-        """Compute up to the budget's worth of the request's pending tokens."""
+    def _schedule(self, plan: PassPlan, request: EngineRequest, hits: list[Block], loaded: int = 0) -> Scheduled:
+        """Compute up to the budget's worth of the request's pending tokens (after `loaded`
+        blocks loaded from host memory beyond the `hits`, which count as cached)."""
         bs = self.config.block_size
         pool = self.pool
-        cached = len(hits) * bs
+        cached = (len(hits) + loaded) * bs
         before = request.computed + cached
         remaining = request.length - before
         desired = remaining if remaining < plan.budget else plan.budget
@@ -221,14 +230,16 @@ class VllmRank(VllmHandoff, VllmRunAhead):
             request.own_blocks = []
         if need > 0:
             request.lease.extend([None] * need)
-        if self.config.prefix_caching and after // bs > before // bs:
-            self._cache_completed(request, before // bs, after // bs)
+        if self.config.prefix_caching and after // bs > before // bs - loaded:
+            self._cache_completed(request, before // bs - loaded, after // bs)
         request.computed = after
         plan.schedule(request, before, desired)
         return Scheduled.OK
 
     def _cache_completed(self, request: EngineRequest, first: int, stop: int) -> None:
         """Make the shareable ones of blocks [first, stop), just completed, visible to the cache."""
+        if self.host is not None:
+            self._store_to_host(request, first, stop)
         stop = min(stop, request.shared_blocks)
         if stop <= first:
             return
@@ -346,6 +357,8 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         elif request in self.waiting:
             self.waiting.remove(request)
             request.own_blocks = []
+            if self.host is not None:
+                self._drop_load(request)
 
     # -- speculative decoding ----------------------------------------------------------------
 

@@ -43,8 +43,10 @@ def write_run_report(report: RunReport, path: Path, title: str = "servesim predi
     if report.timeseries is None or report.latency is None:
         raise ValueError("the HTML report needs the run's time series: simulate(..., timeseries=True)")
     plotly_modules()  # fail early, with the install hint, if plotly is missing
+    extensions = getattr(report, "extensions", None) or {}
     run_page(report.summary, report.latency, report.timeseries, report.sla, title,
-             deployment=report.deployment, provenance=getattr(report, "provenance", None)).write(path)
+             deployment=report.deployment, provenance=getattr(report, "provenance", None),
+             tiers=extensions.get("kv_tiers")).write(path)
 
 
 def sla_targets(sla: Sla | None) -> dict[str, float | None]:
@@ -57,7 +59,7 @@ def sla_targets(sla: Sla | None) -> dict[str, float | None]:
 
 def run_page(summary: Mapping[str, Any], latency: LatencySamples, series: TimeSeries,
              sla: Sla | None, title: str, deployment: Mapping[str, str] | None = None,
-             provenance: Mapping[str, Any] | None = None) -> Page:
+             provenance: Mapping[str, Any] | None = None, tiers: Mapping[str, Any] | None = None) -> Page:
     """The page of one run (`deployment`, `provenance`: what was simulated, for the headline)."""
     subtitle = (f"{summary['num_requests']:,} requests · {summary['duration_ms'] / 1000:,.1f} s simulated · "
                 f"{summary['gpu_hours']:.3g} GPU-hours")
@@ -68,6 +70,8 @@ def run_page(summary: Mapping[str, Any], latency: LatencySamples, series: TimeSe
     if deployment or provenance:
         simulated(page, deployment or {}, summary, provenance)
     headline(page, summary, latency, sla)
+    if tiers:
+        tiers_section(page, tiers)
     if isinstance(summary.get("sla"), Mapping):
         verdicts_section(page, summary["sla"])
     if isinstance(summary.get("trajectories"), Mapping):
@@ -126,6 +130,33 @@ def headline(page: Page, summary: Mapping[str, Any], latency: LatencySamples, sl
         verdict = "" if target is None else ("good" if summary[f"p90_{key}"] <= target else "bad")
         classes.append(["", "", "", verdict, "", "", "", ""])
     page.table(("latency", "mean", "p50", "p90", "p99", "max", "SLA", "within SLA"), table, classes)
+
+
+def tiers_section(page: Page, tiers: Mapping[str, Any]) -> None:
+    """Where reused prompt tokens came from (GPU pool, host memory) and the bytes each tier moved."""
+    page.section("KV cache tiers")
+    gpu, host = tiers["gpu_reused_tokens"], tiers["host_reused_tokens"]
+    reused = gpu + host
+
+    def share(tokens: int) -> str:
+        return f"{tokens:,} tokens ({tokens / reused:.1%} of reused)" if reused else f"{tokens:,} tokens"
+
+    rows = [("Reused from the GPU pool", share(gpu)), ("Reused from host memory", share(host)),
+            ("Stored to host memory", _bytes(tiers["host_stored_bytes"])),
+            ("Loaded from host memory", _bytes(tiers["host_loaded_bytes"]))]
+    if "disk_read_bytes" in tiers:
+        rows += [("Written to disk", _bytes(tiers["disk_written_bytes"])),
+                 ("Read from disk", _bytes(tiers["disk_read_bytes"]))]
+    page.note("Prompt tokens admissions reused, by the tier they came from (host hits include blocks "
+              "read back from disk), and the bytes each tier moved.")
+    page.table(("", "value"), rows)
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:,.2f} {unit} ({count:,} bytes)"
+    return f"{count:,} bytes"
 
 
 def simulated(page: Page, deployment: Mapping[str, str], summary: Mapping[str, Any],

@@ -1,0 +1,131 @@
+"""The host-memory KV tier of one rank (AISimulate 0.13's G2, `kv_cache.host_offload`).
+
+Every full shareable block a rank computes is also written to host memory (vLLM's CPU
+offloading: store on compute). The host tier keeps at most `num_blocks` blocks and drops the
+least recently stored or loaded ones first. A request whose cached prefix goes on in host memory
+beyond what the GPU pool holds loads those blocks back (host to device) before it can be
+admitted. The loads of one rank move their bytes one after another over one channel at the
+host-to-device bandwidth; each load also waits the first-byte latency, which does not hold the
+channel (loads started together overlap their latencies), as in 0.13.
+
+Stores cost no time here: 0.13 makes a GPU block whose copy to host is still in flight wait
+before it is reused, which only shows when the device-to-host bandwidth is far below a GPU's
+(see docs/upstream013.md).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from servesim.engine.cache.disk import G3Settings, G3Tier
+
+
+@dataclass(frozen=True)
+class HostOffloadSettings:
+    """The host tier of one rank: capacity in blocks, bytes per block and the load channel."""
+
+    num_blocks: int
+    block_bytes: int
+    h2d_gb_per_second: float
+    latency_ms: float = 0.0
+    g3: G3Settings | None = None
+    """The worker's disk tier behind host memory (`engine.cache.disk`), if any."""
+
+    def transfer_ms(self, blocks: int) -> float:
+        """How long the bytes of `blocks` blocks keep the host-to-device channel busy (no time
+        at a bandwidth of 0, which 0.13 reads as unlimited)."""
+        if self.h2d_gb_per_second <= 0:
+            return 0.0
+        return (blocks * self.block_bytes) / (self.h2d_gb_per_second * 1e9) * 1000
+
+
+class HostTier:
+    """The blocks one rank holds in host memory, in LRU order, and its host-to-device channel."""
+
+    def __init__(self, settings: HostOffloadSettings) -> None:
+        self.settings = settings
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self._channel_free_ms = 0.0
+        self._due: list[float] = []
+        """Completion times of the loads in flight (a heap)."""
+        self.g3 = G3Tier(settings.g3) if settings.g3 is not None else None
+        self.stored_bytes = 0
+        self.loaded_bytes = 0
+        self.gpu_reused_tokens = 0
+        """Prompt tokens admissions reused from the GPU pool (counted by the rank)."""
+        self.host_reused_tokens = 0
+        """Prompt tokens admissions reused from host memory (counted by the rank)."""
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._blocks
+
+    def store(self, keys: list[int], write_through: bool = True) -> None:
+        """Write the blocks of `keys` (just computed, or read back from disk) to host memory,
+        evicting the oldest; the new ones also go to disk (`write_through`, with a disk tier)."""
+        blocks = self._blocks
+        fresh = []
+        for key in keys:
+            if key in blocks:
+                blocks.move_to_end(key)
+            else:
+                blocks[key] = None
+                fresh.append(key)
+        if write_through:
+            self.stored_bytes += len(fresh) * self.settings.block_bytes
+        if write_through and self.g3 is not None and fresh:
+            self.g3.write(fresh)
+        excess = len(blocks) - self.settings.num_blocks
+        for _ in range(excess):
+            blocks.popitem(last=False)
+
+    def hits(self, keys: list[int], start: int, stop: int) -> int:
+        """How many of ``keys[start:stop]`` are resident in host memory, from `start` on."""
+        blocks = self._blocks
+        n = 0
+        for i in range(start, stop):
+            if keys[i] not in blocks:
+                break
+            n += 1
+        return n
+
+    def start_load(self, keys: list[int], now: float) -> float:
+        """Queue the load of `keys` (resident) on the channel at `now`; returns when it completes."""
+        blocks = self._blocks
+        for key in keys:
+            blocks.move_to_end(key)
+        start = now if now > self._channel_free_ms else self._channel_free_ms
+        self._channel_free_ms = start + self.settings.transfer_ms(len(keys))
+        self.loaded_bytes += len(keys) * self.settings.block_bytes
+        done = self._channel_free_ms + self.settings.latency_ms
+        heapq.heappush(self._due, done)
+        return done
+
+    def start_restore(self, keys: list[int], now: float) -> float:
+        """Queue the read of `keys` from disk into host memory; returns when it completes."""
+        assert self.g3 is not None
+        done = self.g3.start_read(keys, now)
+        heapq.heappush(self._due, done)
+        return done
+
+    def tally(self) -> dict[str, int]:
+        """What the tier did: reused prompt tokens by tier, bytes stored and loaded."""
+        return {"gpu_reused_tokens": self.gpu_reused_tokens, "host_reused_tokens": self.host_reused_tokens,
+                "host_stored_bytes": self.stored_bytes, "host_loaded_bytes": self.loaded_bytes}
+
+    def next_due(self) -> float:
+        """When the next load in flight completes (inf if none)."""
+        return self._due[0] if self._due else float("inf")
+
+    def take_due(self, now: float) -> bool:
+        """Forget the loads completed by `now`; True if there were any."""
+        due = self._due
+        if not due or due[0] > now:
+            return False
+        while due and due[0] <= now:
+            heapq.heappop(due)
+        return True
