@@ -28,6 +28,8 @@ BAYESIAN_ROUND = 4
 REPEATS_BEFORE_FILL = 4
 """Proposals in a row of already-tried candidates after which the model-guided search takes the
 next untried one of the screened ranking (or of the grid) instead."""
+SPREAD_LIMIT = 20_000
+"""Deployments of a backend the start-up round groups by GPU count (a seeded sample beyond)."""
 CHUNK = 32
 """Candidates per round of grid and random search (they do not learn: only the ledger's flush
 granularity)."""
@@ -129,7 +131,10 @@ class BayesianStrategy:
         branch = self.branch
         groups: dict[tuple[int, str], list[tuple[Shape, ...]]] = {}
         for backend in branch.backends:
-            for shapes in branch.deployments(backend):
+            deployments = branch.deployments(backend)
+            if len(deployments) > SPREAD_LIMIT:  # a seeded sample stands for the many
+                deployments = [deployments[rng.randrange(len(deployments))] for _ in range(SPREAD_LIMIT)]
+            for shapes in deployments:
                 groups.setdefault((sum(s.gpus for s in shapes), backend), []).append(shapes)
         for members in groups.values():
             rng.shuffle(members)

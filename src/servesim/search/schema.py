@@ -38,6 +38,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Gt, Le
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from servesim.limits import MAX_CANDIDATE_GPUS
 from servesim.search.planner_domains import PlannerDomains, planner_target
 from servesim.search.domains import (
     Choices,
@@ -276,7 +277,8 @@ class TrafficDomains(_Model):
 
 class Constraints(_Model):
     min_candidate_gpus: PositiveInt | None = None
-    max_candidate_gpus: PositiveInt = 32
+    max_candidate_gpus: Annotated[int, Strict(), Ge(1), Le(MAX_CANDIDATE_GPUS)] = 32
+    """At most `servesim.limits.MAX_CANDIDATE_GPUS` (the default pools list every replica count)."""
     min_goodput_rps: PositiveNumber | None = None
     """Target min_gpus: the SLA-meeting request rate a candidate must sustain (upstream's key)."""
 
