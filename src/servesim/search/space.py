@@ -278,7 +278,7 @@ def _conditional(name: str) -> bool:
 
 def _projection(names: list[str], values: tuple[Any, ...], fixed: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The router/planner knobs a candidate with these values really carries (`flat_knobs`)."""
-    probe = Candidate("aggregated", "vllm", (), tuple(sorted({**fixed, **dict(zip(names, values))}.items())))
+    probe = Candidate("aggregated", "vllm", (), tuple(sorted({**fixed, **dict(zip(names, values, strict=True))}.items())))
     return tuple(sorted((k, repr(v)) for k, v in probe.flat_knobs().items() if _conditional(k)))
 
 
