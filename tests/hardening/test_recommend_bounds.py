@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from search_helpers import config
+from servesim.errors import TraceError
 from servesim.config import parse_config
 from servesim.search.profile import PROFILE_REQUESTS, profile
+from servesim.traffic.applied_compute import read_applied_compute
 
 
 def _predict_config(**changes: Any) -> dict[str, Any]:
@@ -48,3 +54,36 @@ def test_poisson_span_of_many_sessions_is_not_drawn() -> None:
     arrivals = profile(cfg).arrivals(cfg)
     assert time.perf_counter() - started < 10
     assert abs(arrivals.span_ms - (10**8 - 1) * 10.0) < 1
+
+
+def _agentic_row(turns: int, tool_output: int = 1) -> dict[str, Any]:
+    return {"num_turns": turns, "input_prompt_length": 1, "assistant_response_length": [1] * turns,
+            "tool_call_output_length": [tool_output] * turns, "tool_call_latency": [0] * turns,
+            "final_assistant_response_length": 1}
+
+
+def test_applied_compute_prompt_growth_beyond_max_tokens_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "agentic.jsonl"
+    path.write_text(json.dumps(_agentic_row(2)) + "\n" + json.dumps(_agentic_row(2, 10**12)) + "\n"
+                    + json.dumps(_agentic_row(3, 4 * 10**8)) + "\n")
+    started = time.perf_counter()
+    with pytest.raises(TraceError) as info:
+        read_applied_compute(str(path), 1)
+    assert time.perf_counter() - started < 5  # a 10^12-token tool output hung
+    assert f"{path}:2" in str(info.value) and "at most 1,000,000,000" in str(info.value)
+    path.write_text(json.dumps(_agentic_row(3, 4 * 10**8)) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_applied_compute(str(path), 1)
+    assert f"{path}:1" in str(info.value) and "turn 3's prompt" in str(info.value)
+
+
+def test_applied_compute_long_sessions_do_not_copy_their_history(tmp_path: Path) -> None:
+    path = tmp_path / "agentic.jsonl"
+    path.write_text(json.dumps(_agentic_row(100_000)) + "\n")
+    started = time.perf_counter()
+    workload = read_applied_compute(str(path), 1)  # one id per token: the copies were 10^10 ids
+    assert time.perf_counter() - started < 10
+    turns = workload.sessions[0].turns
+    assert len(turns) == 100_001 and turns[-1].input_length == 200_001
+    assert all(len(t.block_values) == t.input_length for t in (turns[0], turns[5_000], turns[-1]))
+    assert list(turns[3].block_values) == list(turns[-1].block_values[:turns[3].input_length])

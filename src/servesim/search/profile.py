@@ -25,6 +25,9 @@ from servesim.traffic.workload import Session, Workload
 
 PROFILE_REQUESTS = 20_000
 """Requests the workload's means are taken over (the first sessions holding that many)."""
+PROFILE_BLOCKS = 1_000_000
+"""Prompt blocks the sample's cached prefixes are looked up over (a long session's growing
+prompts are cut there)."""
 POISSON_EXACT = 100_000
 """Sessions up to which a Poisson schedule's span is drawn exactly (beyond: its expectation)."""
 
@@ -118,9 +121,15 @@ def _session_profile(workload: Workload) -> Profile:
     count = 0
     seen: set[int] = set()
     order = sorted(_sample(workload.sessions), key=lambda s: s.first_arrival_ms or 0.0)
+    blocks = 0
     for session in order:
         context = 0
+        if blocks >= PROFILE_BLOCKS:
+            break
         for index, turn in enumerate(session.turns):
+            if blocks >= PROFILE_BLOCKS:
+                break
+            blocks += min(PROFILE_BLOCKS, len(turn.block_values))
             prompt = context + turn.input_length if workload.accumulate else turn.input_length
             shared = min(_seen_prefix(turn.block_values, seen) * turn.block_size, turn.input_length)
             cached = context + shared if workload.accumulate and index else shared
@@ -131,7 +140,7 @@ def _session_profile(workload: Workload) -> Profile:
             count += 1
     sessions = len(workload.sessions)
     n = max(1, count)
-    requests = workload.num_requests if len(order) < sessions else count
+    requests = workload.num_requests
     return Profile(requests, isl / n, prefix / n, max(1.0, osl / n), sessions,
                    requests / max(1, sessions), _span(workload.sessions))
 
@@ -160,6 +169,7 @@ def _span(sessions: Sequence[Session]) -> float:
 
 def _seen_prefix(values: Sequence[int], seen: set[int]) -> int:
     """Leading values already in `seen` (then every value is added to it)."""
+    values = values[:PROFILE_BLOCKS]
     leading = 0
     for value in values:
         if value not in seen:
