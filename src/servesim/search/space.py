@@ -92,6 +92,8 @@ class Dim:
     high: float = 0.0
     log: bool = False
     integer: bool = False
+    stride: int = 0
+    """An integer step range's step (its values are evenly spaced); 0 otherwise."""
 
     @property
     def finite(self) -> bool:
@@ -118,8 +120,9 @@ def dim_from_domain(name: str, domain: Any, *, integer: bool) -> Dim | None:
     if spec.step is not None:
         count = range_size(spec, integer=integer) or 1
         values = tuple(spec.min + i * spec.step for i in range(count))
-        values = tuple(int(round(v)) for v in values) if integer else tuple(round(v, 12) for v in values)
-        return Dim(name, values, integer=integer)
+        if not integer:
+            return Dim(name, tuple(round(v, 12) for v in values))
+        return Dim(name, tuple(int(round(v)) for v in values), integer=True, stride=int(spec.step))
     if integer:
         return Dim(name, tuple(range(int(spec.min), int(spec.max) + 1)), spec.min, spec.max,
                    log=spec.scale == "log", integer=True)
