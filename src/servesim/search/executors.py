@@ -24,6 +24,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -235,6 +236,35 @@ def _servesim_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name.startswith("SERVESIM_")}
 
 
+RAY_CONNECT_TIMEOUT_S = 60.0
+"""How long `ray.init` may take to reach a cluster (an address that accepts connections but
+never answers as Ray would otherwise be waited on for ever)."""
+
+
+def _connect(ray: Any, address: str | None) -> None:
+    """`ray.init`, bounded by `RAY_CONNECT_TIMEOUT_S`; ClusterUnavailable when it fails or
+    does not finish in time."""
+    failure: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        except BaseException as exc:  # reported by the waiting thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=init, name="servesim-ray-connect", daemon=True)
+    thread.start()
+    thread.join(RAY_CONNECT_TIMEOUT_S)
+    why = (f"no answer within {RAY_CONNECT_TIMEOUT_S:g} s" if thread.is_alive()
+           else str(failure[0]).splitlines()[0] if failure and isinstance(failure[0], ConnectionError) else None)
+    if why is None and failure:
+        raise failure[0]
+    if why is not None:
+        raise ClusterUnavailable(
+            f"--ray-address {address}: no Ray cluster is reachable there ({why}); start one with `ray start "
+            "--head`, pass its address (host:port), or omit --ray-address to start a local Ray instance")
+
+
 class RayExecutor:
     """Candidates as Ray tasks on a running cluster (`address`) or a local instance."""
 
@@ -242,14 +272,7 @@ class RayExecutor:
         import ray
 
         if not ray.is_initialized():
-            try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            except ConnectionError as exc:
-                raise ClusterUnavailable(
-                    f"--ray-address {address}: no Ray cluster is reachable there ({str(exc).splitlines()[0]}); "
-                    "start one with `ray start --head`, pass its address (host:port), or omit --ray-address "
-                    "to start a local Ray instance") from None
+            _connect(ray, address)
         self._ray = ray
         # SPREAD: candidates go to every node of the cluster, not first to fill the driver's node
         options: dict[str, Any] = {"num_cpus": 1, "max_retries": 0, "max_calls": RAY_TASKS_PER_WORKER,
