@@ -4,6 +4,7 @@ or a hang: an unreachable Ray cluster, bad values, missing extras, signals."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -67,3 +68,75 @@ def test_an_unreachable_ray_address_exits_2_in_bounded_time(tmp_path: Path) -> N
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"--ray-address 127.0.0.1:{port}: no Ray cluster is reachable there (no answer within 3 s)" in done.stderr
     assert "Traceback" not in done.stderr and time.monotonic() - started < 60
+
+
+def _recommend(tmp_path: Path, data: dict[str, Any], *args: str, env: dict[str, str] | None = None,
+               prelude: str = "") -> subprocess.CompletedProcess[str]:
+    path = _write(tmp_path, data)
+    script = prelude + textwrap.dedent(f"""
+        import sys
+        from servesim.cli import main
+        sys.argv = ["servesim", "recommend", "-c", {str(path)!r}, "--output-dir", {str(tmp_path / "out")!r},
+                    "--overwrite", *{list(args)!r}]
+        sys.exit(main())
+    """)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, **(env or {})))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"optimizer.seed": 2**32}, "optimizer.seed: must be <= 4294967295"),
+    ({"optimizer.candidate_timeout_seconds": 1e300}, "optimizer.candidate_timeout_seconds: must be <= 1000000000"),
+])
+def test_out_of_range_optimizer_values_exit_2(tmp_path: Path, changes: dict[str, Any], message: str) -> None:
+    done = _recommend(tmp_path, config(**changes, **{"optimizer.algorithm": "bayesian", "optimizer.max_trials": 2}))
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_largest_seed_and_a_month_long_timeout_run(tmp_path: Path) -> None:
+    disaggregated = {"engine.mode": {"choices": ["aggregated", "disaggregated"]},
+                     **{f"engine.workers.{role}": config()["engine"]["workers"]["aggregated"]
+                        for role in ("prefill", "decode")}}
+    data = config(**disaggregated, **{"optimizer.seed": 2**32 - 1, "optimizer.candidate_timeout_seconds": 3e6,
+                                      "optimizer.algorithm": "bayesian", "optimizer.max_trials": 4})
+    done = _recommend(tmp_path, data)  # seed + 1 for the second branch; a poll of 3e6 s overflowed
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_an_unknown_model_is_a_config_error(tmp_path: Path) -> None:
+    data = config(**{"engine.model": "nobody/NoSuchModel-7B"})
+    worker = data["engine"]["workers"]["aggregated"]
+    worker.pop("timing")
+    worker["kv_cache"].pop("capacity")
+    done = _recommend(tmp_path, data, env={"HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "model 'nobody/NoSuchModel-7B'" in done.stderr
+
+
+@pytest.mark.parametrize("module, option, message", [
+    ("plotly", "--report", "pip install 'servesim[report]'"),
+    ("ray", "--executor=ray", "pip install 'servesim[ray]'"),
+])
+def test_a_missing_extra_is_named_before_the_search(tmp_path: Path, module: str, option: str, message: str) -> None:
+    done = _recommend(tmp_path, config(), option, prelude=f"import sys\nsys.modules[{module!r}] = None\n")
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "out" / "recommendation.json").exists()
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_process_group_exits_quietly(tmp_path: Path, signum: int, code: int) -> None:
+    data = config(**{"optimizer.algorithm": "random", "optimizer.max_trials": 200, "optimizer.parallelism": 2,
+                     "traffic.stop.requests": 400, "traffic.load.concurrency": 4,
+                     "engine.workers.aggregated.scheduler.max_sequences": {"range": {"min": 1, "max": 64, "step": 1}}})
+    path = _write(tmp_path, data)
+    ledger = tmp_path / "out" / "recommendation.json"
+    proc = subprocess.Popen([*SERVESIM, "recommend", "-c", str(path), "--output-dir", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not ledger.exists():
+        time.sleep(0.1)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signum)  # as a terminal, a container runtime or a service manager does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code and "Traceback" not in err, err[-2000:]
+    assert "interrupted" in err

@@ -71,6 +71,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = load_recommend_config(args.config, compat_overrides(args), allow_duplicate_keys=args.allow_duplicate_keys)
         _check_stack(cfg, args.stack)
+        _check_extras(args)
         prepare_folder(out_dir, args.overwrite, subfolders=("recommendations",))
         # previous results (--overwrite) stay until this search has run to its end; only into a
         # folder without any is the ledger written after each round (as the search goes)
@@ -156,3 +157,17 @@ def _throttled(write: Callable[[Any], None]) -> Callable[[Any], None]:
             last["at"], last["took"] = now, time.monotonic() - now
 
     return maybe
+
+
+def _check_extras(args: argparse.Namespace) -> None:
+    """An ImportError naming the extra to install when an option needs a missing package (before
+    any candidate is replayed, not when the results are written)."""
+    if args.report:
+        from servesim.report.html.page import plotly_modules
+
+        plotly_modules()
+    if args.executor == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ImportError("--executor ray needs Ray: pip install 'servesim[ray]'") from None

@@ -118,7 +118,7 @@ class LocalExecutor:
                     worker.start(pending.pop())
                     busy[worker.conn] = worker
             deadline = min(w.deadline(self.timeout_s) for w in busy.values())
-            ready = wait(list(busy), timeout=max(0.0, deadline - time.monotonic()))
+            ready = wait(list(busy), timeout=_wait_s(deadline))
             for conn in ready:
                 worker = busy.pop(conn)  # type: ignore[call-overload]
                 key, outcome = worker.finish()
@@ -203,10 +203,16 @@ class _Worker:
 
 
 def _worker_loop(conn: Connection) -> None:
-    """A worker: replay each config received until told to stop (Ctrl-C is the parent's)."""
+    """A worker: replay each config received until told to stop or the parent is gone. Ctrl-C
+    and SIGTERM are the parent's (a signal to the whole process group would otherwise print
+    every worker's traceback): it ends the search and stops its workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     while True:
-        config = conn.recv()
+        try:
+            config = conn.recv()
+        except (EOFError, OSError):
+            break
         if config is None:
             break
         outcome = evaluate(config)
@@ -214,6 +220,16 @@ def _worker_loop(conn: Connection) -> None:
         conn.send(outcome)
     conn.close()
     os._exit(0)
+
+
+MAX_WAIT_S = 3600.0
+"""Longest single wait for a result (the loop waits again until the deadline): the OS's poll
+takes at most about 2.1·10⁶ s."""
+
+
+def _wait_s(deadline: float) -> float:
+    """Seconds to wait now for a result due by `deadline` (monotonic clock)."""
+    return min(MAX_WAIT_S, max(0.0, deadline - time.monotonic()))
 
 
 class ClusterUnavailable(RuntimeError):
@@ -269,7 +285,10 @@ class RayExecutor:
     """Candidates as Ray tasks on a running cluster (`address`) or a local instance."""
 
     def __init__(self, parallelism: int, timeout_s: float, address: str | None = None) -> None:
-        import ray
+        try:
+            import ray
+        except ImportError:
+            raise ImportError("--executor ray needs Ray: pip install 'servesim[ray]'") from None
 
         if not ray.is_initialized():
             _connect(ray, address)
@@ -296,7 +315,7 @@ class RayExecutor:
                 key, config = pending.pop()
                 running[self._task.remote(config)] = (key, time.monotonic())
             deadline = min(started for _, started in running.values()) + self.timeout_s
-            done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            done, _ = ray.wait(list(running), num_returns=1, timeout=_wait_s(deadline))
             for ref in done:
                 key, _ = running.pop(ref)
                 try:

@@ -193,7 +193,7 @@ class Search:
         runs = []
         for index, branch in enumerate(self.branches):
             budget = base + (1 if index < extra else 0)
-            seed = opt.seed + (0 if branch.mode == "aggregated" else 1)
+            seed = (opt.seed + (0 if branch.mode == "aggregated" else 1)) % 2**32  # a 32-bit seed
             strategy: Any = RandomStrategy(branch, seed)
             if algorithm == "bayesian":
                 ranked = self._screened(branch, seed) if opt.screen else None
