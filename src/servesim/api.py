@@ -105,6 +105,8 @@ class Report:
     the headline of the table and the HTML report (`report/headline.py`)."""
     first_rejection: str | None = None
     """Why the first rejected (or failed) request did not complete (None: none was rejected)."""
+    context_rejected: int = 0
+    """Requests rejected because their prompt reaches the context length (the reference's own rejection)."""
     spool: RecordSpool | None = None
     """The spool that took the per-request records as requests ended, when `simulate(...,
     spool=...)` used it; `per_request` is then None."""
@@ -442,7 +444,8 @@ def _report(run: LoweredRun, cluster: Cluster, collector: Collector, tally: Requ
         summary["planner"] = cluster.scaler.record.as_dict()
     per_request = request_records(collector.records) if capture_per_request else None
     report = Report(summary, per_request, extensions, sla=run.sla, deployment=run.deployment,
-                    first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
+                    first_rejection=tally.first_rejection[1] if tally.first_rejection else None,
+                    context_rejected=tally.context_rejected)
     if sampling is not None:
         from servesim.report.latency import from_tally
 

@@ -187,6 +187,10 @@ class Search:
     def _runs(self, algorithm: str) -> list[_BranchRun]:
         opt = self.cfg.optimizer
         if algorithm == "grid":  # one budget for all branches (see _round)
+            continuous = [d.name for b in self.branches for d in b.dims if not d.finite]
+            if continuous:
+                raise ConfigError(f"{continuous[0]}: optimizer.algorithm grid needs a finite domain, and this range "
+                                  "has no step (continuous); give it a step or choices, or use random or bayesian")
             return [_BranchRun(b, GridStrategy(b), opt.max_trials) for b in self.branches]
         self.sizing_reserve = sizing.sizing_budget(opt.max_trials)
         base, extra = divmod(opt.max_trials - self.sizing_reserve, len(self.branches))
