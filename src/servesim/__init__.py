@@ -7,7 +7,13 @@ Public API::
     report["mean_ttft_ms"], report.summary, report.per_request
 """
 
+from typing import TYPE_CHECKING
+
 from servesim.errors import ConfigError, RunError, ServesimError, SimulationError, TraceError
+
+if TYPE_CHECKING:  # what the lazy exports below are, for type checkers
+    from servesim.api import Report, simulate
+    from servesim.config import SimConfig, load_config
 
 __all__ = [
     "ConfigError",
@@ -24,6 +30,8 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+
+
 def __getattr__(name: str) -> object:
     # Imported lazily so `import servesim` (and the CLI's startup) stays fast.
     if name in ("simulate", "Report"):
@@ -35,3 +43,8 @@ def __getattr__(name: str) -> object:
 
         return getattr(config, name)
     raise AttributeError(f"module 'servesim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazily imported exports included."""
+    return sorted(set(globals()) | set(__all__))
