@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from servesim.search.score import Objective
@@ -136,9 +136,10 @@ class BayesianStrategy:
         branch = self.branch
         groups: dict[tuple[int, str], list[tuple[Shape, ...]]] = {}
         for backend in branch.backends:
-            deployments = branch.deployments(backend)
-            if len(deployments) > SPREAD_LIMIT:  # a seeded sample stands for the many
-                deployments = [deployments[rng.randrange(len(deployments))] for _ in range(SPREAD_LIMIT)]
+            everything = branch.deployments(backend)
+            deployments: Sequence[tuple[Shape, ...]] = everything
+            if len(everything) > SPREAD_LIMIT:  # a seeded sample stands for the many
+                deployments = [everything[rng.randrange(len(everything))] for _ in range(SPREAD_LIMIT)]
             for shapes in deployments:
                 groups.setdefault((sum(s.gpus for s in shapes), backend), []).append(shapes)
         for members in groups.values():

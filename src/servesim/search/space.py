@@ -15,6 +15,7 @@ max_sequences`), so a candidate reads as the config it stands for.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -358,7 +359,7 @@ def _role_pool(role: str, worker: WorkerDomains, backends: list[str], moe: bool,
     if isinstance(par.preset, list):
         shapes = [Shape(**entry) for entry in par.preset]
         return RolePool(role, "list", {b: shapes for b in backends})
-    default = {b: _servable(ladder_shapes(moe, b, budget), lambda s, b=b: shape_ok(b, role, s)) for b in backends}
+    default = {b: _servable(ladder_shapes(moe, b, budget), functools.partial(shape_ok, b, role)) for b in backends}
     if par.preset == "default":
         return RolePool(role, "default", default)
     dims = []
