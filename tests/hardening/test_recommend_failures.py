@@ -140,3 +140,44 @@ def test_a_signal_to_the_process_group_exits_quietly(tmp_path: Path, signum: int
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code and "Traceback" not in err, err[-2000:]
     assert "interrupted" in err
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        text = (task / "children").read_text() if (task / "children").exists() else ""
+        found |= {int(p) for p in text.split()}
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_workers_do_not_outlive_a_search_killed_outright(tmp_path: Path) -> None:
+    data = config(**{"optimizer.algorithm": "random", "optimizer.max_trials": 4, "optimizer.parallelism": 2,
+                     "traffic.stop.requests": 10**6, "traffic.load.concurrency": 64})
+    path = _write(tmp_path, data)
+    proc = subprocess.Popen([*SERVESIM, "recommend", "-c", str(path), "--output-dir", str(tmp_path / "out")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while time.monotonic() < deadline and len(workers) < 2:
+        time.sleep(0.2)
+        workers = _children(proc.pid)
+    assert workers, "no worker started"
+    time.sleep(1)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.2)
+    left = [w for w in workers if _alive(w)]
+    for pid in left:  # (clean up what the test started)
+        os.kill(pid, signal.SIGKILL)
+    assert not left  # workers ignore SIGTERM: one orphaned would replay on for ever

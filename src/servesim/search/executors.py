@@ -24,6 +24,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -208,6 +209,7 @@ def _worker_loop(conn: Connection) -> None:
     every worker's traceback): it ends the search and stops its workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
     while True:
         try:
             config = conn.recv()
@@ -220,6 +222,23 @@ def _worker_loop(conn: Connection) -> None:
         conn.send(outcome)
     conn.close()
     os._exit(0)
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker is killed when the search process ends, however it ends (a worker that
+    ignores SIGTERM must not outlive a search killed outright)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid != os.getppid():  # the parent ended before the request took effect
+        os._exit(0)
 
 
 MAX_WAIT_S = 3600.0
