@@ -24,8 +24,8 @@ import logging
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -272,31 +272,40 @@ def _servesim_environment() -> dict[str, str]:
 
 
 RAY_CONNECT_TIMEOUT_S = 60.0
-"""How long `ray.init` may take to reach a cluster (an address that accepts connections but
-never answers as Ray would otherwise be waited on for ever)."""
+"""How long reaching a cluster may take (an address that accepts connections but never answers
+as Ray would otherwise be waited on for ever)."""
+
+
+PROBE = """
+import sys
+import ray
+ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False, configure_logging=False)
+ray.shutdown()
+"""
+"""Connects to the cluster at argv[1] and leaves (a child process: it can be stopped)."""
 
 
 def _connect(ray: Any, address: str | None) -> None:
-    """`ray.init`, bounded by `RAY_CONNECT_TIMEOUT_S`; ClusterUnavailable when it fails or
-    does not finish in time."""
-    failure: list[BaseException] = []
-
-    def init() -> None:
+    """`ray.init`; ClusterUnavailable when the cluster refuses, or (an explicit address, tried
+    first from a child process) does not answer within `RAY_CONNECT_TIMEOUT_S`."""
+    if address is not None:
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        except BaseException as exc:  # reported by the waiting thread
-            failure.append(exc)
+            subprocess.run([sys.executable, "-c", PROBE, address], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=RAY_CONNECT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ClusterUnavailable(_unreachable(address, f"no answer within {RAY_CONNECT_TIMEOUT_S:g} s")) from None
+    ours = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    except ConnectionError as exc:
+        raise ClusterUnavailable(_unreachable(address, str(exc).splitlines()[0])) from None
+    finally:
+        if ours is not None:
+            signal.signal(signal.SIGTERM, ours)  # ray.init installs its own (an exit without the ledger)
 
-    thread = threading.Thread(target=init, name="servesim-ray-connect", daemon=True)
-    thread.start()
-    thread.join(RAY_CONNECT_TIMEOUT_S)
-    why = (f"no answer within {RAY_CONNECT_TIMEOUT_S:g} s" if thread.is_alive()
-           else str(failure[0]).splitlines()[0] if failure and isinstance(failure[0], ConnectionError) else None)
-    if why is None and failure:
-        raise failure[0]
-    if why is not None:
-        raise ClusterUnavailable(
-            f"--ray-address {address}: no Ray cluster is reachable there ({why}); start one with `ray start "
+
+def _unreachable(address: str | None, why: str) -> str:
+    return (f"--ray-address {address}: no Ray cluster is reachable there ({why}); start one with `ray start "
             "--head`, pass its address (host:port), or omit --ray-address to start a local Ray instance")
 
 
