@@ -7,8 +7,14 @@ Public API::
     report["mean_ttft_ms"], report.summary, report.per_request
 """
 
+from typing import TYPE_CHECKING
+
 from servesim.errors import ConfigError, RunError, ServesimError, SimulationError, TraceError
 from servesim.version import __version__ as __version__
+
+if TYPE_CHECKING:  # what the lazy exports below are, for type checkers
+    from servesim.api import Report, simulate
+    from servesim.config import SimConfig, load_config
 
 __all__ = [
     "ConfigError",
@@ -23,6 +29,8 @@ __all__ = [
 ]
 
 
+
+
 def __getattr__(name: str) -> object:
     # Imported lazily so `import servesim` (and the CLI's startup) stays fast.
     if name in ("simulate", "Report"):
@@ -34,3 +42,8 @@ def __getattr__(name: str) -> object:
 
         return getattr(config, name)
     raise AttributeError(f"module 'servesim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazily imported exports included."""
+    return sorted(set(globals()) | set(__all__))

@@ -106,6 +106,8 @@ class Report:
     the headline of the table and the HTML report (`report/headline.py`)."""
     first_rejection: str | None = None
     """Why the first rejected (or failed) request did not complete (None: none was rejected)."""
+    context_rejected: int = 0
+    """Requests rejected because their prompt reaches the context length (the reference's own rejection)."""
     spool: RecordSpool | None = None
     """The spool that took the per-request records as requests ended, when `simulate(...,
     spool=...)` used it; `per_request` is then None."""
@@ -406,7 +408,8 @@ def build_report(run: LoweredRun, cluster: Cluster, collector: Collector, tally:
     numbers = driver.graph.uuid_numbers if driver is not None else None
     per_request = request_records(collector.records, uuid_numbers=numbers) if capture_per_request else None
     report = Report(summary, per_request, extensions, sla=run.sla, deployment=run.deployment,
-                    first_rejection=tally.first_rejection[1] if tally.first_rejection else None)
+                    first_rejection=tally.first_rejection[1] if tally.first_rejection else None,
+                    context_rejected=tally.context_rejected)
     if sampling is not None:
         from servesim.report.latency import from_tally
 

@@ -14,3 +14,14 @@ MAX_TURNS = 100_000
 MAX_TOKENS = 1_000_000_000
 """Largest prompt or output length of one request, and largest token budget (keeps the
 generated-token value space, 2**60 wide, from ever running out)."""
+
+# recommend's search spaces (counted before anything is built)
+MAX_DOMAIN_VALUES = 100_000
+"""Most values one range domain of a recommend knob may hold (`(max - min) / step + 1`; an
+integer log range: `max - min + 1`)."""
+MAX_CANDIDATE_GPUS = 100_000
+"""Largest `optimization.constraints.max_candidate_gpus` (the default parallel pools hold every
+replica count within it)."""
+MAX_POOL_SHAPES = 100_000
+"""Most parallel shapes one role's `preset: false` pool may hold (the product of its knobs'
+value counts)."""

@@ -77,13 +77,20 @@ def test_context_length_rejections_carry_a_reason(tmp_path):
 
 
 def test_nothing_completed_under_unservable_fail_exits_non_zero(tmp_path):
-    """Context-length rejections are ordinary rejections, but a run that completed nothing while
-    the user asked for `--unservable fail` warns and fails."""
+    """A run that completed nothing while the user asked for `--unservable fail` fails — unless
+    every request was rejected for the context length, which the reference reports (exit 0)."""
+    run = _predict(tmp_path, {"traffic.source.input_tokens": POOL_TOKENS + 300}, "--unservable", "fail")
+    assert run.returncode not in (0, None) and "Traceback" not in run.stderr
+    assert "no request completed" in run.message(tmp_path)
+
+
+def test_every_request_over_the_context_length_is_reported_under_unservable_fail(tmp_path):
     run = _predict(tmp_path, {"engine.context_length": 1000,
                               "traffic.source": {"type": "synthetic", "input_tokens": 1500, "output_tokens": 5}},
                    "--unservable", "fail")
-    assert run.returncode not in (0, None) and "Traceback" not in run.stderr
-    assert "no request completed" in run.message(tmp_path)
+    run.assert_clean(0)
+    assert "warning: no request completed" in run.stderr and "context length" in run.stderr
+    assert _report(tmp_path)["rejected_requests"] == 5
 
 
 def test_a_mixed_run_counts_its_rejections(tmp_path):

@@ -7,7 +7,15 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 from annotated_types import Ge, Gt, Le
-from pydantic import Discriminator, Strict, Tag, field_validator, model_validator
+from pydantic import (
+    Discriminator,
+    SerializerFunctionWrapHandler,
+    Strict,
+    Tag,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from servesim.config.fields import (
     BytesPerToken,
@@ -112,6 +120,15 @@ class SchedulerConfig(SchemaModel):
         if value is None:
             raise ValueError("must be a positive integer (omit the key for the role default), not null")
         return value
+
+    @model_serializer(mode="wrap")
+    def _omit_default_max_sequences(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`max_sequences` left to the role default is omitted from a dump (as it was from the
+        config), so a dumped config validates again."""
+        data: dict[str, Any] = handler(self)
+        if data.get("max_sequences", 0) is None:
+            del data["max_sequences"]
+        return data
 
     def max_sequences_for(self, role: Role) -> int:
         """The effective max_num_seqs for a worker of `role`."""

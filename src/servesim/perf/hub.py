@@ -10,6 +10,7 @@ configs, servesim fetches the repository's ``config.json`` â€” that file only â€
 from __future__ import annotations
 
 import re
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,10 +26,19 @@ def looks_like_repo_id(model: str) -> bool:
     return bool(_REPO_ID.match(model)) and ".." not in model and not model.endswith((".git", ".json"))
 
 
+RETRY_AFTER_S = 300.0
+"""A failed fetch is answered from memory for this long (each fetch retries with back-off for
+about half a minute; a search asks for its model many times, in every worker)."""
+_failed: dict[str, tuple[float, str]] = {}
+
+
 @lru_cache(maxsize=64)
 def hub_config(model: str) -> Path:
     """The local path of the model's ``config.json``, fetched from the Hub unless cached (asked
-    once per process; failures are not remembered)."""
+    once per process; a failure is remembered for `RETRY_AFTER_S`, also by forked workers)."""
+    failed = _failed.get(model)
+    if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_S:
+        raise HubUnavailable(failed[1])
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:  # pragma: no cover - it is a dependency
@@ -37,4 +47,6 @@ def hub_config(model: str) -> Path:
         return Path(hf_hub_download(model, "config.json"))
     except Exception as exc:  # noqa: BLE001 - every failure means "no config from the Hub"
         lines = str(exc).strip().splitlines()
-        raise HubUnavailable(f"{type(exc).__name__}: {lines[0][:300] if lines else ''}") from None
+        why = f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+        _failed[model] = (time.monotonic(), why)
+        raise HubUnavailable(why) from None

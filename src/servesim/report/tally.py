@@ -27,6 +27,10 @@ from servesim.collect.collector import RequestRecord, Status
 from servesim.report.columns import ColumnStore
 
 
+CONTEXT_REJECTION = "reaches the context length"
+"""The words of a context-limit rejection reason (`servesim.engine.policy`)."""
+
+
 @dataclass(slots=True, eq=False, repr=False)
 class Timelines:
     """Per counted request, in request order: arrival, terminal time, input/output length, prefix
@@ -95,6 +99,8 @@ class RequestTally:
         self.timed_out = 0
         self.first_rejection: tuple[int, str] | None = None
         """(request id, reason) of the earliest request with a rejection reason."""
+        self.context_rejected = 0
+        """Requests rejected for a prompt that reaches the context length (as the reference rejects them)."""
         self.workers: dict[tuple[str, int], list[int]] = {}
         """Per (pool, worker id) its routed requests: the sums named by `WORKER_FIELDS`."""
         self._rid = array("q")
@@ -138,8 +144,10 @@ class RequestTally:
             if status != Status.COMPLETED:
                 self.rejected += status == Status.REJECTED or status == Status.FAILED
                 self.timed_out += status == Status.TIMED_OUT
-        if record.reason is not None and (self.first_rejection is None or record.rid < self.first_rejection[0]):
-            self.first_rejection = (record.rid, record.reason)
+        if record.reason is not None:
+            self.context_rejected += CONTEXT_REJECTION in record.reason
+            if self.first_rejection is None or record.rid < self.first_rejection[0]:
+                self.first_rejection = (record.rid, record.reason)
         counted = status == Status.COMPLETED and bool(record.admissions)  # `RequestRecord.counted`
         self._add_routes(record, counted)
         if counted:

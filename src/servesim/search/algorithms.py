@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from servesim.search.score import Objective
@@ -28,6 +28,11 @@ BAYESIAN_ROUND = 4
 REPEATS_BEFORE_FILL = 4
 """Proposals in a row of already-tried candidates after which the model-guided search takes the
 next untried one of the screened ranking (or of the grid) instead."""
+CATEGORICAL_LIMIT = 64
+"""Values of an integer step range above which the model-guided search samples it as an ordered
+integer (a categorical parameter costs Optuna time in proportion to its values, every trial)."""
+SPREAD_LIMIT = 20_000
+"""Deployments of a backend the start-up round groups by GPU count (a seeded sample beyond)."""
 CHUNK = 32
 """Candidates per round of grid and random search (they do not learn: only the ledger's flush
 granularity)."""
@@ -105,6 +110,8 @@ class BayesianStrategy:
         self._study = optuna.create_study(directions=directions, sampler=sampler)
         self._objective = objective
         self._pending: dict[Candidate, list[Any]] = {}
+        self._distributions: dict[str, Any] = {}
+        """Every parameter's distribution over the trials asked so far (the neighbours' space)."""
         self._labels = {role: _shape_labels(branch, role) for role in branch.roles}
         self._rng = random.Random(seed)
         opening = (self._spread(self._startup, self._rng) if ranked is None
@@ -129,7 +136,11 @@ class BayesianStrategy:
         branch = self.branch
         groups: dict[tuple[int, str], list[tuple[Shape, ...]]] = {}
         for backend in branch.backends:
-            for shapes in branch.deployments(backend):
+            everything = branch.deployments(backend)
+            deployments: Sequence[tuple[Shape, ...]] = everything
+            if len(everything) > SPREAD_LIMIT:  # a seeded sample stands for the many
+                deployments = [everything[rng.randrange(len(everything))] for _ in range(SPREAD_LIMIT)]
+            for shapes in deployments:
                 groups.setdefault((sum(s.gpus for s in shapes), backend), []).append(shapes)
         for members in groups.values():
             rng.shuffle(members)
@@ -183,6 +194,7 @@ class BayesianStrategy:
                     self._enqueue_neighbour()
                 trial = self._study.ask()
                 cand = self._decode(trial)
+                self._distributions.update(trial.distributions)  # (study.trials deep-copies every trial)
                 self._repeats = self._repeats + 1 if cand in self._seen else 0
                 self._pending.setdefault(cand, []).append(trial)
                 self._seen.add(cand)
@@ -205,8 +217,7 @@ class BayesianStrategy:
         if self._best is None:
             return
         optuna = self._optuna
-        distributions = {name: d for trial in self._study.trials for name, d in trial.distributions.items()}
-        moves = _neighbours(self._best[1], distributions)
+        moves = _neighbours(self._best[1], self._distributions)
         self._rng.shuffle(moves)
         for params in moves:
             try:
@@ -294,7 +305,8 @@ def _neighbours(params: dict[str, Any], distributions: dict[str, Any]) -> list[d
         if choices is not None:
             out += [{**params, name: c} for c in choices if c != value]
         elif isinstance(value, int) and not isinstance(value, bool):
-            out += [{**params, name: value + step} for step in (-1, 1)]
+            stride = getattr(dist, "step", 1) or 1
+            out += [{**params, name: value + step} for step in (-stride, stride)]
     for name, g in params.items():
         if name.endswith(".gpus_per_worker"):
             replicas = name.replace(".gpus_per_worker", ".replicas")
@@ -320,6 +332,8 @@ def _shape_labels(branch: Branch, role: str) -> dict[str, Any]:
 def _suggest(trial: Any, dim: Dim) -> Any:
     if dim.log and dim.integer:
         return trial.suggest_int(dim.name, int(dim.low), int(dim.high), log=True)
+    if dim.stride and len(dim.values) > CATEGORICAL_LIMIT:  # an ordered integer grid: learnt as one
+        return trial.suggest_int(dim.name, dim.values[0], dim.values[-1], step=dim.stride)
     if dim.values:
         return trial.suggest_categorical(dim.name, list(dim.values))
     return trial.suggest_float(dim.name, dim.low, dim.high, log=dim.log)

@@ -8,6 +8,9 @@ candidates that finished is written first).
 from __future__ import annotations
 
 import argparse
+import math
+import time
+from collections.abc import Callable
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,13 +71,14 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = load_recommend_config(args.config, compat_overrides(args), allow_duplicate_keys=args.allow_duplicate_keys)
         _check_stack(cfg, args.stack)
+        _check_extras(args)
         prepare_folder(out_dir, args.overwrite, subfolders=("recommendations",))
         # previous results (--overwrite) stay until this search has run to its end; only into a
         # folder without any is the ledger written after each round (as the search goes)
         previous = bool(owned_files(out_dir))
         search = Search(cfg, base_dir=Path(args.config).resolve().parent, executor=args.executor,
                         ray_address=args.ray_address, progress=progress_line() if sys.stderr.isatty() else None,
-                        on_round=None if previous else (lambda result: outputs.write_ledger(out_dir, result)))
+                        on_round=None if previous else _throttled(lambda result: outputs.write_ledger(out_dir, result)))
     except ConfigError as exc:
         return config_error(args.config, exc)
     except ImportError as exc:
@@ -139,3 +143,31 @@ def _write_outputs(out_dir: Path, result: Any, report: bool) -> None:
             document = outputs.ledger(result)
             staged.stage_file("report.html", lambda path: write_search_report(document, path, base_dir=out_dir))
         staged.commit()
+
+
+def _throttled(write: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`write` after a round, but not more often than every 2 s nor than ten times its own last
+    duration (the ledger grows with the search: rewriting it after every round was quadratic)."""
+    last = {"at": -math.inf, "took": 0.0}
+
+    def maybe(result: Any) -> None:
+        now = time.monotonic()
+        if now - last["at"] >= max(2.0, 10 * last["took"]):
+            write(result)
+            last["at"], last["took"] = now, time.monotonic() - now
+
+    return maybe
+
+
+def _check_extras(args: argparse.Namespace) -> None:
+    """An ImportError naming the extra to install when an option needs a missing package (before
+    any candidate is replayed, not when the results are written)."""
+    if args.report:
+        from servesim.report.html.page import plotly_modules
+
+        plotly_modules()
+    if args.executor == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ImportError("--executor ray needs Ray: pip install 'servesim[ray]'") from None

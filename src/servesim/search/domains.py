@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 from annotated_types import Gt
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from servesim.limits import MAX_DOMAIN_VALUES
+
 PositiveNumber = Annotated[float, Strict(), AllowInfNan(False), Gt(0)]
 
 
@@ -73,12 +75,29 @@ def domain_parser(kind: type, check: Any) -> Any:
                         raise ValueError("an integer linear range requires step")
                 check(int(spec.min) if kind is int else spec.min)
                 check(int(spec.max) if kind is int else spec.max)
+                _check_size(spec, integer=kind is int)
                 return domain
             raise ValueError("a domain is a value, {choices: [...]} or {range: {min, max, step, scale}}")
         check(value)
         return value
 
     return validate
+
+
+def range_size(spec: RangeSpec, *, integer: bool) -> int | None:
+    """Values a range holds, counted without listing them (None: a continuous range)."""
+    if spec.step is not None:
+        return int(math.floor((spec.max - spec.min) / spec.step + 1e-9)) + 1
+    if integer:
+        return int(spec.max) - int(spec.min) + 1
+    return None
+
+
+def _check_size(spec: RangeSpec, *, integer: bool) -> None:
+    size = range_size(spec, integer=integer)
+    if size is not None and size > MAX_DOMAIN_VALUES:
+        hint = "a larger step or a narrower min..max" if integer else "a larger step, or no step (continuous)"
+        raise ValueError(f"a range may hold at most {MAX_DOMAIN_VALUES:,} values (got {size:,}: use {hint})")
 
 
 def check_positive_int(value: Any) -> None:

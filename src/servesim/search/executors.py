@@ -24,6 +24,8 @@ import logging
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -117,7 +119,7 @@ class LocalExecutor:
                     worker.start(pending.pop())
                     busy[worker.conn] = worker
             deadline = min(w.deadline(self.timeout_s) for w in busy.values())
-            ready = wait(list(busy), timeout=max(0.0, deadline - time.monotonic()))
+            ready = wait(list(busy), timeout=_wait_s(deadline))
             for conn in ready:
                 worker = busy.pop(conn)  # type: ignore[call-overload]
                 key, outcome = worker.finish()
@@ -202,10 +204,17 @@ class _Worker:
 
 
 def _worker_loop(conn: Connection) -> None:
-    """A worker: replay each config received until told to stop (Ctrl-C is the parent's)."""
+    """A worker: replay each config received until told to stop or the parent is gone. Ctrl-C
+    and SIGTERM are the parent's (a signal to the whole process group would otherwise print
+    every worker's traceback): it ends the search and stops its workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
     while True:
-        config = conn.recv()
+        try:
+            config = conn.recv()
+        except (EOFError, OSError):
+            break
         if config is None:
             break
         outcome = evaluate(config)
@@ -213,6 +222,33 @@ def _worker_loop(conn: Connection) -> None:
         conn.send(outcome)
     conn.close()
     os._exit(0)
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker is killed when the search process ends, however it ends (a worker that
+    ignores SIGTERM must not outlive a search killed outright)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid != os.getppid():  # the parent ended before the request took effect
+        os._exit(0)
+
+
+MAX_WAIT_S = 3600.0
+"""Longest single wait for a result (the loop waits again until the deadline): the OS's poll
+takes at most about 2.1·10⁶ s."""
+
+
+def _wait_s(deadline: float) -> float:
+    """Seconds to wait now for a result due by `deadline` (monotonic clock)."""
+    return min(MAX_WAIT_S, max(0.0, deadline - time.monotonic()))
 
 
 class ClusterUnavailable(RuntimeError):
@@ -235,21 +271,55 @@ def _servesim_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name.startswith("SERVESIM_")}
 
 
+RAY_CONNECT_TIMEOUT_S = 60.0
+"""How long reaching a cluster may take (an address that accepts connections but never answers
+as Ray would otherwise be waited on for ever)."""
+
+
+PROBE = """
+import sys
+import ray
+ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False, configure_logging=False)
+ray.shutdown()
+"""
+"""Connects to the cluster at argv[1] and leaves (a child process: it can be stopped)."""
+
+
+def _connect(ray: Any, address: str | None) -> None:
+    """`ray.init`; ClusterUnavailable when the cluster refuses, or (an explicit address, tried
+    first from a child process) does not answer within `RAY_CONNECT_TIMEOUT_S`."""
+    if address is not None:
+        try:
+            subprocess.run([sys.executable, "-c", PROBE, address], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=RAY_CONNECT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ClusterUnavailable(_unreachable(address, f"no answer within {RAY_CONNECT_TIMEOUT_S:g} s")) from None
+    ours = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    except ConnectionError as exc:
+        raise ClusterUnavailable(_unreachable(address, str(exc).splitlines()[0])) from None
+    finally:
+        if ours is not None:
+            signal.signal(signal.SIGTERM, ours)  # ray.init installs its own (an exit without the ledger)
+
+
+def _unreachable(address: str | None, why: str) -> str:
+    return (f"--ray-address {address}: no Ray cluster is reachable there ({why}); start one with `ray start "
+            "--head`, pass its address (host:port), or omit --ray-address to start a local Ray instance")
+
+
 class RayExecutor:
     """Candidates as Ray tasks on a running cluster (`address`) or a local instance."""
 
     def __init__(self, parallelism: int, timeout_s: float, address: str | None = None) -> None:
-        import ray
+        try:
+            import ray
+        except ImportError:
+            raise ImportError("--executor ray needs Ray: pip install 'servesim[ray]'") from None
 
         if not ray.is_initialized():
-            try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            except ConnectionError as exc:
-                raise ClusterUnavailable(
-                    f"--ray-address {address}: no Ray cluster is reachable there ({str(exc).splitlines()[0]}); "
-                    "start one with `ray start --head`, pass its address (host:port), or omit --ray-address "
-                    "to start a local Ray instance") from None
+            _connect(ray, address)
         self._ray = ray
         # SPREAD: candidates go to every node of the cluster, not first to fill the driver's node
         options: dict[str, Any] = {"num_cpus": 1, "max_retries": 0, "max_calls": RAY_TASKS_PER_WORKER,
@@ -273,7 +343,7 @@ class RayExecutor:
                 key, config = pending.pop()
                 running[self._task.remote(config)] = (key, time.monotonic())
             deadline = min(started for _, started in running.values()) + self.timeout_s
-            done, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            done, _ = ray.wait(list(running), num_returns=1, timeout=_wait_s(deadline))
             for ref in done:
                 key, _ = running.pop(ref)
                 try:

@@ -4,6 +4,11 @@ Mean prompt, cached-prefix and output lengths, the request count, and how reques
 open-loop rate (requests per ms; infinite for a burst) or a closed loop of N clients. The trace
 or synthetic source is read once per search; each candidate only changes the load (its
 `traffic.load` knob), which `Profile.arrivals` applies.
+
+The means are taken over a bounded sample, so screening costs the same for 10⁸ requests as for
+`PROFILE_REQUESTS`: the sessions in input order until they hold that many requests (a
+synthetic workload's sessions are made only that far). The counts (requests, sessions) are the
+whole workload's; so is a trace's span of first arrivals.
 """
 
 from __future__ import annotations
@@ -15,7 +20,16 @@ from dataclasses import dataclass
 from servesim.config import SimConfig
 from servesim.config.schema import ConcurrencyLoad, ConstantRateLoad, PoissonLoad, TraceTimestampsLoad
 from servesim.traffic.agentic import AgenticGraph
-from servesim.traffic.workload import Workload
+from servesim.traffic.synthetic import SyntheticSessions
+from servesim.traffic.workload import Session, Workload
+
+PROFILE_REQUESTS = 20_000
+"""Requests the workload's means are taken over (the first sessions holding that many)."""
+PROFILE_BLOCKS = 1_000_000
+"""Prompt blocks the sample's cached prefixes are looked up over (a long session's growing
+prompts are cut there)."""
+POISSON_EXACT = 100_000
+"""Sessions up to which a Poisson schedule's span is drawn exactly (beyond: its expectation)."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +89,12 @@ class Profile:
 
 @functools.lru_cache(maxsize=256)
 def _poisson_span(sessions: int, rate: float, seed: int) -> float:
-    """The last first-arrival of the seeded Poisson schedule (what the run will draw)."""
+    """The last first-arrival of the seeded Poisson schedule (what the run will draw; beyond
+    `POISSON_EXACT` sessions its expectation, which a draw of that many hardly leaves)."""
     from servesim.traffic.synthetic import poisson_schedule
+
+    if sessions > POISSON_EXACT:
+        return (sessions - 1) * 1000.0 / rate
 
     return functools.reduce(lambda _previous, arrival: arrival, poisson_schedule(sessions, rate, seed), 0.0)
 
@@ -96,16 +114,22 @@ def profile(config: SimConfig) -> Profile:
 
 
 def _session_profile(workload: Workload) -> Profile:
-    """Sessions in arrival order; a prompt's cacheable prefix is its leading blocks some earlier
-    prompt already held (an unbounded cache) plus, for a later turn of an accumulating session,
-    the whole previous context."""
+    """The sampled sessions in arrival order; a prompt's cacheable prefix is its leading blocks
+    some earlier prompt already held (an unbounded cache) plus, for a later turn of an
+    accumulating session, the whole previous context."""
     isl = prefix = osl = 0.0
     count = 0
     seen: set[int] = set()
-    order = sorted(workload.sessions, key=lambda s: s.first_arrival_ms or 0.0)
+    order = sorted(_sample(workload.sessions), key=lambda s: s.first_arrival_ms or 0.0)
+    blocks = 0
     for session in order:
         context = 0
+        if blocks >= PROFILE_BLOCKS:
+            break
         for index, turn in enumerate(session.turns):
+            if blocks >= PROFILE_BLOCKS:
+                break
+            blocks += min(PROFILE_BLOCKS, len(turn.block_values))
             prompt = context + turn.input_length if workload.accumulate else turn.input_length
             shared = min(_seen_prefix(turn.block_values, seen) * turn.block_size, turn.input_length)
             cached = context + shared if workload.accumulate and index else shared
@@ -114,15 +138,38 @@ def _session_profile(workload: Workload) -> Profile:
             osl += turn.max_output_tokens
             context = prompt + turn.max_output_tokens
             count += 1
-    present = [s.first_arrival_ms for s in workload.sessions if s.first_arrival_ms is not None]
-    span = max(present) - min(present) if len(present) > 1 else 0.0
+    sessions = len(workload.sessions)
     n = max(1, count)
-    return Profile(count, isl / n, prefix / n, max(1.0, osl / n), len(workload.sessions),
-                   count / max(1, len(workload.sessions)), span)
+    requests = workload.num_requests
+    return Profile(requests, isl / n, prefix / n, max(1.0, osl / n), sessions,
+                   requests / max(1, sessions), _span(workload.sessions))
+
+
+def _sample(sessions: Sequence[Session]) -> list[Session]:
+    """The first sessions, in input order, until they hold `PROFILE_REQUESTS` requests."""
+    out: list[Session] = []
+    held = 0
+    for index in range(len(sessions)):
+        if held >= PROFILE_REQUESTS:
+            break
+        session = sessions[index]
+        out.append(session)
+        held += len(session.turns)
+    return out
+
+
+def _span(sessions: Sequence[Session]) -> float:
+    """Last first arrival minus the first (0 when fewer than two sessions have one); a
+    synthetic workload's sessions carry none (its load places them), so they are not made."""
+    if isinstance(sessions, SyntheticSessions):
+        return 0.0
+    present = [s.first_arrival_ms for s in sessions if s.first_arrival_ms is not None]
+    return max(present) - min(present) if len(present) > 1 else 0.0
 
 
 def _seen_prefix(values: Sequence[int], seen: set[int]) -> int:
     """Leading values already in `seen` (then every value is added to it)."""
+    values = values[:PROFILE_BLOCKS]
     leading = 0
     for value in values:
         if value not in seen:

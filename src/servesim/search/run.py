@@ -187,13 +187,17 @@ class Search:
     def _runs(self, algorithm: str) -> list[_BranchRun]:
         opt = self.cfg.optimizer
         if algorithm == "grid":  # one budget for all branches (see _round)
+            continuous = [d.name for b in self.branches for d in b.dims if not d.finite]
+            if continuous:
+                raise ConfigError(f"{continuous[0]}: optimizer.algorithm grid needs a finite domain, and this range "
+                                  "has no step (continuous); give it a step or choices, or use random or bayesian")
             return [_BranchRun(b, GridStrategy(b), opt.max_trials) for b in self.branches]
         self.sizing_reserve = sizing.sizing_budget(opt.max_trials)
         base, extra = divmod(opt.max_trials - self.sizing_reserve, len(self.branches))
         runs = []
         for index, branch in enumerate(self.branches):
             budget = base + (1 if index < extra else 0)
-            seed = opt.seed + (0 if branch.mode == "aggregated" else 1)
+            seed = (opt.seed + (0 if branch.mode == "aggregated" else 1)) % 2**32  # a 32-bit seed
             strategy: Any = RandomStrategy(branch, seed)
             if algorithm == "bayesian":
                 ranked = self._screened(branch, seed) if opt.screen else None

@@ -38,6 +38,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Gt, Le
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from servesim.limits import MAX_CANDIDATE_GPUS, MAX_MS
 from servesim.search.planner_domains import PlannerDomains, planner_target
 from servesim.search.domains import (
     Choices,
@@ -276,7 +277,8 @@ class TrafficDomains(_Model):
 
 class Constraints(_Model):
     min_candidate_gpus: PositiveInt | None = None
-    max_candidate_gpus: PositiveInt = 32
+    max_candidate_gpus: Annotated[int, Strict(), Ge(1), Le(MAX_CANDIDATE_GPUS)] = 32
+    """At most `servesim.limits.MAX_CANDIDATE_GPUS` (the default pools list every replica count)."""
     min_goodput_rps: PositiveNumber | None = None
     """Target min_gpus: the SLA-meeting request rate a candidate must sustain (upstream's key)."""
 
@@ -331,8 +333,10 @@ class Optimizer(_Model):
     """auto (servesim's default): grid when the space fits max_trials, else bayesian."""
     max_trials: PositiveInt = 320
     parallelism: PositiveInt = 16
-    candidate_timeout_seconds: PositiveNumber = 600.0
-    seed: NonNegativeInt = 42
+    candidate_timeout_seconds: Annotated[float, Strict(), AllowInfNan(False), Gt(0), Le(MAX_MS / 1000)] = 600.0
+    """At most `servesim.limits.MAX_MS` (10⁹ s)."""
+    seed: Annotated[int, Strict(), Ge(0), Le(2**32 - 1)] = 42
+    """A 32-bit seed (what the samplers take)."""
     worker_memory_mb: PositiveNumber | None = 4096.0
     """servesim extension: a local worker whose resident memory exceeds this after a candidate is
     replaced by a fresh one (null: never); bounds a search's memory whatever its length."""

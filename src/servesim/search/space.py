@@ -15,6 +15,7 @@ max_sequences`), so a candidate reads as the config it stands for.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -31,6 +32,10 @@ from servesim.search.schema import (
     RecommendConfig,
     WorkerDomains,
 )
+from servesim.errors import ConfigError
+from servesim.limits import MAX_POOL_SHAPES, MAX_WORKERS
+from servesim.search.deployments import Deployments
+from servesim.search.domains import range_size
 from servesim.search.planner_domains import scales
 
 GPUS_PER_WORKER_LADDER = (1, 2, 4, 8, 16)
@@ -88,6 +93,8 @@ class Dim:
     high: float = 0.0
     log: bool = False
     integer: bool = False
+    stride: int = 0
+    """An integer step range's step (its values are evenly spaced); 0 otherwise."""
 
     @property
     def finite(self) -> bool:
@@ -112,10 +119,11 @@ def dim_from_domain(name: str, domain: Any, *, integer: bool) -> Dim | None:
     if spec.min == spec.max:
         return None
     if spec.step is not None:
-        count = int(math.floor((spec.max - spec.min) / spec.step + 1e-9)) + 1
+        count = range_size(spec, integer=integer) or 1
         values = tuple(spec.min + i * spec.step for i in range(count))
-        values = tuple(int(round(v)) for v in values) if integer else tuple(round(v, 12) for v in values)
-        return Dim(name, values, integer=integer)
+        if not integer:
+            return Dim(name, tuple(round(v, 12) for v in values))
+        return Dim(name, tuple(int(round(v)) for v in values), integer=True, stride=int(spec.step))
     if integer:
         return Dim(name, tuple(range(int(spec.min), int(spec.max) + 1)), spec.min, spec.max,
                    log=spec.scale == "log", integer=True)
@@ -193,17 +201,22 @@ class Branch:
     """Knobs with one value (plain values and one-point domains), keyed by YAML path."""
     min_gpus: int
     max_gpus: int
+    _deployments: dict[str, Deployments] = field(default_factory=dict, repr=False)
 
     @property
     def roles(self) -> tuple[str, ...]:
         return ROLES_OF[self.mode]
 
-    def deployments(self, backend: str) -> list[tuple[Shape, ...]]:
-        """Every combination of role shapes for `backend`, default-pool ones within the budget."""
-        pools = [self.pools[role] for role in self.roles]
-        combos = itertools.product(*(pool.by_backend.get(backend, []) for pool in pools))
-        explicit = any(pool.kind != "default" for pool in pools)
-        return [c for c in combos if explicit or self.min_gpus <= sum(s.gpus for s in c) <= self.max_gpus]
+    def deployments(self, backend: str) -> Deployments:
+        """Every combination of role shapes for `backend`, default-pool ones within the budget
+        (counted and indexed, never listed: `deployments.py`)."""
+        found = self._deployments.get(backend)
+        if found is None:
+            pools = [self.pools[role] for role in self.roles]
+            explicit = any(pool.kind != "default" for pool in pools)
+            found = self._deployments[backend] = Deployments(
+                [pool.by_backend.get(backend, []) for pool in pools], None if explicit else (self.min_gpus, self.max_gpus))
+        return found
 
     def unsupported(self, cand: Candidate) -> str | None:
         """Why a default-pool shape cannot serve with the candidate's backend, or None."""
@@ -226,15 +239,32 @@ class Branch:
         return {d.name: (d.values[0] if d.values else d.low) for d in self.dims}
 
     def grid_size(self) -> int:
-        knobs = math.prod(len(d.values) for d in self.dims) if self.finite else 0
+        """Distinct candidates of the grid (counted, not listed): combinations that differ only in
+        knobs their router or planner policy does not use are one."""
+        if not self.finite:
+            return 0
+        plain, conditional = self._split_dims()
+        knobs = math.prod(len(d.values) for d in plain) * conditional_count(conditional, self.fixed)
         return sum(len(self.deployments(b)) for b in self.backends) * knobs
 
     def grid(self) -> Iterator[Candidate]:
-        """Every candidate in a fixed order (backend, deployment, knobs)."""
+        """Every distinct candidate in a fixed order (backend, deployment, knobs; of combinations
+        that differ only in unused router/planner knobs, the first)."""
+        plain, conditional = self._split_dims()
+        names = [d.name for d in plain] + [d.name for d in conditional]
         for backend in self.backends:
             for shapes in self.deployments(backend):
-                for values in itertools.product(*(d.values for d in self.dims)):
-                    yield self.candidate(backend, shapes, {d.name: v for d, v in zip(self.dims, values, strict=True)})
+                for values in itertools.product(*(d.values for d in plain)):
+                    for tail in distinct_conditional(conditional, self.fixed):
+                        yield self.candidate(backend, shapes, dict(zip(names, values + tail, strict=True)))
+
+    def _split_dims(self) -> tuple[list[Dim], list[Dim]]:
+        """The dims as (plain, conditional: router and planner knobs); the conditional ones come
+        last in `dims`, so the grid keeps the order of the full product."""
+        conditional = [d for d in self.dims if _conditional(d.name)]
+        plain = [d for d in self.dims if not _conditional(d.name)]
+        assert self.dims == plain + conditional, "router/planner knobs are the branch's last dims"
+        return plain, conditional
 
     def sample(self, rng: random.Random) -> Candidate | None:
         """A uniform draw: backend, then a deployment legal for it, then each knob."""
@@ -244,6 +274,58 @@ class Branch:
             return None
         shapes = rng.choice(deployments)
         return self.candidate(backend, shapes, {d.name: d.sample(rng) for d in self.dims})
+
+
+def _conditional(name: str) -> bool:
+    return name.startswith(("router.", "planner."))
+
+
+def _projection(names: list[str], values: tuple[Any, ...], fixed: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The router/planner knobs a candidate with these values really carries (`flat_knobs`)."""
+    probe = Candidate("aggregated", "vllm", (), tuple(sorted({**fixed, **dict(zip(names, values, strict=True))}.items())))
+    return tuple(sorted((k, repr(v)) for k, v in probe.flat_knobs().items() if _conditional(k)))
+
+
+def distinct_conditional(dims: list[Dim], fixed: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+    """The value combinations of the router/planner dims, in product order, each distinct set of
+    used knobs once (the first combination that carries it)."""
+    names = [d.name for d in dims]
+    seen: set[tuple[tuple[str, Any], ...]] = set()
+    for values in itertools.product(*(d.values for d in dims)):
+        key = _projection(names, values, fixed)
+        if key not in seen:
+            seen.add(key)
+            yield values
+
+
+def conditional_count(dims: list[Dim], fixed: dict[str, Any]) -> int:
+    """How many distinct combinations `distinct_conditional` yields, counted arithmetically."""
+    by_name = {d.name: d.values for d in dims}
+
+    def values(name: str, default: Any) -> tuple[Any, ...]:
+        return by_name.get(name) or ((fixed[name],) if name in fixed else (default,))
+
+    def product(names: list[str]) -> int:
+        return math.prod(len(by_name[n]) for n in names)
+
+    router = [n for n in by_name if n.startswith("router.") and n != "router.policy"]
+    router_count = sum(product(router) if policy == "kv_router" else 1 for policy in values("router.policy", "kv_router"))
+    planner = [n for n in by_name if n.startswith("planner.") and n not in ("planner.policy", "planner.scaling_policy")]
+    if not planner and "planner.policy" not in by_name and "planner.scaling_policy" not in by_name:
+        return router_count
+    policies = values("planner.policy", None)
+    collapsed, used = False, 0
+    for scaling in values("planner.scaling_policy", "disabled"):
+        throughput, load = scales(scaling)
+        if not (throughput or load):
+            collapsed = True
+            continue
+        unused = ({"planner.fpm_sampling", "planner.load_predictor"} if not throughput else set()) | (
+            {"planner.load_sensitivity"} if not load else set())
+        used += product([n for n in planner if n not in unused])
+    enabled = sum(policy != "disabled" for policy in policies)
+    collapsed = collapsed and enabled > 0 or enabled < len(policies)
+    return router_count * (int(collapsed) + enabled * used)
 
 
 ShapeFilter = Callable[[str, str, Shape], bool]
@@ -277,7 +359,7 @@ def _role_pool(role: str, worker: WorkerDomains, backends: list[str], moe: bool,
     if isinstance(par.preset, list):
         shapes = [Shape(**entry) for entry in par.preset]
         return RolePool(role, "list", {b: shapes for b in backends})
-    default = {b: [s for s in ladder_shapes(moe, b, budget) if shape_ok(b, role, s)] for b in backends}
+    default = {b: _servable(ladder_shapes(moe, b, budget), functools.partial(shape_ok, b, role)) for b in backends}
     if par.preset == "default":
         return RolePool(role, "default", default)
     dims = []
@@ -289,8 +371,30 @@ def _role_pool(role: str, worker: WorkerDomains, backends: list[str], moe: bool,
         else:
             dims.append(dim_from_domain(f"engine.workers.{role}.parallelism.{key}", domain, integer=True)
                         or Dim(f"engine.workers.{role}.parallelism.{key}", (fixed_value(domain, True),), integer=True))
+    size = math.prod(len(d.values) for d in dims)
+    if size > MAX_POOL_SHAPES:
+        raise ConfigError(f"engine.workers.{role}.parallelism: preset: false with these knobs makes {size:,} shapes "
+                          f"(the product of their value counts); at most {MAX_POOL_SHAPES:,}")
     shapes = [Shape(*values) for values in itertools.product(*(d.values for d in dims))]
     return RolePool(role, "independent", {b: shapes for b in backends}, dims)
+
+
+def _servable(shapes: list[Shape], shape_ok: Callable[[Shape], bool]) -> list[Shape]:
+    """The shapes whose worker split can serve (checked once per split: a rank's KV pool does
+    not depend on the replica count) and whose scheduler ranks stay within `MAX_WORKERS`."""
+    verdicts: dict[tuple[int, ...], bool] = {}
+    out = []
+    for shape in shapes:
+        split = _split_of(shape)
+        if split not in verdicts:
+            verdicts[split] = shape_ok(Shape(1, *split))
+        if verdicts[split] and shape.replicas * shape.attention_data <= MAX_WORKERS:
+            out.append(shape)
+    return out
+
+
+def _split_of(shape: Shape) -> tuple[int, int, int, int, int]:
+    return shape.tensor, shape.pipeline, shape.attention_data, shape.moe_tensor, shape.moe_expert
 
 
 def ladder_shapes(moe: bool, backend: str, budget: int) -> list[Shape]:

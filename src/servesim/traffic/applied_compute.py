@@ -11,10 +11,10 @@ turn's prompt extends the previous one exactly.
 
 from __future__ import annotations
 
-from array import array
 from typing import Any
 
 from servesim.errors import TraceError
+from servesim.limits import MAX_TOKENS
 from servesim.traffic.jsonl import finite_float, read_jsonl
 from servesim.traffic.workload import Session, Turn, Workload
 
@@ -32,7 +32,7 @@ def read_applied_compute(path: str, block_size: int) -> Workload:
         except ValueError as exc:
             raise TraceError(path, line, str(exc)) from None
         blocks = -(-turns[-1][0] // block_size)
-        ids = array("Q", range(next_id, next_id + blocks))
+        ids = range(next_id, next_id + blocks)  # fresh ids: every turn's prompt is a slice, none is copied
         next_id += blocks
         session = Session(f"{SESSION_PREFIX}{line}", [], None)
         for input_length, output_length, delay_ms in turns:
@@ -63,6 +63,9 @@ def _turns(row: dict[str, Any]) -> list[tuple[int, int, float]]:
     turns = [(prompt, answers[0] if n else final, 0.0)]
     for k in range(1, n + 1):
         prompt += answers[k - 1] + tools[k - 1]
+        if prompt > MAX_TOKENS:
+            raise ValueError(f"turn {k}'s prompt (input_prompt_length plus the answers and tool outputs before it) "
+                             f"grows to {prompt} tokens; at most {MAX_TOKENS:,}")
         turns.append((prompt, answers[k] if k < n else final, latencies[k - 1] * 1000))
     return turns
 
@@ -70,6 +73,8 @@ def _turns(row: dict[str, Any]) -> list[tuple[int, int, float]]:
 def _count(value: Any, field: str) -> int:
     if type(value) is not int or value < 0:
         raise ValueError(f"{field} must be a non-negative integer (got {value!r})")
+    if value > MAX_TOKENS:
+        raise ValueError(f"{field} must be at most {MAX_TOKENS:,} tokens (got {value})")
     return value
 
 

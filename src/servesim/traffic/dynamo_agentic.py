@@ -43,6 +43,10 @@ def agentic_graph(requests: list[DynamoRequest], tools: list[DynamoTool], block_
     for session_id, chain in sessions.items():
         parent_id = chain[0].agent_context.get("parent_session_id")  # type: ignore[union-attr]
         parent = sessions.get(parent_id) if isinstance(parent_id, str) and parent_id else None
+        if parent is None and isinstance(parent_id, str) and parent_id:
+            first = chain[0]
+            raise TraceError(first.path, first.line, f"session {session_id} names parent_session_id {parent_id}, "
+                             "a session no request of the trace belongs to")
         if parent is not None:
             _link_child(chain, parent, links.get(session_id, {}), nodes)
     ordered = list(nodes.values())

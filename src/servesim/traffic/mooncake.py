@@ -128,9 +128,27 @@ def _parse_row(row: Mapping[str, Any], block_size: int) -> tuple[Turn, float | N
     timestamp = None if timestamp is None else _time(timestamp, "timestamp")
     delay = _pick(row, "delay", "delay_ms")
     delay = None if delay is None else _time(delay, "delay")
+    _check_hints(row)
     del hash_ids[-(-input_length // block_size):]
     turn = Turn(hash_ids, block_size, input_length, output_length, 0.0, output_ids)
     return turn, timestamp, delay
+
+
+def _check_hints(row: Mapping[str, Any]) -> None:
+    """The router hints (`priority`, `strict_priority`, `policy_class`) are not used, but typed
+    as the reference types them: integers (strict_priority >= 0) and a string; `false` for an
+    integer is refused as the reference refuses it."""
+    for name, minimum in (("priority", None), ("strict_priority", 0)):
+        value = row.get(name)
+        if value is None:
+            continue
+        if type(value) is not int:
+            raise ValueError(f"{name} must be an integer (got {value!r})")
+        if minimum is not None and value < minimum:
+            raise ValueError(f"{name} must be >= {minimum} (got {value})")
+    policy = row.get("policy_class")
+    if policy is not None and not isinstance(policy, str):
+        raise ValueError(f"policy_class must be a string (got {policy!r})")
 
 
 _FLOAT_INTS = 1 << 1023
