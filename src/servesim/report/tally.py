@@ -28,7 +28,7 @@ from servesim.report.columns import ColumnStore
 
 
 CONTEXT_REJECTION = "reaches the context length"
-"""The words of a context-limit rejection reason (`servesim.engine.policy`)."""
+"""The words of a context-limit rejection reason (`servesim.engine.vllm.policy`)."""
 
 
 @dataclass(slots=True, eq=False, repr=False)

@@ -1,5 +1,5 @@
-"""A branch's deployments for one backend: the combinations of its roles' shapes, as a sequence
-that is counted and indexed without being built.
+"""One role's parallel shape (`Shape`), and a branch's deployments for one backend: the
+combinations of its roles' shapes, as a sequence that is counted and indexed without being built.
 
 A disaggregated branch pairs every prefill shape with every decode shape (within the GPU budget
 when both pools are default pools), so the pairs can number the square of the pools; they are
@@ -12,12 +12,44 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, overload
+from dataclasses import dataclass
+from typing import overload
 
-if TYPE_CHECKING:
-    from servesim.search.space import Shape
+from servesim.search.schema import PARALLEL_KEYS
 
-Deployment = tuple["Shape", ...]
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """One role's parallel configuration: the worker split and the number of workers."""
+
+    replicas: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    attention_data: int = 1
+    moe_tensor: int = 1
+    moe_expert: int = 1
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.tensor * self.pipeline * self.attention_data
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_worker * self.replicas
+
+    def as_dict(self) -> dict[str, int]:
+        return {key: getattr(self, key) for key in PARALLEL_KEYS}
+
+    @property
+    def label(self) -> str:
+        """Short text such as ``3x tp2`` or ``1x tp1 dp4 ep4``."""
+        parts = [f"tp{self.tensor}"]
+        parts += [f"{tag}{v}" for tag, v in (("pp", self.pipeline), ("dp", self.attention_data),
+                                             ("mtp", self.moe_tensor), ("ep", self.moe_expert)) if v > 1]
+        return f"{self.replicas}x " + " ".join(parts)
+
+
+Deployment = tuple[Shape, ...]
 
 
 class Deployments(Sequence[Deployment]):

@@ -34,7 +34,7 @@ from servesim.search.schema import (
 )
 from servesim.errors import ConfigError
 from servesim.limits import MAX_POOL_SHAPES, MAX_WORKERS
-from servesim.search.deployments import Deployments
+from servesim.search.deployments import Deployments, Shape
 from servesim.search.domains import range_size
 from servesim.search.planner_domains import scales
 
@@ -49,37 +49,6 @@ ROLE_DEFAULTS = {
 """The reference's domains for scheduler knobs a recommend config leaves out."""
 
 ROLES_OF = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
-
-
-@dataclass(frozen=True, order=True)
-class Shape:
-    """One role's parallel configuration: the worker split and the number of workers."""
-
-    replicas: int = 1
-    tensor: int = 1
-    pipeline: int = 1
-    attention_data: int = 1
-    moe_tensor: int = 1
-    moe_expert: int = 1
-
-    @property
-    def gpus_per_worker(self) -> int:
-        return self.tensor * self.pipeline * self.attention_data
-
-    @property
-    def gpus(self) -> int:
-        return self.gpus_per_worker * self.replicas
-
-    def as_dict(self) -> dict[str, int]:
-        return {key: getattr(self, key) for key in PARALLEL_KEYS}
-
-    @property
-    def label(self) -> str:
-        """Short text such as ``3x tp2`` or ``1x tp1 dp4 ep4``."""
-        parts = [f"tp{self.tensor}"]
-        parts += [f"{tag}{v}" for tag, v in (("pp", self.pipeline), ("dp", self.attention_data),
-                                             ("mtp", self.moe_tensor), ("ep", self.moe_expert)) if v > 1]
-        return f"{self.replicas}x " + " ".join(parts)
 
 
 @dataclass(frozen=True)
