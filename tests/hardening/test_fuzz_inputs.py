@@ -93,3 +93,15 @@ def test_a_search_whose_sla_values_are_not_targets(tmp_path):
         run = run_in_process(["recommend", "-c", str(path), "--output-dir", str(tmp_path / "o")])
         run.assert_clean(2)
         assert "evaluation.sla.ttft_ms: " + words in run.stderr, run.stderr
+
+
+def test_a_search_whose_model_name_is_too_long_for_a_path(tmp_path):
+    """seed 11, case 186: a 5,000-character `engine.model` was looked up as a file next to the
+    search config (OSError: file name too long); it is now just not a local file."""
+    from search_helpers import BASE, config
+
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(config(BASE, **{"engine.model": "x" * 5000})))
+    run = run_in_process(["recommend", "-c", str(path), "--output-dir", str(tmp_path / "o")])
+    run.assert_clean(1, 2)
+    assert "Traceback" not in run.stderr and "servesim: error:" in run.stderr

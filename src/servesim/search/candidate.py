@@ -228,7 +228,7 @@ class Materializer:
         if path is None or base_dir is None or os.path.isabs(path):
             return path
         candidate = base_dir / path
-        return str(candidate) if (candidate.exists() or not must_exist) else path
+        return str(candidate) if (os.path.exists(candidate) or not must_exist) else path  # False on any OSError
 
     # -- checks ----------------------------------------------------------------------------
 
