@@ -198,6 +198,22 @@ class FixedCapacity(SchemaModel):
         return self.bytes // (block_size * bytes_per_token)
 
 
+class StateCacheConfig(SchemaModel):
+    """Upstream 0.13 key: the per-request recurrent state of a hybrid (Mamba / linear-attention) model, held in the KV pool."""
+
+    bytes_per_request: ByteCount | None = None
+    """State bytes per request per rank; each running request holds ceil(bytes / (block_size x bytes_per_token)) extra pool blocks. Required by servesim (0.13 estimates it from a hybrid model's config when omitted; servesim does not)."""
+    mamba_cache_dtype: Literal["auto", "float16", "float32"] = "auto"
+    """Upstream 0.13 key: dtype of the estimated Mamba state; only used when bytes_per_request is omitted (so not by servesim)."""
+    indexer_cache_dtype: Literal["auto", "fp8", "mxfp4"] = "auto"
+    """Upstream 0.13 key: dtype of the estimated indexer cache; only used when bytes_per_request is omitted (so not by servesim)."""
+
+    def state_blocks(self, block_bytes: int) -> int:
+        """Pool blocks one request's state takes: ceil(bytes_per_request / block_bytes)."""
+        assert self.bytes_per_request is not None
+        return -(-self.bytes_per_request // block_bytes)
+
+
 KvCapacityConfig = Annotated[
     Union[Annotated[DefaultCapacity, Tag("default")], Annotated[FixedCapacity, Tag("fixed")]],
     Discriminator(type_tag("default")),
@@ -214,7 +230,9 @@ class KvCacheConfig(SchemaModel):
     capacity: KvCapacityConfig = DefaultCapacity.defaults()
     """How many KV blocks each rank has: {type: default, memory_fraction, cuda_graph_reserved_bytes} or {type: fixed, blocks or bytes}."""
     bytes_per_token: BytesPerToken = "auto"
-    """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes; 'auto' = not given. Like 0.13, it sizes nothing else (the transfer uses kv_transfer.bytes_per_token)."""
+    """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes and state_cache; 'auto' = not given. Like 0.13, it sizes nothing else (the transfer uses kv_transfer.bytes_per_token)."""
+    state_cache: StateCacheConfig | None = None
+    """Upstream 0.13 key: hybrid-model state cache {bytes_per_request} (backend 'vllm', aggregated mode, fixed capacity, explicit block_size >= 2 and bytes_per_token); omitted = none."""
 
     @model_validator(mode="after")
     def _byte_geometry(self) -> "KvCacheConfig":
@@ -235,6 +253,41 @@ class KvCacheConfig(SchemaModel):
                                                f"{block_bytes} bytes (got {cap.bytes})"))
         raise_if(problems)
         return self
+
+    @model_validator(mode="after")
+    def _state_geometry(self) -> "KvCacheConfig":
+        """state_cache needs a fixed pool, explicit byte geometry and room for a block and a state."""
+        state = self.state_cache
+        if state is None:
+            return self
+        if not isinstance(self.capacity, FixedCapacity):
+            raise_if([("state_cache", "requires a fixed capacity (capacity.type 'fixed' with blocks or bytes)")])
+        if state.bytes_per_request is None:
+            raise_if([("state_cache.bytes_per_request", "must be given: servesim does not estimate a hybrid "
+                                                        "model's state size (upstream 0.13 does)")])
+        problems = [(key, "must be given explicitly (a positive integer) when state_cache is set")
+                    for key, value in (("block_size", self.block_size), ("bytes_per_token", self.bytes_per_token))
+                    if not isinstance(value, int)]
+        raise_if(problems)
+        assert isinstance(self.block_size, int) and isinstance(self.bytes_per_token, int)
+        block_bytes = self.block_size * self.bytes_per_token
+        if block_bytes > U64_MAX:
+            raise_if([("", "block_size x bytes_per_token overflows an unsigned 64-bit integer")])
+        if self.block_size < 2:
+            raise_if([("block_size", f"must be >= 2 with state_cache (got {self.block_size})")])
+        blocks = self.capacity.blocks_for(self.block_size, self.bytes_per_token)
+        need = state.state_blocks(block_bytes) + 1
+        if blocks < need:
+            raise_if([("capacity", f"must fit one token block and one request state: {need} blocks of "
+                                   f"{block_bytes} bytes (got {blocks})")])
+        return self
+
+    def state_blocks(self) -> int:
+        """Pool blocks each running request's state takes (0 without a state cache)."""
+        if self.state_cache is None:
+            return 0
+        assert isinstance(self.block_size, int) and isinstance(self.bytes_per_token, int)
+        return self.state_cache.state_blocks(self.block_size * self.bytes_per_token)
 
     def block_size_for(self, backend: Backend) -> int:
         """The effective block size for `backend`."""
@@ -302,6 +355,23 @@ def _interval_backends(engine: "EngineConfig") -> list[tuple[str, str]]:
             if engine.backend != backend and getattr(worker.scheduler, key) != default]
 
 
+def _state_cache_support(engine: "EngineConfig") -> list[tuple[str, str]]:
+    """state_cache (upstream 0.13) runs on the vLLM backend, in aggregated mode, without drafts."""
+    problems = []
+    for role, worker in engine.roles.items():
+        if worker.kv_cache.state_cache is None:
+            continue
+        key = f"workers.{role}.kv_cache.state_cache"
+        if engine.backend != "vllm":
+            problems.append((key, f"requires backend 'vllm' (backend is '{engine.backend}')"))
+        elif engine.mode != "aggregated":
+            problems.append((key, "is supported by servesim in aggregated mode only (upstream 0.13 also "
+                                  "runs it disaggregated, set on both roles)"))
+        if worker.speculative is not None:
+            problems.append((key, "cannot be combined with speculative decoding in servesim"))
+    return problems
+
+
 class EngineConfig(SchemaModel):
     """The serving engine: topology, model, hardware, backend and per-role workers."""
 
@@ -348,6 +418,7 @@ class EngineConfig(SchemaModel):
             problems += [(f"workers.{role}.scheduler.preemption_mode", f"only allowed when backend is 'vllm' (backend is '{self.backend}')")
                          for role, worker in self.roles.items() if worker.scheduler.preemption_mode is not None]
         problems += _interval_backends(self)
+        problems += _state_cache_support(self)
         if self.backend in ("vllm", "trtllm"):
             for role, worker in self.roles.items():
                 size = worker.kv_cache.block_size_for(self.backend)

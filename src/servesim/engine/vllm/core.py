@@ -206,7 +206,7 @@ class VllmRank(VllmHandoff, VllmRunAhead):
         if hits and fresh_lease:
             pool.pin_all(hits)
             request.lease = list(hits)
-        need = -(-after // bs) - len(request.lease)
+        need = -(-after // bs) + self.config.state_blocks - len(request.lease)
         while need > 0 and not pool.allocate(need):
             victim = self._victim()
             if victim is None:
