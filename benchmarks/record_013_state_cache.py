@@ -53,6 +53,17 @@ RUNS = {
                                      input_tokens=50, output_tokens=30, concurrency=2),
 }
 
+# one request alone: (pool blocks, input tokens, output tokens), state S = 1 block; where the
+# pool is one block short of tokens + 2S, 0.13 completes nothing (exit 1)
+SINGLE = [(5, 64, 1), (6, 64, 4), (7, 64, 4), (6, 60, 4), (5, 60, 5), (5, 60, 6), (6, 60, 6), (5, 48, 2),
+          (6, 48, 2), (7, 64, 20), (8, 64, 20), (6, 60, 21), (7, 60, 21)]
+
+
+def single(blocks: int, input_tokens: int, output_tokens: int) -> dict:
+    return run(cache(blocks, 16_000), input_tokens=input_tokens, output_tokens=output_tokens, concurrency=1,
+               requests=1)
+
+
 BASE = run(cache(10, 16_000))
 
 
@@ -96,6 +107,12 @@ def main() -> int:
         assert report is not None
         runs[name] = {"config": config, "report": report}
         print(name, report["duration_ms"], report.get("state_cache"), file=sys.stderr)
+    singles = []
+    for blocks, input_tokens, output_tokens in SINGLE:
+        code, report, _ = predict(single(blocks, input_tokens, output_tokens))
+        singles.append({"blocks": blocks, "input_tokens": input_tokens, "output_tokens": output_tokens,
+                        "exit_code": code, "duration_ms": report["duration_ms"] if report else None})
+        print(singles[-1], file=sys.stderr)
     verdicts = {}
     for name, config in VERDICTS.items():
         code, _, tail = predict(config)
@@ -103,7 +120,7 @@ def main() -> int:
         print(name, code, tail[-1:], file=sys.stderr)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "state-cache.json").write_text(json.dumps({"producer": PRODUCER.replace(
-        "record_013_power_prefix_intervals", "record_013_state_cache"), "runs": runs, "verdicts": verdicts},
+        "record_013_power_prefix_intervals", "record_013_state_cache"), "runs": runs, "single": singles, "verdicts": verdicts},
         indent=1) + "\n")
     return 0
 

@@ -118,3 +118,28 @@ def test_refusals_beyond_013() -> None:
     config["engine"]["workers"]["aggregated"]["speculative"] = {"num_speculative_tokens": 1}
     with pytest.raises(ConfigError, match="speculative"):
         parse_config(config)
+
+
+def _single(blocks: int, input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    config = copy.deepcopy(RUNS["preempt-1-state-block"]["config"])
+    config["engine"]["workers"]["aggregated"]["kv_cache"]["capacity"]["blocks"] = blocks
+    config["traffic"]["source"].update(input_tokens=input_tokens, output_tokens=output_tokens)
+    config["traffic"]["load"]["concurrency"] = 1
+    config["traffic"]["stop"] = {"requests": 1}
+    return _servesim(config)
+
+
+@pytest.mark.parametrize("case", RECORDED["single"], ids=lambda c: f"{c['blocks']}-{c['input_tokens']}-{c['output_tokens']}")
+def test_one_request_needs_tokens_and_two_states(case: dict[str, Any]) -> None:
+    """A request alone in the pool: where 0.13 runs it in one go (tokens + S, and S more once a
+    pass ended on a block boundary and the request continues), so does servesim, as fast. Where
+    the pool is one block short, 0.13 completes nothing; servesim preempts the request (its
+    readmission, with no copy to resume from, fits) or refuses it."""
+    report = _single(case["blocks"], case["input_tokens"], case["output_tokens"])
+    records = report["per_request"]
+    if case["exit_code"] == 0:
+        assert [r["admission_count"] for r in records] == [1]
+        assert report["duration_ms"] == case["duration_ms"] + FIRST_TOKEN_SHIFT_MS
+    else:
+        assert case["exit_code"] == 1
+        assert report["completed_requests"] == 0 or records[0]["admission_count"] > 1

@@ -202,7 +202,7 @@ class StateCacheConfig(SchemaModel):
     """Upstream 0.13 key: the per-request recurrent state of a hybrid (Mamba / linear-attention) model, held in the KV pool."""
 
     bytes_per_request: ByteCount | None = None
-    """State bytes per request per rank; each running request holds ceil(bytes / (block_size x bytes_per_token)) extra pool blocks. Required by servesim (0.13 estimates it from a hybrid model's config when omitted; servesim does not)."""
+    """Upstream 0.13 key: state bytes per request per rank (a strict integer in 1..2^64-1). A running request holds S = ceil(bytes / (block_size x bytes_per_token)) pool blocks for its state and, from the pass after its first pass that ends on a block boundary, S more for the state's copy kept there; prefix caching is off. Required by servesim (0.13 estimates it from a hybrid model's config when omitted; servesim does not)."""
     mamba_cache_dtype: Literal["auto", "float16", "float32"] = "auto"
     """Upstream 0.13 key: dtype of the estimated Mamba state; only used when bytes_per_request is omitted (so not by servesim)."""
     indexer_cache_dtype: Literal["auto", "fp8", "mxfp4"] = "auto"
