@@ -220,6 +220,28 @@ KvCapacityConfig = Annotated[
 ]
 
 
+def _state_prerequisites(kv: "KvCacheConfig") -> list[tuple[str, str]]:
+    """What state_cache (upstream 0.13) needs before its blocks can be counted: a fixed pool, a
+    given size and an explicit block geometry of blocks of >= 2 tokens within u64."""
+    if not isinstance(kv.capacity, FixedCapacity):
+        return [("state_cache", "requires a fixed capacity (capacity.type 'fixed' with blocks or bytes)")]
+    assert kv.state_cache is not None
+    if kv.state_cache.bytes_per_request is None:
+        return [("state_cache.bytes_per_request", "must be given: servesim does not estimate a hybrid "
+                                                  "model's state size (upstream 0.13 does)")]
+    problems = [(key, "must be given explicitly (a positive integer) when state_cache is set")
+                for key, value in (("block_size", kv.block_size), ("bytes_per_token", kv.bytes_per_token))
+                if not isinstance(value, int)]
+    if problems:
+        return problems
+    assert isinstance(kv.block_size, int) and isinstance(kv.bytes_per_token, int)
+    if kv.block_size * kv.bytes_per_token > U64_MAX:
+        return [("", "block_size x bytes_per_token overflows an unsigned 64-bit integer")]
+    if kv.block_size < 2:
+        return [("block_size", f"must be >= 2 with state_cache (got {kv.block_size})")]
+    return []
+
+
 class KvCacheConfig(SchemaModel):
     """KV cache block size, prefix caching and capacity."""
 
@@ -257,25 +279,14 @@ class KvCacheConfig(SchemaModel):
     @model_validator(mode="after")
     def _state_geometry(self) -> "KvCacheConfig":
         """state_cache needs a fixed pool, explicit byte geometry and room for a block and a state."""
-        state = self.state_cache
+        state, cap = self.state_cache, self.capacity
         if state is None:
             return self
-        if not isinstance(self.capacity, FixedCapacity):
-            raise_if([("state_cache", "requires a fixed capacity (capacity.type 'fixed' with blocks or bytes)")])
-        if state.bytes_per_request is None:
-            raise_if([("state_cache.bytes_per_request", "must be given: servesim does not estimate a hybrid "
-                                                        "model's state size (upstream 0.13 does)")])
-        problems = [(key, "must be given explicitly (a positive integer) when state_cache is set")
-                    for key, value in (("block_size", self.block_size), ("bytes_per_token", self.bytes_per_token))
-                    if not isinstance(value, int)]
-        raise_if(problems)
-        assert isinstance(self.block_size, int) and isinstance(self.bytes_per_token, int)
+        raise_if(_state_prerequisites(self))
+        assert isinstance(cap, FixedCapacity) and isinstance(self.block_size, int)
+        assert isinstance(self.bytes_per_token, int)
         block_bytes = self.block_size * self.bytes_per_token
-        if block_bytes > U64_MAX:
-            raise_if([("", "block_size x bytes_per_token overflows an unsigned 64-bit integer")])
-        if self.block_size < 2:
-            raise_if([("block_size", f"must be >= 2 with state_cache (got {self.block_size})")])
-        blocks = self.capacity.blocks_for(self.block_size, self.bytes_per_token)
+        blocks = cap.blocks_for(self.block_size, self.bytes_per_token)
         need = state.state_blocks(block_bytes) + 1
         if blocks < need:
             raise_if([("capacity", f"must fit one token block and one request state: {need} blocks of "
