@@ -6,7 +6,7 @@ KV cache, timing — its own module, `config.timing` —, speculative decoding).
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from annotated_types import Ge, Gt, Le
+from annotated_types import Ge, Le
 from pydantic import (
     Discriminator,
     SerializerFunctionWrapHandler,
@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from servesim.config.fields import (
+    ByteCount,
     BytesPerToken,
     ContextLength,
     Fraction,
@@ -38,6 +39,7 @@ from servesim.config.fields import (
     type_tag,
     without_nulls,
 )
+from servesim.config.kv_tiers import G3OffloadConfig, HostOffloadConfig, StateCacheConfig
 from servesim.config.timing import DefaultTiming, TimingConfig
 from servesim.limits import MAX_WORKERS
 
@@ -141,8 +143,6 @@ DEFAULT_MEMORY_FRACTION: dict[str, float] = {"vllm": 0.9, "sglang": 0.88, "trtll
 
 MAX_EXACT_BYTES = 1 << 53
 """Largest byte count a float holds exactly (the upstream bound of cuda_graph_reserved_bytes)."""
-ByteCount = Annotated[int, Strict(), Gt(0), Le(U64_MAX)]
-"""Strict positive integer that fits an unsigned 64-bit integer."""
 ReservedBytes = Annotated[int, Strict(), Ge(0), Le(MAX_EXACT_BYTES)]
 """Strict integer in [0, 2**53]."""
 
@@ -221,62 +221,26 @@ KvCapacityConfig = Annotated[
 ]
 
 
-class HostOffloadConfig(SchemaModel):
-    """Upstream 0.13 key: G2, a host-memory KV tier behind each rank's GPU pool (vLLM only)."""
-
-    scope: Literal["dp_rank_local", "cluster_shared"] = "dp_rank_local"
-    """Upstream 0.13 key: 'dp_rank_local' = a host cache per scheduler (DP) rank; 'cluster_shared' (one deployment-wide pool) is not built in servesim (config error)."""
-    num_host_blocks: PositiveInt
-    """Upstream 0.13 key: host blocks per rank (of block_size x bytes_per_token bytes each)."""
-    d2h_bandwidth_gbps: NonNegativeNumber = 32.0
-    """Upstream 0.13 key: device-to-host bandwidth in GB/s (stores cost no time in servesim, see docs/upstream013.md)."""
-    h2d_bandwidth_gbps: NonNegativeNumber = 32.0
-    """Upstream 0.13 key: host-to-device bandwidth in GB/s (0 = unlimited): the loads of a rank move their n x block bytes one after another at this rate, each also waiting latency_to_first_byte_ms (latencies overlap)."""
-    shared_d2h_bandwidth_gbps: NonNegativeNumber = 80.0
-    """Upstream 0.13 key: cluster_shared store bandwidth in GB/s (cluster_shared is not built)."""
-    shared_h2d_bandwidth_gbps: NonNegativeNumber = 80.0
-    """Upstream 0.13 key: cluster_shared load bandwidth in GB/s (cluster_shared is not built)."""
-    latency_to_first_byte_ms: NonNegativeNumber = 0.0
-    """Upstream 0.13 key: fixed latency of every host-to-device load, in ms."""
-
-    @field_validator("scope", mode="before")
-    @classmethod
-    def _scope(cls, value: Any) -> Any:
-        """'worker_local' is a G3 scope; 'cluster_shared' is not built yet."""
-        if value == "worker_local":
-            raise ValueError("'worker_local' is a g3_offload scope; use 'dp_rank_local' for per-DP-rank host caches")
-        if value == "cluster_shared":
-            raise ValueError("'cluster_shared' (one deployment-wide host pool) is not built in servesim; "
-                             "use 'dp_rank_local'")
-        return value
-
-
-class G3OffloadConfig(SchemaModel):
-    """Upstream 0.13 key: G3, a disk KV tier behind host memory (needs host_offload; aggregated workers without attention DP)."""
-
-    scope: Literal["worker_local", "cluster_shared"]
-    """Upstream 0.13 key: 'worker_local' = one disk cache per worker; 'cluster_shared' is not built in servesim (config error)."""
-    num_g3_blocks: PositiveInt
-    """Upstream 0.13 key: disk blocks per worker."""
-    latency_to_first_byte_ms: NonNegativeNumber = 0.1
-    """Upstream 0.13 key: fixed latency of every disk read and write job, in ms (the latencies of jobs in flight together overlap)."""
-    read_bandwidth_gbps: NonNegativeNumber = 10.0
-    """Upstream 0.13 key: disk-to-host bandwidth in GB/s (0 = unlimited); reads move their bytes one after another."""
-    write_bandwidth_gbps: NonNegativeNumber = 10.0
-    """Upstream 0.13 key: host-to-disk bandwidth in GB/s (writes cost no simulated time; counted in the g3_offload summary)."""
-    shared_read_bandwidth_gbps: NonNegativeNumber = 80.0
-    """Upstream 0.13 key: cluster_shared read bandwidth in GB/s (cluster_shared is not built)."""
-    shared_write_bandwidth_gbps: NonNegativeNumber = 80.0
-    """Upstream 0.13 key: cluster_shared write bandwidth in GB/s (cluster_shared is not built)."""
-
-    @field_validator("scope", mode="before")
-    @classmethod
-    def _scope(cls, value: Any) -> Any:
-        """'cluster_shared' is not built yet."""
-        if value == "cluster_shared":
-            raise ValueError("'cluster_shared' (one deployment-wide disk pool) is not built in servesim; "
-                             "use 'worker_local'")
-        return value
+def _state_prerequisites(kv: "KvCacheConfig") -> list[tuple[str, str]]:
+    """What state_cache (upstream 0.13) needs before its blocks can be counted: a fixed pool, a
+    given size and an explicit block geometry of blocks of >= 2 tokens within u64."""
+    if not isinstance(kv.capacity, FixedCapacity):
+        return [("state_cache", "requires a fixed capacity (capacity.type 'fixed' with blocks or bytes)")]
+    assert kv.state_cache is not None
+    if kv.state_cache.bytes_per_request is None:
+        return [("state_cache.bytes_per_request", "must be given: servesim does not estimate a hybrid "
+                                                  "model's state size (upstream 0.13 does)")]
+    problems = [(key, "must be given explicitly (a positive integer) when state_cache is set")
+                for key, value in (("block_size", kv.block_size), ("bytes_per_token", kv.bytes_per_token))
+                if not isinstance(value, int)]
+    if problems:
+        return problems
+    assert isinstance(kv.block_size, int) and isinstance(kv.bytes_per_token, int)
+    if kv.block_size * kv.bytes_per_token > U64_MAX:
+        return [("", "block_size x bytes_per_token overflows an unsigned 64-bit integer")]
+    if kv.block_size < 2:
+        return [("block_size", f"must be >= 2 with state_cache (got {kv.block_size})")]
+    return []
 
 
 class KvCacheConfig(SchemaModel):
@@ -289,11 +253,13 @@ class KvCacheConfig(SchemaModel):
     capacity: KvCapacityConfig = DefaultCapacity.defaults()
     """How many KV blocks each rank has: {type: default, memory_fraction, cuda_graph_reserved_bytes} or {type: fixed, blocks or bytes}."""
     bytes_per_token: BytesPerToken = "auto"
-    """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes; sizes the host blocks of host_offload ('auto' = from the model's HF config there); like 0.13, not the P/D transfer (that uses kv_transfer.bytes_per_token)."""
+    """Upstream 0.13 key: KV bytes per token per rank; needed (explicit, with block_size) by capacity.bytes and state_cache; sizes the host blocks of host_offload ('auto' = from the model's HF config there); like 0.13, not the P/D transfer (that uses kv_transfer.bytes_per_token)."""
     host_offload: HostOffloadConfig | None = None
     """Upstream 0.13 key: G2 host-memory tier (vLLM, aggregated mode, prefix caching on); omitted = none."""
     g3_offload: G3OffloadConfig | None = None
     """Upstream 0.13 key: G3 disk tier behind host_offload (aggregated workers, attention_data 1); omitted = none."""
+    state_cache: StateCacheConfig | None = None
+    """Upstream 0.13 key: hybrid-model state cache {bytes_per_request} (backend 'vllm', aggregated mode, fixed capacity, explicit block_size >= 2 and bytes_per_token); omitted = none."""
 
     @model_validator(mode="after")
     def _host_offload_needs_caching(self) -> "KvCacheConfig":
@@ -323,6 +289,30 @@ class KvCacheConfig(SchemaModel):
                                                f"{block_bytes} bytes (got {cap.bytes})"))
         raise_if(problems)
         return self
+
+    @model_validator(mode="after")
+    def _state_geometry(self) -> "KvCacheConfig":
+        """state_cache needs a fixed pool, explicit byte geometry and room for a block and a state."""
+        state, cap = self.state_cache, self.capacity
+        if state is None:
+            return self
+        raise_if(_state_prerequisites(self))
+        assert isinstance(cap, FixedCapacity) and isinstance(self.block_size, int)
+        assert isinstance(self.bytes_per_token, int)
+        block_bytes = self.block_size * self.bytes_per_token
+        blocks = cap.blocks_for(self.block_size, self.bytes_per_token)
+        need = state.state_blocks(block_bytes) + 1
+        if blocks < need:
+            raise_if([("capacity", f"must fit one token block and one request state: {need} blocks of "
+                                   f"{block_bytes} bytes (got {blocks})")])
+        return self
+
+    def state_blocks(self) -> int:
+        """Pool blocks each running request's state takes (0 without a state cache)."""
+        if self.state_cache is None:
+            return 0
+        assert isinstance(self.block_size, int) and isinstance(self.bytes_per_token, int)
+        return self.state_cache.state_blocks(self.block_size * self.bytes_per_token)
 
     def block_size_for(self, backend: Backend) -> int:
         """The effective block size for `backend`."""
@@ -392,6 +382,23 @@ def _interval_backends(engine: "EngineConfig") -> list[tuple[str, str]]:
             if engine.backend != backend and getattr(worker.scheduler, key) != default]
 
 
+def _state_cache_support(engine: "EngineConfig") -> list[tuple[str, str]]:
+    """state_cache (upstream 0.13) runs on the vLLM backend, in aggregated mode, without drafts."""
+    problems = []
+    for role, worker in engine.roles.items():
+        if worker.kv_cache.state_cache is None:
+            continue
+        key = f"workers.{role}.kv_cache.state_cache"
+        if engine.backend != "vllm":
+            problems.append((key, f"requires backend 'vllm' (backend is '{engine.backend}')"))
+        elif engine.mode != "aggregated":
+            problems.append((key, "is supported by servesim in aggregated mode only (upstream 0.13 also "
+                                  "runs it disaggregated, set on both roles)"))
+        if worker.speculative is not None:
+            problems.append((key, "cannot be combined with speculative decoding in servesim"))
+    return problems
+
+
 class EngineConfig(SchemaModel):
     """The serving engine: topology, model, hardware, backend and per-role workers."""
 
@@ -441,6 +448,7 @@ class EngineConfig(SchemaModel):
         problems += self._host_offload_rules()
         problems += [(f"workers.{role}.hardware", "only allowed for prefill and decode workers in disaggregated mode")
                      for role, worker in self.roles.items() if worker.hardware is not None and role == "aggregated"]
+        problems += _state_cache_support(self)
         if self.backend in ("vllm", "trtllm"):
             for role, worker in self.roles.items():
                 size = worker.kv_cache.block_size_for(self.backend)

@@ -54,6 +54,8 @@ TokenCount = Annotated[int, Strict(), Gt(0), Le(MAX_TOKENS)]
 """Strict integer in [1, MAX_TOKENS]."""
 
 U64_MAX = 2**64 - 1
+ByteCount = Annotated[int, Strict(), Gt(0), Le(U64_MAX)]
+"""Strict positive integer that fits an unsigned 64-bit integer."""
 
 
 def _positive_int_or(word: str) -> Callable[[Any], int | str]:

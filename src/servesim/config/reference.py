@@ -35,6 +35,9 @@ RULES = """## Cross-field rules
   `disaggregated` needs both `prefill` and `decode` and no `aggregated`.
 * `backend: trtllm` cannot run disaggregated; `kv_transfer` is only for disaggregated mode.
 * vLLM and TRT-LLM need `kv_cache.block_size` ≥ 2.
+* `kv_cache.state_cache` (upstream 0.13): backend `vllm`, aggregated mode (servesim), no
+  `speculative`; a fixed capacity, explicit `block_size` ≥ 2 and `bytes_per_token`, and a pool of
+  at least one token block plus one state (`ceil(bytes_per_request / (block_size × bytes_per_token))`).
 * `capacity: {type: fixed}` needs `blocks` and forbids `memory_fraction`; `type: default` forbids `blocks`.
 * `timing: {type: fixed}` needs `prefill_ms` and `decode_ms`; `default`, `polynomial` and
   `roofline` forbid them.

@@ -60,6 +60,9 @@ class RankConfig:
     max_batched_tokens: int = 8192
     max_sequences: int = 256
     prefix_caching: bool = True
+    state_blocks: int = 0
+    """vLLM, upstream 0.13 `kv_cache.state_cache`: pool blocks each running request holds for its
+    hybrid-model state, on top of its token blocks (prefix caching is then off)."""
     max_model_len: int | None = None
     backend: str = "vllm"
     role: str = "aggregated"

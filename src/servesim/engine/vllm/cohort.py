@@ -30,6 +30,8 @@ def cohort_refusal(config: RankConfig) -> str | None:
         return "SGLang's core has no decode cohort"
     if config.speculative is not None:
         return "speculative decoding (a burst could touch a cohort member)"
+    if config.state_blocks:
+        return "a state cache (each lease also holds the request's state blocks)"
     if config.preempt_first:
         return "FIFO preemption (a victim could be a cohort member)"
     return None

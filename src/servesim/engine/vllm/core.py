@@ -216,6 +216,8 @@ class VllmRank(VllmHandoff, VllmRunAhead, VllmHostOffload):
             pool.pin_all(hits)
             request.lease = list(hits)
         need = -(-after // bs) - len(request.lease)
+        if self.config.state_blocks:
+            need += self._state_need(request, before)
         while need > 0 and not pool.allocate(need):
             victim = self._victim()
             if victim is None:
@@ -235,6 +237,16 @@ class VllmRank(VllmHandoff, VllmRunAhead, VllmHostOffload):
         request.computed = after
         plan.schedule(request, before, desired)
         return Scheduled.OK
+
+    def _state_need(self, request: EngineRequest, before: int) -> int:
+        """Blocks of hybrid-model state the request holds in a pass starting at `before`
+        computed tokens (upstream 0.13's state cache): its running state, plus — from the pass
+        after its first pass that ended on a block boundary — the state's copy kept there."""
+        states = self.config.state_blocks
+        bs = self.config.block_size
+        if before and (before % bs == 0 or len(request.lease) > -(-before // bs) + states):
+            return 2 * states
+        return states
 
     def _cache_completed(self, request: EngineRequest, first: int, stop: int) -> None:
         """Make the shareable ones of blocks [first, stop), just completed, visible to the cache."""

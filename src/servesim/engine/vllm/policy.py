@@ -40,7 +40,7 @@ class VllmPolicy:
         if request.prebuilt:
             return False
         bs = config.block_size
-        blocks = -(-request.length // bs)
+        blocks = -(-request.length // bs) + config.state_blocks
         if not request.preempted:
             if blocks <= config.num_blocks:
                 return False
@@ -50,7 +50,7 @@ class VllmPolicy:
         tokens = request.length
         if config.speculative is not None:
             tokens += min(config.speculative.nextn + 1, request.tokens_left(limit))
-        blocks = -(-tokens // bs)
+        blocks = -(-tokens // bs) + config.state_blocks
         if blocks <= config.num_blocks:
             return False
         reason = (f"its {tokens} tokens{' (with room for a speculative burst)' if tokens > request.length else ''} "
@@ -76,7 +76,7 @@ class VllmPolicy:
              running: dict[EngineRequest, None]) -> bool:
         """Whether the whole known sequence fits next to the active blocks."""
         active_hits = pool.held_count(hits) if hits else 0
-        needed = -(-request.length // self.config.block_size) - active_hits
+        needed = -(-request.length // self.config.block_size) + self.config.state_blocks - active_hits
         return needed <= self.config.num_blocks - pool.active_blocks
 
     def victim(self, running: dict[EngineRequest, None]) -> EngineRequest | None:

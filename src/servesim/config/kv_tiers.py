@@ -1,0 +1,83 @@
+"""The KV cache's upstream AISimulate 0.13 tiers and state (`kv_cache.host_offload`,
+`kv_cache.g3_offload`, `kv_cache.state_cache`): their keys and the rules each checks alone; the
+rules across keys live with `KvCacheConfig` and `EngineConfig` (`config.engine`)."""
+
+from typing import Any, Literal
+
+from pydantic import field_validator
+
+from servesim.config.fields import ByteCount, NonNegativeNumber, PositiveInt, SchemaModel
+
+
+class StateCacheConfig(SchemaModel):
+    """Upstream 0.13 key: the per-request recurrent state of a hybrid (Mamba / linear-attention) model, held in the KV pool."""
+
+    bytes_per_request: ByteCount | None = None
+    """Upstream 0.13 key: state bytes per request per rank (a strict integer in 1..2^64-1). A running request holds S = ceil(bytes / (block_size x bytes_per_token)) pool blocks for its state and, from the pass after its first pass that ends on a block boundary, S more for the state's copy kept there; prefix caching is off. Required by servesim (0.13 estimates it from a hybrid model's config when omitted; servesim does not)."""
+    mamba_cache_dtype: Literal["auto", "float16", "float32"] = "auto"
+    """Upstream 0.13 key: dtype of the estimated Mamba state; only used when bytes_per_request is omitted (so not by servesim)."""
+    indexer_cache_dtype: Literal["auto", "fp8", "mxfp4"] = "auto"
+    """Upstream 0.13 key: dtype of the estimated indexer cache; only used when bytes_per_request is omitted (so not by servesim)."""
+
+    def state_blocks(self, block_bytes: int) -> int:
+        """Pool blocks one request's state takes: ceil(bytes_per_request / block_bytes)."""
+        assert self.bytes_per_request is not None
+        return -(-self.bytes_per_request // block_bytes)
+
+
+class HostOffloadConfig(SchemaModel):
+    """Upstream 0.13 key: G2, a host-memory KV tier behind each rank's GPU pool (vLLM only)."""
+
+    scope: Literal["dp_rank_local", "cluster_shared"] = "dp_rank_local"
+    """Upstream 0.13 key: 'dp_rank_local' = a host cache per scheduler (DP) rank; 'cluster_shared' (one deployment-wide pool) is not built in servesim (config error)."""
+    num_host_blocks: PositiveInt
+    """Upstream 0.13 key: host blocks per rank (of block_size x bytes_per_token bytes each)."""
+    d2h_bandwidth_gbps: NonNegativeNumber = 32.0
+    """Upstream 0.13 key: device-to-host bandwidth in GB/s (stores cost no time in servesim, see docs/upstream013.md)."""
+    h2d_bandwidth_gbps: NonNegativeNumber = 32.0
+    """Upstream 0.13 key: host-to-device bandwidth in GB/s (0 = unlimited): the loads of a rank move their n x block bytes one after another at this rate, each also waiting latency_to_first_byte_ms (latencies overlap)."""
+    shared_d2h_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared store bandwidth in GB/s (cluster_shared is not built)."""
+    shared_h2d_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared load bandwidth in GB/s (cluster_shared is not built)."""
+    latency_to_first_byte_ms: NonNegativeNumber = 0.0
+    """Upstream 0.13 key: fixed latency of every host-to-device load, in ms."""
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: Any) -> Any:
+        """'worker_local' is a G3 scope; 'cluster_shared' is not built yet."""
+        if value == "worker_local":
+            raise ValueError("'worker_local' is a g3_offload scope; use 'dp_rank_local' for per-DP-rank host caches")
+        if value == "cluster_shared":
+            raise ValueError("'cluster_shared' (one deployment-wide host pool) is not built in servesim; "
+                             "use 'dp_rank_local'")
+        return value
+
+
+class G3OffloadConfig(SchemaModel):
+    """Upstream 0.13 key: G3, a disk KV tier behind host memory (needs host_offload; aggregated workers without attention DP)."""
+
+    scope: Literal["worker_local", "cluster_shared"]
+    """Upstream 0.13 key: 'worker_local' = one disk cache per worker; 'cluster_shared' is not built in servesim (config error)."""
+    num_g3_blocks: PositiveInt
+    """Upstream 0.13 key: disk blocks per worker."""
+    latency_to_first_byte_ms: NonNegativeNumber = 0.1
+    """Upstream 0.13 key: fixed latency of every disk read and write job, in ms (the latencies of jobs in flight together overlap)."""
+    read_bandwidth_gbps: NonNegativeNumber = 10.0
+    """Upstream 0.13 key: disk-to-host bandwidth in GB/s (0 = unlimited); reads move their bytes one after another."""
+    write_bandwidth_gbps: NonNegativeNumber = 10.0
+    """Upstream 0.13 key: host-to-disk bandwidth in GB/s (writes cost no simulated time; counted in the g3_offload summary)."""
+    shared_read_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared read bandwidth in GB/s (cluster_shared is not built)."""
+    shared_write_bandwidth_gbps: NonNegativeNumber = 80.0
+    """Upstream 0.13 key: cluster_shared write bandwidth in GB/s (cluster_shared is not built)."""
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: Any) -> Any:
+        """'cluster_shared' is not built yet."""
+        if value == "cluster_shared":
+            raise ValueError("'cluster_shared' (one deployment-wide disk pool) is not built in servesim; "
+                             "use 'worker_local'")
+        return value
