@@ -34,6 +34,7 @@ from servesim.errors import RunError
 from servesim.fidelity.apply import calibrated_kv_blocks, timing_with_fidelity
 
 if TYPE_CHECKING:
+    from servesim.perf import aic
     from servesim.perf.capacity import Capacity, Parallel
     from servesim.perf.hardware import GpuSpec
     from servesim.perf.roofline import RooflineTiming
@@ -71,21 +72,13 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
 
     systems, how = systems_dir(engine.aic_systems_path)
     ready_systems_dir(systems, how, engine.hardware, engine.backend, engine.backend_version)
-    par = worker.parallelism
     try:
         gpu = aic_system(engine.hardware, systems)
         if gpu is None or not gpu.has_aic_data:
             raise aic.AicUnavailable(f"the database ({systems}) has no performance data for GPU "
                                      f"{engine.hardware!r}")
         version = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
-        moe = par.moe_tensor * par.moe_expert > 1
-        key = aic.AicKey(
-            model=engine.model, system=engine.hardware, backend=engine.backend,
-            version=version, tp=par.tensor, pp=par.pipeline, attention_dp=par.attention_data,
-            moe_tp=par.moe_tensor if moe else None, moe_ep=par.moe_expert if moe else None,
-            block_size=worker.kv_cache.block_size_for(engine.backend), systems_path=str(systems),
-            nextn=worker.speculative.num_speculative_tokens if worker.speculative is not None else 0)
-        model = aic.aic_timing(key, timing.interpolate_context)
+        model = aic.aic_timing(aic_key(engine, worker, version, str(systems)), timing.interpolate_context)
     except aic.AicUnavailable as exc:
         logging.getLogger("servesim").warning(
             "servesim: warning: AIConfigurator cannot time %s on %s with %s (%s); "
@@ -93,6 +86,20 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
             engine.model, engine.hardware, engine.backend, exc)
         return roofline_timing(engine, worker, RooflineTimingConfig())
     return model
+
+
+def aic_key(engine: EngineConfig, worker: WorkerConfig, version: str, systems: str) -> aic.AicKey:
+    """The AIConfigurator engine key of a role at a backend version."""
+    from servesim.perf import aic
+
+    par = worker.parallelism
+    moe = par.moe_tensor * par.moe_expert > 1
+    return aic.AicKey(
+        model=engine.model, system=engine.hardware, backend=engine.backend,
+        version=version, tp=par.tensor, pp=par.pipeline, attention_dp=par.attention_data,
+        moe_tp=par.moe_tensor if moe else None, moe_ep=par.moe_expert if moe else None,
+        block_size=worker.kv_cache.block_size_for(engine.backend), systems_path=systems,
+        nextn=worker.speculative.num_speculative_tokens if worker.speculative is not None else 0)
 
 
 _ROOFLINES: dict[tuple, RooflineTiming] = {}
