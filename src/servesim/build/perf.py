@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from servesim.perf import aic
     from servesim.perf.capacity import Capacity, Parallel
     from servesim.perf.hardware import GpuSpec
+    from servesim.perf.models import ModelSpec
     from servesim.perf.roofline import RooflineTiming
 
 
@@ -146,8 +147,9 @@ def gpu_for(engine: EngineConfig, worker: WorkerConfig) -> GpuSpec:
 
 # -- capacity -------------------------------------------------------------------------------------
 
-def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
-    """The default KV capacity of one rank of a role (servesim's formula; see engine.capacity)."""
+def capacity(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False) -> Capacity:
+    """The default KV capacity of one rank of a role (servesim's formula; see engine.capacity);
+    `sglang_static` sizes an SGLang pool by SGLang's own rule (`servesim.perf.static_memory`)."""
     from servesim.perf.capacity import kv_blocks
     from servesim.perf.hardware import ready_systems_dir, systems_dir
     from servesim.perf.models import ModelNotFound, resolve_model
@@ -172,6 +174,8 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
             version = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
         except aic.AicUnavailable:
             aic_model = version = None
+    if sglang_static and engine.backend == "sglang":
+        return _sglang_static(engine, worker, role, model, gpu, aic_model, version, str(systems))
     return kv_blocks(
         model, gpu, engine.backend, parallel(worker),
         block_size=worker.kv_cache.block_size_for(engine.backend),
@@ -182,12 +186,35 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
         reserved_bytes=cap.cuda_graph_reserved_bytes)
 
 
-def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
-    """KV blocks per scheduler rank of one role's workers."""
+def _sglang_static(engine: EngineConfig, worker: WorkerConfig, role: str, model: ModelSpec, gpu: GpuSpec,
+                   aic_model: str | None, version: str | None, systems: str) -> Capacity:
+    """An SGLang pool sized by its static fraction, with the database's weights and KV bytes per
+    token where it can build the model, else servesim's formula."""
+    from servesim.perf.capacity import weight_bytes
+    from servesim.perf.static_memory import aic_breakdown, static_blocks
+
+    fraction = worker.kv_cache.capacity.memory_fraction_for(engine.backend)  # type: ignore[union-attr]
+    block = worker.kv_cache.block_size_for(engine.backend)
+    par = parallel(worker)
+    if aic_model is not None and version is not None:
+        try:
+            weights, per_token = aic_breakdown(
+                aic_model, gpu.name, version, par, max_batched_tokens=worker.scheduler.max_batched_tokens,
+                max_sequences=worker.scheduler.max_sequences_for(role), systems_path=systems)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - any failure of the foreign estimator: servesim's formula
+            pass
+        else:
+            return static_blocks(gpu.mem_capacity, weights, per_token, fraction, block, "aiconfigurator")
+    return static_blocks(gpu.mem_capacity, weight_bytes(model, par), model.kv_bytes_per_token(par.tp), fraction,
+                         block, "servesim" if model.family is not None else "generic")
+
+
+def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False) -> int:
+    """KV blocks per scheduler rank of one role's workers (`sglang_static`: see `capacity`)."""
     cap = worker.kv_cache.capacity
     if isinstance(cap, FixedCapacity):
         return cap.blocks_for(worker.kv_cache.block_size_for(engine.backend), worker.kv_cache.bytes_per_token)
     measured = calibrated_kv_blocks(worker, worker.kv_cache.block_size_for(engine.backend))
     if measured is not None:
         return measured
-    return capacity(engine, worker, role).blocks
+    return capacity(engine, worker, role, sglang_static).blocks
