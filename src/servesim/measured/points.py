@@ -209,12 +209,13 @@ def read_points(path: str | Path) -> list[BenchmarkPoint]:
 
 def lengths(point: BenchmarkPoint, requests: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(input, output) lengths of the point's requests: independent uniform integers in
-    [int(range_ratio·L), L], seeded by the row id (so the same point draws the same requests)."""
+    [int(range_ratio·L), L], seeded by the row id (so the same point draws the same requests; the
+    first `requests` of them when capped)."""
     count = point.num_prompts if requests is None else min(requests, point.num_prompts)
     rng = np.random.default_rng(zlib.crc32(point.row_id.encode()))
     low_in, low_out = max(1, int(point.range_ratio * point.isl)), max(1, int(point.range_ratio * point.osl))
-    inputs = rng.integers(low_in, point.isl + 1, size=count)
-    outputs = rng.integers(low_out, point.osl + 1, size=count)
+    inputs = rng.integers(low_in, point.isl + 1, size=point.num_prompts)[:count]
+    outputs = rng.integers(low_out, point.osl + 1, size=point.num_prompts)[:count]
     return inputs.astype(np.int64), outputs.astype(np.int64)
 
 
