@@ -96,7 +96,7 @@ def _validate_points(args: argparse.Namespace) -> int:
     text = benchmark.render(results)
     sys.stdout.write(text)
     if args.output:
-        write_section(Path(args.output), "servesim validate --points", text)
+        write_section(Path(args.output), "servesim validate points", text)
     return 0
 
 

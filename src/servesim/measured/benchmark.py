@@ -58,7 +58,7 @@ def nearest_first(versions: Sequence[str], wanted: str) -> list[str]:
 
     def distance(v: str) -> tuple:
         got = _numeric(v)
-        return tuple(abs(a - b) for a, b in zip(got, target)) + (got > target,)
+        return tuple(abs(a - b) for a, b in zip(got, target, strict=True)) + (got > target,)
     return sorted(versions, key=distance)
 
 

@@ -192,7 +192,8 @@ def read_points(path: str | Path) -> list[BenchmarkPoint]:
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
     if missing:
         raise TraceError(name, 1, f"header: missing column {missing[0]!r} (required: {', '.join(REQUIRED)})")
-    points, seen = [], {}
+    points: list[BenchmarkPoint] = []
+    seen: dict[str, int] = {}
     for row in reader:
         line = reader.line_num
         point = _point(_Row(name, line, row))
@@ -224,7 +225,7 @@ def write_trace(point: BenchmarkPoint, path: Path, requests: int | None = None, 
     inputs, outputs = lengths(point, requests)
     next_id = 0
     with path.open("w") as out:
-        for isl, osl in zip(inputs.tolist(), outputs.tolist()):
+        for isl, osl in zip(inputs.tolist(), outputs.tolist(), strict=True):
             blocks = -(-isl // block_size)
             out.write(json.dumps({"timestamp": 0, "input_length": isl, "output_length": osl,
                                   "hash_ids": list(range(next_id, next_id + blocks))}) + "\n")

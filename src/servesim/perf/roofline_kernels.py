@@ -37,25 +37,31 @@ class KernelAwareRoofline(RooflineTiming):
     """`RooflineTiming` that knows MXFP4 experts, MLA, shared experts, dense layers and the
     per-step floor (module docstring)."""
 
+    FIXES = frozenset({"mxfp4", "mla", "moe", "floor"})
+    """The fixes applied (all; docs/accuracy.md measures each one alone by narrowing this)."""
+
     def __init__(self, model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1, attention_dp: int = 1,
                  moe_tp: int = 1, moe_ep: int = 1, params: RooflineParams | None = None) -> None:
-        base = params or RooflineParams.for_gpu(gpu)
-        params = replace(base, launch_us=max(base.launch_us, KERNEL_FLOOR_US),
-                         collective_latency_us=max(base.collective_latency_us, COLLECTIVE_FLOOR_US))
+        params = params or RooflineParams.for_gpu(gpu)
+        if "floor" in self.FIXES:
+            params = replace(params, launch_us=max(params.launch_us, KERNEL_FLOOR_US),
+                             collective_latency_us=max(params.collective_latency_us, COLLECTIVE_FLOOR_US))
         super().__init__(model, gpu, tp=tp, pp=pp, attention_dp=attention_dp, moe_tp=moe_tp, moe_ep=moe_ep,
                          params=params)
         self.label = f"roofline {model.name} on {gpu.name} (kernel-aware)"
         cfg = {**model.config, **(model.config.get("text_config") or {})}
         p = self.params
         self._expert_bytes, self._expert_peak = self._wbytes, self._wpeak
-        if model.quant == "mxfp4":
+        if model.quant == "mxfp4" and "mxfp4" in self.FIXES:
             self._wbytes, self._wpeak = 2.0, gpu.bf16_flops * p.gemm_efficiency
             self._expert_bytes = MXFP4_BYTES
-            self._expert_peak = (gpu.fp8_flops if gpu.fp4_flops else gpu.bf16_flops) * p.gemm_efficiency
-        self._shared = int(cfg.get("n_shared_experts") or 0) * model.moe_intermediate_size // tp
-        self._dense_layers = min(int(cfg.get("first_k_dense_replace") or 0), model.num_layers) if model.is_moe else 0
-        self._mla = model.mla
-        if model.mla:
+            self._expert_peak = ((gpu.fp8_flops if gpu.fp4_flops and gpu.fp8_flops else None) or gpu.bf16_flops) \
+                * p.gemm_efficiency
+        moe = model.is_moe and "moe" in self.FIXES
+        self._shared = int(cfg.get("n_shared_experts") or 0) * model.moe_intermediate_size // tp if moe else 0
+        self._dense_layers = min(int(cfg.get("first_k_dense_replace") or 0), model.num_layers) if moe else 0
+        self._mla = model.mla and "mla" in self.FIXES
+        if self._mla:
             heads = model.num_heads // tp
             self._dqk = int(cfg.get("qk_nope_head_dim", 128)) + int(cfg.get("qk_rope_head_dim", 64))
             self._dv = int(cfg.get("v_head_dim", 128))
