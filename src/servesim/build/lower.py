@@ -217,7 +217,7 @@ _DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "float8
 """Bytes per element of the HF `torch_dtype`s a transfer can carry (anything else: 2)."""
 
 
-def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool) -> int:
+def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False) -> int:
     """KV blocks per scheduler rank of one role's workers (`sglang_static`: SGLang's own sizing)."""
     from servesim.build.perf import num_blocks
 
