@@ -131,6 +131,7 @@ needs_data = pytest.mark.skipif(not DEV.is_file(), reason="../shared/data/infere
 
 
 @needs_data
+@pytest.mark.timeout(1200)  # 45 deployments, each built once (~1-2 min alone, more on a busy machine)
 def test_every_dev_point_is_predicted():
     """Every development point runs under servesim's defaults with requests completed."""
     from servesim.measured.benchmark import validate_points
