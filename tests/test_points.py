@@ -167,3 +167,13 @@ def test_compat_reference_unchanged():
     assert served["completed"] == 4 and refused["completed"] == 0
     assert isinstance(getattr(default_timing, "_timing", None), KernelAwareRoofline)
     assert not any(isinstance(t, KernelAwareRoofline) for t in (compat_timing, getattr(compat_timing, "_timing", None)))
+
+
+def test_validate_points_cli_errors(tmp_path, capsys):
+    from servesim.cli import main
+
+    bad = _csv(tmp_path, _edit(VLLM, "gpu", "k80"))
+    assert main(["validate", "--points", str(bad)]) == 1
+    assert f"{bad}:2: column 'gpu': unknown GPU 'k80'" in capsys.readouterr().err
+    assert main(["validate", "--points", str(bad), "--max-requests", "0"]) == 2
+    assert "--max-requests 0: must be >= 1" in capsys.readouterr().err
