@@ -34,8 +34,10 @@ from servesim.errors import RunError
 from servesim.build.apply import calibrated_kv_blocks, timing_with_fidelity
 
 if TYPE_CHECKING:
+    from servesim.perf import aic
     from servesim.perf.capacity import Capacity, Parallel
     from servesim.perf.hardware import GpuSpec
+    from servesim.perf.models import ModelSpec
     from servesim.perf.roofline import RooflineTiming
 
 
@@ -71,21 +73,13 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
 
     systems, how = systems_dir(engine.aic_systems_path)
     ready_systems_dir(systems, how, engine.hardware, engine.backend, engine.backend_version)
-    par = worker.parallelism
     try:
         gpu = aic_system(engine.hardware, systems)
         if gpu is None or not gpu.has_aic_data:
             raise aic.AicUnavailable(f"the database ({systems}) has no performance data for GPU "
                                      f"{engine.hardware!r}")
         version = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
-        moe = par.moe_tensor * par.moe_expert > 1
-        key = aic.AicKey(
-            model=engine.model, system=engine.hardware, backend=engine.backend,
-            version=version, tp=par.tensor, pp=par.pipeline, attention_dp=par.attention_data,
-            moe_tp=par.moe_tensor if moe else None, moe_ep=par.moe_expert if moe else None,
-            block_size=worker.kv_cache.block_size_for(engine.backend), systems_path=str(systems),
-            nextn=worker.speculative.num_speculative_tokens if worker.speculative is not None else 0)
-        model = aic.aic_timing(key, timing.interpolate_context)
+        model = aic.aic_timing(aic_key(engine, worker, version, str(systems)), timing.interpolate_context)
     except aic.AicUnavailable as exc:
         logging.getLogger("servesim").warning(
             "servesim: warning: AIConfigurator cannot time %s on %s with %s (%s); "
@@ -93,6 +87,20 @@ def default_timing(engine: EngineConfig, worker: WorkerConfig, timing: DefaultTi
             engine.model, engine.hardware, engine.backend, exc)
         return roofline_timing(engine, worker, RooflineTimingConfig())
     return model
+
+
+def aic_key(engine: EngineConfig, worker: WorkerConfig, version: str, systems: str) -> aic.AicKey:
+    """The AIConfigurator engine key of a role at a backend version."""
+    from servesim.perf import aic
+
+    par = worker.parallelism
+    moe = par.moe_tensor * par.moe_expert > 1
+    return aic.AicKey(
+        model=engine.model, system=engine.hardware, backend=engine.backend,
+        version=version, tp=par.tensor, pp=par.pipeline, attention_dp=par.attention_data,
+        moe_tp=par.moe_tensor if moe else None, moe_ep=par.moe_expert if moe else None,
+        block_size=worker.kv_cache.block_size_for(engine.backend), systems_path=systems,
+        nextn=worker.speculative.num_speculative_tokens if worker.speculative is not None else 0)
 
 
 _ROOFLINES: dict[tuple, RooflineTiming] = {}
@@ -139,8 +147,9 @@ def gpu_for(engine: EngineConfig, worker: WorkerConfig) -> GpuSpec:
 
 # -- capacity -------------------------------------------------------------------------------------
 
-def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
-    """The default KV capacity of one rank of a role (servesim's formula; see engine.capacity)."""
+def capacity(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False) -> Capacity:
+    """The default KV capacity of one rank of a role (servesim's formula; see engine.capacity);
+    `sglang_static` sizes an SGLang pool by SGLang's own rule (`servesim.perf.static_memory`)."""
     from servesim.perf.capacity import kv_blocks
     from servesim.perf.hardware import ready_systems_dir, systems_dir
     from servesim.perf.models import ModelNotFound, resolve_model
@@ -165,6 +174,8 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
             version = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
         except aic.AicUnavailable:
             aic_model = version = None
+    if sglang_static and engine.backend == "sglang":
+        return _sglang_static(engine, worker, role, model, gpu, aic_model, version, str(systems))
     return kv_blocks(
         model, gpu, engine.backend, parallel(worker),
         block_size=worker.kv_cache.block_size_for(engine.backend),
@@ -175,12 +186,35 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str) -> Capacity:
         reserved_bytes=cap.cuda_graph_reserved_bytes)
 
 
-def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str) -> int:
-    """KV blocks per scheduler rank of one role's workers."""
+def _sglang_static(engine: EngineConfig, worker: WorkerConfig, role: str, model: ModelSpec, gpu: GpuSpec,
+                   aic_model: str | None, version: str | None, systems: str) -> Capacity:
+    """An SGLang pool sized by its static fraction, with the database's weights and KV bytes per
+    token where it can build the model, else servesim's formula."""
+    from servesim.perf.capacity import weight_bytes
+    from servesim.perf.static_memory import aic_breakdown, static_blocks
+
+    fraction = worker.kv_cache.capacity.memory_fraction_for(engine.backend)  # type: ignore[union-attr]
+    block = worker.kv_cache.block_size_for(engine.backend)
+    par = parallel(worker)
+    if aic_model is not None and version is not None:
+        try:
+            weights, per_token = aic_breakdown(
+                aic_model, gpu.name, version, par, max_batched_tokens=worker.scheduler.max_batched_tokens,
+                max_sequences=worker.scheduler.max_sequences_for(role), systems_path=systems)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - any failure of the foreign estimator: servesim's formula
+            pass
+        else:
+            return static_blocks(gpu.mem_capacity, weights, per_token, fraction, block, "aiconfigurator")
+    return static_blocks(gpu.mem_capacity, weight_bytes(model, par), model.kv_bytes_per_token(par.tp), fraction,
+                         block, "servesim" if model.family is not None else "generic")
+
+
+def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False) -> int:
+    """KV blocks per scheduler rank of one role's workers (`sglang_static`: see `capacity`)."""
     cap = worker.kv_cache.capacity
     if isinstance(cap, FixedCapacity):
         return cap.blocks_for(worker.kv_cache.block_size_for(engine.backend), worker.kv_cache.bytes_per_token)
     measured = calibrated_kv_blocks(worker, worker.kv_cache.block_size_for(engine.backend))
     if measured is not None:
         return measured
-    return capacity(engine, worker, role).blocks
+    return capacity(engine, worker, role, sglang_static).blocks

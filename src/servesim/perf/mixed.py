@@ -170,9 +170,12 @@ class FusedRoofline:
 def fused(model: TimingModel, attention_factor: float = 1.0, vllm: bool = False) -> MixedPassTiming:
     """`model` (AIConfigurator or roofline timing) with fused mixed passes whose decode attention
     costs `attention_factor` times a decode-only pass's. With `vllm` a roofline times decode
-    attention as vLLM's kernel measured on the GPU, where it was (`GpuSpec.decode_attention`)."""
+    attention as vLLM's kernel measured on the GPU, where it was (`GpuSpec.decode_attention`).
+    A roofline becomes the kernel-aware one (`servesim.perf.roofline_kernels`)."""
     from servesim.perf.roofline import RooflineTiming
+    from servesim.perf.roofline_kernels import kernel_aware
 
     if isinstance(model, RooflineTiming):
+        model = kernel_aware(model)
         return FusedRoofline(model.with_measured_decode_attention() if vllm else model, attention_factor)
     return FusedAic(model, attention_factor)

@@ -183,8 +183,8 @@ class RooflineTiming:
             return self._measured
         params = replace(self.params, decode_attention_latency_us=measured["latency_us"],
                          decode_attention_efficiency=measured["efficiency"], l2_bytes=measured["l2_mib"] * MIB)
-        self._measured = RooflineTiming(self.model, self.gpu, tp=self.tp, pp=self.pp, attention_dp=self.attention_dp,
-                                        moe_tp=self.moe_tp, moe_ep=self.moe_ep, params=params)
+        self._measured = type(self)(self.model, self.gpu, tp=self.tp, pp=self.pp, attention_dp=self.attention_dp,
+                                    moe_tp=self.moe_tp, moe_ep=self.moe_ep, params=params)
         return self._measured
 
     def decode_seconds(self, batch: int, active_kv_tokens: int) -> float:

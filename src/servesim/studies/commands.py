@@ -35,6 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                "and its decode steps against the runs' drain")
     validate.add_argument("--holdout", action="store_true",
                           help="also calibrate on part of the data and predict the rest (takes minutes)")
+    validate.add_argument("--points", default=None,
+                          help="a benchmark-point CSV (InferenceX's form, docs/accuracy.md): validate its points "
+                               "instead of the open vLLM runs")
+    validate.add_argument("--max-requests", type=int, default=None,
+                          help="with --points: replay at most this many requests of each point (quicker, noisier)")
     validate.set_defaults(run_command=_validate)
 
     calibrate = sub.add_parser("calibrate", help="fit a calibration file to measurements of a real deployment")
@@ -83,10 +88,39 @@ def _selected_runs(text: str | None):
     return tuple(RUNS[p - 1] for p in picks)
 
 
+def _validate_points(args: argparse.Namespace) -> int:
+    from servesim.measured import benchmark
+    from servesim.measured.points import read_points
+    from servesim.output_file import OutputFile
+    from servesim.studies.validate import section_text
+
+    if args.max_requests is not None and args.max_requests < 1:
+        return _fail(2, f"--max-requests {args.max_requests}: must be >= 1")
+    target = OutputFile("-o", args.output) if args.output else None
+    try:
+        existing = target.check(read_existing=True) if target is not None else None
+        points = read_points(args.points)
+        results = benchmark.validate_points(points, args.max_requests, progress=sys.stderr.isatty())
+    except ConfigError as exc:
+        return _fail(2, str(exc))
+    except RunError as exc:
+        return _fail(1, str(exc))
+    text = benchmark.render(results)
+    code = write_stdout("validate", text)
+    if target is not None:
+        try:
+            target.write(section_text(existing, "servesim validate points", text))
+        except RunError as exc:
+            return _fail(1, str(exc))
+    return code
+
+
 def _validate(args: argparse.Namespace) -> int:
     from servesim.studies import openruns, validate
     from servesim.output_file import OutputFile
 
+    if args.points is not None:
+        return _validate_points(args)
     data = openruns.data_folder(args.data)
     target = OutputFile("-o", args.output) if args.output else None
     try:
