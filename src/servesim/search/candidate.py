@@ -193,7 +193,10 @@ class Materializer:
         if self.backend_version(backend) is not None:
             engine["backend_version"] = self.backend_version(backend)
         try:
-            return facts.kv_tokens_per_rank(parse_config({"engine": engine}), "aggregated") > self.context_length
+            mapping: dict[str, Any] = {"engine": engine}
+            if self.cfg.compat is not None:
+                mapping["compat"] = self.cfg.compat
+            return facts.kv_tokens_per_rank(parse_config(mapping), "aggregated") > self.context_length
         except (ConfigError, RunError):
             return False
 

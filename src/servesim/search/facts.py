@@ -109,13 +109,14 @@ def shape_problem(model: str, tp: int, pp: int, dp: int, moe_tp: int, moe_ep: in
 
 
 def kv_tokens_per_rank(config: SimConfig, role: str) -> int:
-    """Usable KV tokens of one scheduler rank of `role` (blocks x block size); raises RunError
-    ("no KV budget ...") when weights and activations leave no room."""
+    """Usable KV tokens of one scheduler rank of `role` (blocks x block size), sized as `predict`
+    sizes the same config (SGLang by its static fraction outside `compat: reference`); raises
+    RunError ("no KV budget ...") when weights and activations leave no room."""
     engine, name = config.engine, cast(Role, role)
     worker = engine.roles[name]
     key = (engine.model, engine.hardware, engine.backend, engine.backend_version, engine.aic_systems_path,
            worker.parallelism, worker.scheduler.max_batched_tokens, worker.scheduler.max_sequences_for(name),
-           worker.kv_cache, name)
+           worker.kv_cache, name, config.compat)
     return _kv_tokens(key, config, name)
 
 
@@ -130,7 +131,8 @@ def _kv_tokens(key: Any, config: SimConfig, role: Role) -> int:
         engine = config.engine
         worker = engine.roles[role]
         try:
-            found = num_blocks(engine, worker, role) * engine.block_size(role)
+            found = num_blocks(engine, worker, role, sglang_static=config.compat != "reference") \
+                * engine.block_size(role)
         except RunError as exc:
             found = exc
         _KV_MEMO[key] = found
