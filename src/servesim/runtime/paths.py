@@ -227,8 +227,8 @@ def _steady_refusal(run: LoweredRun, driver: RequestDriver, call: CallFacts) -> 
 def steady_pool_refusal(pool: PoolSpec, prompt: int, output: int) -> str | None:
     """Why the ranks of `pool` serving only requests of `prompt` → `output` tokens that share no
     prefix are not that simple: another core or admission policy, asynchronous scheduling,
-    speculative decoding, fused mixed-pass timing, forward-pass metrics, a context length or KV
-    pool that all running requests together could reach."""
+    speculative decoding, fused mixed-pass timing, forward-pass metrics, a state cache, a context
+    length or KV pool that all running requests together could reach."""
     config = pool.rank_config
     if config.backend != "vllm":
         return f"backend {config.backend} (the steady lane replays vLLM's core and admission)"
@@ -238,6 +238,8 @@ def steady_pool_refusal(pool: PoolSpec, prompt: int, output: int) -> str | None:
         return "asynchronous scheduling"
     if config.speculative is not None or config.record_metrics or isinstance(pool.timing, MixedPassTiming):
         return "speculative decoding, forward-pass metrics or fused mixed passes"
+    if config.state_blocks:
+        return "a state cache (each request also holds its state blocks)"
     if prompt < 1 or output < 1 or config.max_sequences > config.max_batched_tokens:
         return "max_sequences above max_batched_tokens (or an empty prompt or output)"
     if config.max_model_len is not None and prompt + output > config.max_model_len:
@@ -286,6 +288,7 @@ DRAFTS = _knob("speculative decoding: a burst could touch a cohort member", COHO
 TIMEOUTS = _knob("client timeouts: requests leave on their own clock", ISOLATED, RUN_ON, BULK_ROUTING, STEADY)
 HOST = _knob("a host KV tier: its loads end on their own clock (timers of the shared loop)",
              RUN_AHEAD, ISOLATED, RUN_ON, BULK_ROUTING, STEADY)
+STATE = _knob("a state cache: each request also holds its state blocks (no cohort, no steady lane)", COHORT, STEADY)
 
 _WORKER = "engine.workers.*."
 """Every role's worker fields (aggregated, prefill, decode) share one classification."""
@@ -310,6 +313,8 @@ KNOBS: dict[str, Knob] = {
     _WORKER + "hardware": KV_SIZE,
     _WORKER + "kv_cache.prefix_caching": NEUTRAL,
     _WORKER + "kv_cache.host_offload.num_host_blocks": HOST,
+    _WORKER + "kv_cache.state_cache.bytes_per_request": STATE,
+    **{_WORKER + "kv_cache.state_cache." + name: NEUTRAL for name in ("indexer_cache_dtype", "mamba_cache_dtype")},
     **{_WORKER + "kv_cache.g3_offload." + name: NEUTRAL for name in (
         "scope", "num_g3_blocks", "latency_to_first_byte_ms", "read_bandwidth_gbps", "write_bandwidth_gbps",
         "shared_read_bandwidth_gbps", "shared_write_bandwidth_gbps")},
