@@ -352,3 +352,28 @@ def test_ran_through_instants_count_once_the_pass_ends():
     loop = _ahead([(0.0, w, 12.0)], w)
     assert loop.run() == 12.0
     assert loop.pools[0].worker_seconds == pytest.approx(0.012)
+
+
+# -- only control ticks left --------------------------------------------------------------------
+
+
+def _stuck_with_ticks(cap):
+    """A parked worker holds a request (a zero-duration pass without effect) while ticks go on."""
+    (w,) = _workers((0, 0))
+    w.effect = False
+    source = FakeSource([(0.0, w, 0.0)])
+    handler = TickingHandler(source, w.log, [10.0 * k for k in range(1, 30)])
+    return ReplayLoop(source, [Pool("p", [w])], handler, time_cap_ms=cap), w.log
+
+
+def test_only_ticks_left_without_a_cap_is_a_dead_end():
+    loop, _ = _stuck_with_ticks(None)
+    with pytest.raises(SimulationError):
+        loop.run()
+
+
+@pytest.mark.parametrize(("cap", "last"), [(25.0, 20.0), (30.0, 30.0)])
+def test_only_ticks_left_under_a_cap_runs_to_the_cap(cap, last):
+    loop, log = _stuck_with_ticks(cap)
+    assert loop.run() == last, "the last tick at or before the cap (inclusive)"
+    assert [t for kind, t, _ in log if kind == "tick"] == [t for t in (10.0, 20.0, 30.0) if t <= cap]

@@ -55,6 +55,22 @@ def test_p10_exactly_at_the_plateau_share_counts(low, found):
     assert measured_kv_tokens(_measured(rows), max_sequences=8, ranks=1, **grid) == found
 
 
+def test_growth_runs_over_the_decode_span_not_from_time_zero():
+    # First token at 10, last at 30: usage 10,000 + (t − 10)/20 × 2,000 over t = 10..20 → median 10,500
+    # (against the end time alone it would be (t − 10)/30 × 2,000: 10,333).
+    rows = [(0.0, 10.0, 30.0, 10_000, 2_000), (0.0, 50.0, 60.0, 1, 0)]
+    grid = {"window": (10.0, 20.0), "points": 11}
+    assert measured_kv_tokens(_measured(rows), max_sequences=8, ranks=1, **grid) == 10_500
+
+
+@pytest.mark.parametrize(("queue_until", "found"), [(3.0, 1000), (2.0, None)])
+def test_idle_time_does_not_count_against_the_bound_share(queue_until, found):
+    # Grid 0..9; nothing runs or waits from 6 on (idle), so the busy time is 0..5 (6 points):
+    # a queue over 0..2 (3 points) is half of it, though under a third of the window.
+    rows = [(0.0, 0.0, 6.0, 1000, 0), (0.0, queue_until, 6.0, 1000, 0)]
+    assert measured_kv_tokens(_measured(rows), max_sequences=8, ranks=1, **GRID) == found
+
+
 def test_without_a_queue_the_pool_did_not_bind():
     rows = [(0.0, 0.0, 20.0, 10_000, 0), (0.0, 0.0, 20.0, 10_000, 0)]
     assert measured_kv_tokens(_measured(rows), max_sequences=8, ranks=1, **GRID) is None

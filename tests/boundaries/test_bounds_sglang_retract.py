@@ -23,7 +23,7 @@ def _until_retraction(rank, reqs, passes=40):
     for i in range(passes):
         order = [r.req for r in rank.running]
         generated = {q.rid: q.generated for q in reqs}
-        result = rank.run_pass(i)
+        rank.run_pass(i)
         retracted = [q for q in order if q.preempted and q not in [r.req for r in rank.running]]
         if retracted:
             return i, order, generated, retracted
