@@ -283,3 +283,97 @@ def test_the_dead_end_message_says_whether_any_worker_holds_requests():
     loop, _ = _loop([(0.0, stuck, 0.0)], [idle, stuck])
     with pytest.raises(SimulationError, match="detected an effect-free zero-duration pass"):
         loop.run()
+
+
+# -- run ahead: the horizon and the instants a worker ran through ------------------------------
+
+
+@dataclass(eq=False)
+class AheadWorker(FakeWorker):
+    """Records the horizon each pass is given; its passes run through `skipped` instants."""
+
+    horizons: list = field(default_factory=list)
+    skipped: tuple[float, ...] = ()
+
+    def start_pass(self, now: float, horizon: float = 0.0) -> Outcome:
+        self.horizons.append((now, horizon))
+        outcome = super().start_pass(now, horizon)
+        return Outcome(outcome.end_ms, outcome.has_effect, tuple(now + s for s in self.skipped))
+
+
+def _ahead(arrivals, worker, cap=None, timers=None, run_ahead=True):
+    source = FakeSource(arrivals)
+    handler = FakeHandler(source, worker.log, timers)
+    return ReplayLoop(source, [Pool("p", [worker])], handler, time_cap_ms=cap, run_ahead=run_ahead)
+
+
+def _ahead_worker(skipped=()):
+    return AheadWorker("w", (0, 0), [], skipped=skipped)
+
+
+def test_the_horizon_is_the_next_arrival():
+    w = _ahead_worker()
+    _ahead([(0.0, w, 10.0), (25.0, w, 1.0)], w).run()
+    assert w.horizons == [(0.0, 25.0), (25.0, INF)]
+
+
+def test_the_horizon_is_the_next_timer_when_it_comes_first():
+    w = _ahead_worker()
+    _ahead([(0.0, w, 10.0), (25.0, w, 1.0)], w, timers=[15.0]).run()
+    assert w.horizons[0] == (0.0, 15.0)
+
+
+@pytest.mark.parametrize(("cap", "horizon"), [(7.0, 7.0), (25.0, 25.0), (24.0, 24.0), (30.0, 25.0)])
+def test_the_horizon_never_passes_the_time_cap(cap, horizon):
+    w = _ahead_worker()
+    _ahead([(0.0, w, 10.0), (25.0, w, 1.0)], w, cap=cap).run()
+    assert w.horizons[0] == (0.0, horizon)
+
+
+def test_without_run_ahead_the_horizon_is_now():
+    w = _ahead_worker()
+    _ahead([(0.0, w, 10.0), (25.0, w, 1.0)], w, run_ahead=False).run()
+    assert w.horizons == [(0.0, 0.0), (25.0, 25.0)]
+
+
+@pytest.mark.parametrize(("cap", "now"), [(7.0, 6.0), (6.0, 6.0), (9.0, 9.0), (2.9, 0.0)])
+def test_under_a_cap_the_clock_stops_at_the_last_ran_through_instant(cap, now):
+    # One pass of 12 ms ran ahead through 3, 6 and 9; the cap cuts it: worker-seconds integrate
+    # to the last of those instants at or before the cap (inclusive), as if the loop had
+    # stopped at each.
+    w = _ahead_worker(skipped=(3.0, 6.0, 9.0))
+    loop = _ahead([(0.0, w, 12.0)], w, cap=cap)
+    assert loop.run() == now
+    assert loop.pools[0].worker_seconds == pytest.approx(now / 1000)
+
+
+def test_ran_through_instants_count_once_the_pass_ends():
+    w = _ahead_worker(skipped=(3.0, 6.0, 9.0))
+    loop = _ahead([(0.0, w, 12.0)], w)
+    assert loop.run() == 12.0
+    assert loop.pools[0].worker_seconds == pytest.approx(0.012)
+
+
+# -- only control ticks left --------------------------------------------------------------------
+
+
+def _stuck_with_ticks(cap):
+    """A parked worker holds a request (a zero-duration pass without effect) while ticks go on."""
+    (w,) = _workers((0, 0))
+    w.effect = False
+    source = FakeSource([(0.0, w, 0.0)])
+    handler = TickingHandler(source, w.log, [10.0 * k for k in range(1, 30)])
+    return ReplayLoop(source, [Pool("p", [w])], handler, time_cap_ms=cap), w.log
+
+
+def test_only_ticks_left_without_a_cap_is_a_dead_end():
+    loop, _ = _stuck_with_ticks(None)
+    with pytest.raises(SimulationError):
+        loop.run()
+
+
+@pytest.mark.parametrize(("cap", "last"), [(25.0, 20.0), (30.0, 30.0)])
+def test_only_ticks_left_under_a_cap_runs_to_the_cap(cap, last):
+    loop, log = _stuck_with_ticks(cap)
+    assert loop.run() == last, "the last tick at or before the cap (inclusive)"
+    assert [t for kind, t, _ in log if kind == "tick"] == [t for t in (10.0, 20.0, 30.0) if t <= cap]
