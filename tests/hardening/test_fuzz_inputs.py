@@ -105,3 +105,17 @@ def test_a_search_whose_model_name_is_too_long_for_a_path(tmp_path):
     run = run_in_process(["recommend", "-c", str(path), "--output-dir", str(tmp_path / "o")])
     run.assert_clean(1, 2)
     assert "Traceback" not in run.stderr and "servesim: error:" in run.stderr
+
+
+def test_a_search_whose_model_has_no_config_and_no_context_length(tmp_path):
+    """seed 12, case 174: an unknown model with `engine.context_length` left out failed while the
+    search was set up (RunError: the context length needs the HF config) with a traceback."""
+    from search_helpers import BASE, config
+
+    mapping = config(BASE, **{"engine.model": "no-such-org/no-such-model-xyz"})
+    mapping["engine"].pop("context_length", None)
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(mapping))
+    run = run_in_process(["recommend", "-c", str(path), "--output-dir", str(tmp_path / "o")])
+    run.assert_clean(1, 2)
+    assert "no-such-org/no-such-model-xyz" in run.stderr

@@ -84,6 +84,9 @@ def main(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"servesim: error: {exc}", file=sys.stderr)
         return 2
+    except RunError as exc:  # the search could not be set up (a model's HF config, the output folder)
+        print(f"servesim recommend failed: {exc}", file=sys.stderr)
+        return exc.exit_code
     from servesim.search.executors import ClusterUnavailable
 
     try:
