@@ -26,7 +26,6 @@ there that contradicts one is a configuration error.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +35,7 @@ from servesim.engine.pass_time import MixedPassTiming, TimingModel
 from servesim.errors import TraceError
 from servesim.limits import MAX_MS, MAX_TOKENS
 from servesim.perf.timing import quantize_ms
+from servesim.safejson import finite_number
 
 VERSION = 1
 KEYS = ("servesim_calibration", "prefill_scale", "decode_scale", "frontend_ms", "kv_tokens", "mixed_pass",
@@ -131,21 +131,11 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _number(path: str, doc: dict, key: str, default: float | None, bound: float, *, positive: bool = False) -> Any:
     value = doc.get(key, default)
     if value is None:
         return None
-    number = _finite(value)
+    number = finite_number(value)
     if number is None or not 0 <= number <= bound or (positive and number == 0):
         low = "(0" if positive else "[0"
         raise TraceError(path, None, f"{key}: must be a finite number in {low}, {bound:.0e}] (got {_show(value)})")
@@ -185,7 +175,7 @@ def _setting(path: str, name: str, key: str, value: Any) -> None:
     if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
         wanted = "a string" if kind is str else "true or false" if kind is bool else "a number"
         raise TraceError(path, None, f"{name}: must be {wanted} (got {_show(value)})")
-    number = _finite(value)
+    number = finite_number(value)
     if kind != str and kind is not bool and (number is None or not 0 <= number <= MAX_MS):
         raise TraceError(path, None, f"{name}: must be a finite number in [0, {MAX_MS:.0e}] (got {_show(value)})")
     if isinstance(value, str) and len(value) > 1000:
