@@ -16,6 +16,8 @@ HEAD = "servesim_calibration: 1\n"
 @pytest.mark.parametrize(("body", "line", "words"), [
     ("prefill_scale: .inf\n", None, "prefill_scale: must be a finite number"),
     ("decode_scale: .nan\n", None, "decode_scale: must be a finite number"),
+    ("decode_scale: null\n", None, "decode_scale: must be a finite number"),  # fuzzer, seed 21 case 398
+    ("prefill_scale: null\n", None, "prefill_scale: must be a finite number"),
     ("frontend_ms: 1e400\n", None, "frontend_ms: must be a finite number"),
     ("frontend_ms: 2000000000000\n", None, "frontend_ms: must be a finite number in [0, 1e+12]"),
     ("prefill_scale: 1e300\n", None, "prefill_scale: must be a finite number in"),

@@ -133,7 +133,7 @@ def _show(value: Any) -> str:
 
 def _number(path: str, doc: dict, key: str, default: float | None, bound: float, *, positive: bool = False) -> Any:
     value = doc.get(key, default)
-    if value is None:
+    if value is None and default is None:
         return None
     number = finite_number(value)
     if number is None or not 0 <= number <= bound or (positive and number == 0):
