@@ -91,3 +91,24 @@ def test_the_prefill_bisection_converges_on_the_measured_mean():
 def test_a_full_batch_is_not_kv_bound():
     measured = _one_at_a_time([(10_000, 3.0), (9_000, 1.0), (10_000, 3.0), (8_000, 1.0), (10_000, 0.5)])
     assert calibrate.measured_kv_tokens(measured, max_sequences=1, ranks=1) is None, "one running = max_sequences"
+
+
+@pytest.mark.parametrize("tolerance", [0.25, 0.5])
+def test_a_move_of_exactly_the_tolerance_is_not_settled(monkeypatch, tolerance):
+    """'Less than' the tolerance: exactly it is still a move. No double near 1 is 1.005 to the
+    last bit, so the rule is pinned with a tolerance that is a power of two (exact in floats)."""
+    monkeypatch.setattr(calibrate, "TOLERANCE", tolerance)
+    before = Calibration(prefill_scale=2.0, decode_scale=2.0)
+    moved = 2.0 * (1 + tolerance)
+    just_inside = 2.0 * (1 + tolerance / 2)
+    assert not calibrate._settled(before, Calibration(prefill_scale=moved, decode_scale=2.0))
+    assert not calibrate._settled(before, Calibration(prefill_scale=2.0, decode_scale=moved))
+    assert not calibrate._settled(before, Calibration(prefill_scale=2.0 * (1 - tolerance), decode_scale=2.0))
+    assert calibrate._settled(before, Calibration(prefill_scale=just_inside, decode_scale=just_inside))
+
+
+def test_the_settle_test_is_relative_to_the_scale_before():
+    before = Calibration(prefill_scale=0.2, decode_scale=4.0)
+    assert calibrate._settled(before, Calibration(prefill_scale=0.2009, decode_scale=4.019))
+    assert not calibrate._settled(before, Calibration(prefill_scale=0.2011, decode_scale=4.0)), "0.55 % of 0.2"
+    assert not calibrate._settled(before, Calibration(prefill_scale=0.2, decode_scale=4.021)), "0.525 % of 4"

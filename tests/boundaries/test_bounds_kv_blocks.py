@@ -4,10 +4,12 @@ more is rejected; a pool can hand out exactly all of its blocks."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_helpers import vllm_rank, vllm_request
+from servesim.engine.cache.blocks import KeyMemo, chain_keys
 from servesim.engine.cache.kv import BlockPool
 
 
@@ -116,3 +118,39 @@ def test_shared_active_blocks_count_once_in_the_fit():
     b = vllm_request(2, 48, 2, [7001, 7002, 7003])
     rank.enqueue(b)
     assert rank.run_pass(2).admitted == [(b, 32)], "b needs 1 block of its own: 3 + 1 = 4"
+
+
+# -- the key memo: at most `wanted` blocks, whole runs only ---------------------------------------
+
+def _memo_with_two_runs():
+    runs = [(1, 64), (2, 64), (3, 64)]  # 4 blocks of 16 per run
+    memo = KeyMemo(1000)
+    chain_keys(runs[:2], 16, 8, memo=memo)  # one edge: runs 1-2, 8 keys
+    return memo, runs, chain_keys(runs, 16, 12, memo=None)
+
+
+@pytest.mark.parametrize(("wanted", "covered", "blocks"), [(7, 1, 4), (8, 2, 8), (9, 2, 8), (4, 1, 4), (3, 0, 0)])
+def test_the_memo_covers_whole_runs_up_to_the_wanted_blocks(wanted, covered, blocks):
+    memo, runs, fresh = _memo_with_two_runs()
+    keys: list[int] = []
+    assert memo.prefix(runs, 16, wanted, keys)[0] == covered
+    assert keys == fresh[:blocks]
+
+
+def test_a_chain_continued_from_an_edge_ending_at_the_wanted_blocks_is_recorded_after_it():
+    """A prefix that takes an edge whole (8 = wanted) goes on from the edge's end: adding the
+    rest there keeps the edge intact, and a longer chain then finds all 12 keys."""
+    memo, runs, fresh = _memo_with_two_runs()
+    keys: list[int] = []
+    covered, where = memo.prefix(runs, 16, 8, keys)
+    memo.add(where, runs[covered:], fresh[8:])
+    again: list[int] = []
+    assert memo.prefix(runs, 16, 12, again)[0] == 3 and again == fresh
+    assert memo.size == 12
+
+
+@pytest.mark.parametrize("wanted", [8, 12])
+def test_chains_through_the_memo_equal_fresh_ones_at_an_edge_end(wanted):
+    memo, runs, fresh = _memo_with_two_runs()
+    assert chain_keys(runs, 16, wanted, memo=memo) == fresh[:wanted]
+    assert chain_keys(runs, 16, 12, memo=memo) == fresh

@@ -137,3 +137,27 @@ def test_a_throughput_decision_is_scale_up_if_any_pool_grows():
                                       "decode": SimpleNamespace(non_draining=2)})
     assert DynamoPlanner._direction(snapshot, {"prefill": 3, "decode": 1}) == "scale_up"
     assert DynamoPlanner._direction(snapshot, {"prefill": 1, "decode": 2}) == "scale_down"
+
+
+# -- the disaggregated pair at the floor (total ≤ min_gpus holds a shrink) ------------------------
+
+@pytest.mark.parametrize(("min_gpus", "held"), [(7, False), (8, True), (9, True)])
+@pytest.mark.parametrize("proposal", [(1, 2), (2, 1), (1, 1)])
+def test_a_pair_at_or_below_the_floor_is_held_from_shrinking(min_gpus, held, proposal):
+    """(2, 2) with 2 GPUs each is 8 GPUs; max 20 gives a tolerance of 2, so 9 is still in band.
+    Above the floor a shrink to 6 GPUs is within [7 − 2, 20] and passes; one to 4 is not, and is
+    clamped back up (ceil(1 · 7 / 4) = 2 prefill, ceil((7 − 4) / 2) = 2 decode), with no hold."""
+    result = budget.guard_pair((2, 2), proposal, (2, 2), min_gpus, 20, (1, 1))
+    free = (2, 2, None) if proposal == (1, 1) else (*proposal, None)
+    assert result == ((2, 2, "gpu_budget_guard_hold") if held else free)
+
+
+@pytest.mark.parametrize("min_gpus", [8, 9])
+def test_at_the_floor_an_opposing_move_passes_when_it_fits(min_gpus):
+    assert budget.guard_pair((2, 2), (3, 1), (2, 2), min_gpus, 20, (1, 1)) == (3, 1, None)
+    assert budget.guard_pair((2, 2), (3, 2), (2, 2), min_gpus, 20, (1, 1)) == (3, 2, None), "growth is free"
+
+
+def test_a_pair_at_the_floor_without_a_ceiling_is_held_from_shrinking():
+    assert budget.guard_pair((2, 3), (2, 2), (2, 2), 10, OFF, (1, 1)) == (2, 3, "gpu_budget_guard_hold")
+    assert budget.guard_pair((2, 3), (2, 2), (2, 2), 8, OFF, (1, 1)) == (2, 2, None), "10 > 8: down to the floor"

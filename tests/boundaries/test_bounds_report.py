@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from servesim.collect.collector import Admission, RequestRecord
 from servesim.report import stats
-from servesim.report.sla import verdicts
+from servesim.report.sla import verdict_lines, verdicts
 from servesim.report.summary import Sla, summarize
 
 # -- percentile ranks ------------------------------------------------------------------------
@@ -164,3 +164,25 @@ def test_the_margin_is_target_minus_achieved():
     per_request, run_level = block["targets"]
     assert (per_request["margin_ms"], run_level["margin_ms"]) == (5.0, 10.0)
     assert per_request["margin_pct"] == pytest.approx(10.0) and run_level["margin_pct"] == pytest.approx(25.0)
+
+
+# -- the text table's incomplete-requests note ----------------------------------------------------
+
+def _note(arrived: int, completed: int) -> list[str]:
+    summary = {"num_requests": arrived, "completed_requests": completed}
+    block = verdicts(Sla(ttft_ms=50.0), summary, {"ttft_ms": completed}, {"ttft_ms": 40.0}, {})
+    return [line for line in verdict_lines(block) if "did not complete" in line]
+
+
+def test_no_note_when_every_request_completed():
+    assert _note(4, 4) == []
+
+
+@pytest.mark.parametrize(("completed", "missing"), [(3, 1), (0, 4)])
+def test_the_note_counts_the_requests_that_did_not_complete(completed, missing):
+    (note,) = _note(4, completed)
+    assert note.strip().startswith(f"({missing} of 4 requests did not complete")
+
+
+def test_a_run_without_requests_has_no_note():
+    assert _note(0, 0) == []

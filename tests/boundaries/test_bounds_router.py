@@ -144,3 +144,24 @@ def test_prefill_aging_spills_over_to_the_next_entry():
     load.prefills[2] = _Prefill(64, 2.0, 10.0)
     assert load.prefill_tokens(5.0) == pytest.approx(32.0 + 64.0), "the anchor half done, the next untouched"
     assert load.prefill_tokens(15.0) == pytest.approx(0.0 + 32.0), "5 ms past the anchor age the next"
+
+
+def test_a_prefill_of_no_expected_duration_is_charged_nothing():
+    """Linear aging over a zero duration: the prefill is done the moment it starts."""
+    load = _SlotLoad()
+    load.prefills[1] = _Prefill(64, 0.0, 0.0)
+    assert [load.prefill_tokens(t) for t in (0.0, 1.0)] == [0.0, 0.0]
+
+
+def test_a_zero_duration_prefill_ages_nothing_after_it():
+    load = _SlotLoad()
+    load.prefills[1] = _Prefill(64, 0.0, 0.0)
+    load.prefills[2] = _Prefill(32, 0.0, 10.0)
+    assert load.prefill_tokens(5.0) == pytest.approx(0.0 + 16.0), "its zero span leaves 5 ms for the next"
+
+
+def test_one_unknown_duration_charges_every_prefill_in_full():
+    load = _SlotLoad()
+    load.prefills[1] = _Prefill(64, 0.0, 0.0)
+    load.prefills[2] = _Prefill(32, 0.0, None)
+    assert load.prefill_tokens(5.0) == 96.0

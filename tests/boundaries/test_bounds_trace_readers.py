@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servesim.errors import TraceError
+from servesim.traffic import jsonl
 from servesim.traffic.jsonl import read_jsonl
 from servesim.traffic.mooncake import read_mooncake
 
@@ -122,3 +123,30 @@ def test_integral_floats_at_the_minimum_are_accepted(tmp_path):
     turn = read_mooncake(path, 16).sessions[0].turns[0]
     assert (turn.input_length, turn.max_output_tokens) == (1, 0)
 
+
+
+# -- the longest line read ------------------------------------------------------------------------
+
+def _padded(length: int) -> str:
+    """A row of exactly `length` characters (padding in an ignored field)."""
+    row = _row(pad="")
+    return _row(pad="x" * (length - len(row)))
+
+
+@pytest.mark.parametrize("chunk", [1, 4096])
+def test_a_line_of_exactly_the_limit_is_read(tmp_path, monkeypatch, chunk):
+    """The limit is patched small (the real one is 64 MiB); its rule is 'longer than' it."""
+    monkeypatch.setattr(jsonl, "MAX_LINE_CHARS", 200)
+    path = tmp_path / "t.jsonl"
+    path.write_text(_row() + "\n" + _padded(199) + "\n" + _padded(200))  # newline included: 200, 200
+    assert [n for n, _ in read_jsonl(str(path), chunk)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("last", [True, False])
+def test_a_line_one_character_over_the_limit_is_an_error_naming_it(tmp_path, monkeypatch, last):
+    monkeypatch.setattr(jsonl, "MAX_LINE_CHARS", 200)
+    path = tmp_path / "t.jsonl"
+    path.write_text(_row() + "\n" + (_padded(201) if last else _padded(200) + "\n" + _row()))
+    with pytest.raises(TraceError) as info:
+        list(read_jsonl(str(path), 4096))
+    assert info.value.line == 2 and "line longer than" in str(info.value)
