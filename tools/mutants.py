@@ -16,6 +16,13 @@ rewritten). Tests a catalogue entry names that the copied tree does not hold are
 ``--repo`` can point at an older checkout, e.g. before new tests were written).
 
 ``--check`` only verifies that every snippet still matches its file exactly once (exit 1 if not).
+
+    python tools/mutants.py --sweep FILE[:FUNCTION] ... --tests PATH... [--survivors OUT.toml]
+
+``--sweep`` generates every small operator mutation of the files given (see tools/mutant_sweep.py)
+and runs the ``--tests`` on each: the survivors are the boundaries no test pins. ``--survivors``
+writes them as catalogue entries. The catalogue's own snippet test
+(tests/boundaries/test_mutant_catalogue.py) never runs on a mutant: it fails on any mutated copy.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = Path(__file__).with_name("mutants.toml")
 COPY_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache",
                                      ".ruff_cache", ".venv*", "*.egg-info")
+SELF_TEST = "tests/boundaries/test_mutant_catalogue.py"
 FIELDS = ("name", "area", "file", "old", "new", "tests", "description")
 OPTIONAL = ("held_out",)
 
@@ -114,7 +122,7 @@ def _pytest(root: Path, tests: Sequence[str], timeout: float) -> tuple[int | Non
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(root / "src"), str(Path(__file__).parent))),
            "PYTHONHASHSEED": "0"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "mutants_plugin",
-           "--no-header", *tests]
+           "--no-header", f"--ignore={SELF_TEST}", *tests]
     try:
         done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -142,7 +150,7 @@ def run_one(mutant: Mutant, root: Path, timeout: float) -> Outcome:
     text, why = locate(mutant, root)
     if text is None:
         return Outcome(mutant, "stale", why)
-    tests = [t for t in mutant.tests if (root / t.split("::")[0]).exists()]
+    tests = [t for t in mutant.tests if (root / t.split("::")[0]).exists() and t != SELF_TEST]
     if not tests:
         return Outcome(mutant, "survived", "no test of the catalogue entry exists in this tree")
     path = root / mutant.file
@@ -208,6 +216,10 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--list", action="store_true", help="list the catalogue")
     mode.add_argument("--check", action="store_true", help="verify every snippet matches its file once")
     mode.add_argument("--run", action="store_true", help="run the mutants (all, or the NAMEs given)")
+    mode.add_argument("--sweep", nargs="+", metavar="FILE[:FUNCTION]",
+                      help="run every operator mutation of these source files (relative to --repo)")
+    ap.add_argument("--tests", nargs="+", default=[], help="with --sweep: the test paths run on each mutation")
+    ap.add_argument("--survivors", type=Path, help="with --sweep: write the survivors as catalogue entries")
     ap.add_argument("names", nargs="*", metavar="NAME")
     ap.add_argument("--repo", type=Path, default=ROOT, help="checkout to copy and mutate (default: this one)")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant's test run")
@@ -232,6 +244,10 @@ def _run(mutants: list[Mutant], args: argparse.Namespace) -> int:
             outcomes.append(outcome)
             print(f"{outcome.status:<8} {m.name:<34} {outcome.seconds:6.1f}s  {outcome.detail}", flush=True)
     print("\n".join(summary(outcomes)))
+    if getattr(args, "survivors", None):
+        from mutant_sweep import toml_entry
+
+        args.survivors.write_text("\n".join(toml_entry(o.mutant) for o in outcomes if o.status == "survived"))
     if args.json:
         args.json.write_text(json.dumps([{"name": o.mutant.name, "area": o.mutant.area, "status": o.status,
                                           "detail": o.detail, "seconds": round(o.seconds, 1), "tests": o.tests}
@@ -239,9 +255,25 @@ def _run(mutants: list[Mutant], args: argparse.Namespace) -> int:
     return 0
 
 
+def _swept(args: argparse.Namespace) -> list[Mutant]:
+    """The sweep mutants of every FILE[:FUNCTION] given (an empty --tests is an error)."""
+    from mutant_sweep import sweep
+
+    if not args.tests:
+        raise SystemExit("mutants.py: --sweep needs --tests PATH...")
+    found: list[Mutant] = []
+    for spec in args.sweep:
+        file, _, function = spec.partition(":")
+        found += sweep(args.repo, file, tuple(args.tests), function or None)
+    print(f"{len(found)} mutations", flush=True)
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
     args = _parser().parse_args(argv)
+    if args.sweep:
+        return _run(_swept(args), args)
     mutants = select(load_catalogue(), args.names)
     if args.only:
         mutants = [m for m in mutants if m.held_out == (args.only == "held-out")]

@@ -65,3 +65,21 @@ def test_the_runner_mutates_a_copy_and_judges_by_the_tests(tmp_path):
     lines = mutants.summary([mutants.Outcome(caught, "caught"), mutants.Outcome(survived, "survived"),
                              mutants.Outcome(stale, "stale")])
     assert lines[-1].split()[:4] == ["ALL", "1/2", "caught", "50.0"]
+
+
+def test_the_sweep_flips_each_operator_once_and_pins_the_boundary(tmp_path):
+    _tiny_repo(tmp_path)
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from mutant_sweep import sweep
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    found = sweep(tmp_path, "src/tiny/limit.py", ("tests",))
+    assert [(m.old, m.new) for m in found] == [("    return x <= bound\n", "    return x < bound\n")]
+    assert mutants.run_one(found[0], tmp_path, 60).status == "caught"
+
+
+def test_the_runner_never_counts_the_catalogue_self_test(tmp_path):
+    _tiny_repo(tmp_path)
+    only_self = mutants.Mutant("self", "x", "src/tiny/limit.py", "x <= bound", "x < bound", (mutants.SELF_TEST,), "")
+    assert mutants.run_one(only_self, tmp_path, 60).status == "survived"
