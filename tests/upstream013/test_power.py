@@ -110,10 +110,16 @@ def test_compat_reference_report_has_no_power_fields() -> None:
 
 
 def test_table_prints_power_rows_with_013_wording() -> None:
+    """Without power data one row says why; with partial coverage all three rows show."""
     table = render_table(_run(POWER["fixed-timing"]["config"]), "out/prediction.json")
     assert "Active Power per GPU (W) [power_w]" in table
-    assert "Power Data Coverage (%) [power_coverage]" in table
     assert "unavailable (energy provider or topology unsupported)" in table
+    assert "Power Data Coverage (%) [power_coverage]" not in table
+    assert "Energy per Output Token (J) [energy_per_output_token_j]" not in table
+    report = {**_run(POWER["fixed-timing"]["config"]), "power_coverage": 0.5}
+    table = render_table(report, "out/prediction.json")
+    assert "Power Data Coverage (%) [power_coverage]" in table
+    assert "unavailable (insufficient energy coverage)" in table
     assert "Energy per Output Token (J) [energy_per_output_token_j]" in table
 
 

@@ -77,7 +77,8 @@ def _single_value_rows(report: Mapping[str, Any]) -> list[list[str]]:
 
 def _power_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Upstream 0.13's power rows and servesim's energy per token, when the report has them
-    (servesim mode); a null value reads ``unavailable (why)`` as in 0.13."""
+    (servesim mode); a null value reads ``unavailable (why)`` as in 0.13. Without any power data
+    (no coverage at all) only the power row says so."""
     if "power_coverage" not in report:
         return []
     from servesim.perf.energy import unavailable_reason
@@ -87,6 +88,8 @@ def _power_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     cells = (("Active Power per GPU (W) [power_w]", report.get("power_w")),
              ("Power Data Coverage (%) [power_coverage]", None if coverage is None else 100.0 * coverage),
              ("Energy per Output Token (J) [energy_per_output_token_j]", report.get("energy_per_output_token_j")))
+    if not coverage:
+        cells = cells[:1]
     return [(label, format_cell(value) if value is not None else why) for label, value in cells]
 
 
