@@ -19,6 +19,7 @@ import csv
 import json
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,17 +96,21 @@ class _Row:
             return default
         return value
 
-    def integer(self, column: str, minimum: int = 1, optional: bool = False) -> int | None:
+    def _parsed(self, column: str, optional: bool, parse: Callable[[str], Any], kind: str) -> Any:
+        """The column's value parsed by `parse`; None when empty and `optional`, else an error."""
         value = (self.row.get(column) or "").strip()
         if not value:
             if optional:
                 return None
             raise self.fail(column, "required, empty")
         try:
-            number = int(value)
+            return parse(value)
         except ValueError:
-            raise self.fail(column, f"expected an integer, got {value!r}") from None
-        if number < minimum:
+            raise self.fail(column, f"expected {kind}, got {value!r}") from None
+
+    def integer(self, column: str, minimum: int = 1, optional: bool = False) -> int | None:
+        number = self._parsed(column, optional, int, "an integer")
+        if number is not None and number < minimum:
             raise self.fail(column, f"must be >= {minimum}, got {number}")
         return number
 
@@ -115,17 +120,9 @@ class _Row:
         return value
 
     def number(self, column: str, optional: bool = False, low: float = 0.0, high: float = float("inf")) -> float | None:
-        value = (self.row.get(column) or "").strip()
-        if not value:
-            if optional:
-                return None
-            raise self.fail(column, "required, empty")
-        try:
-            number = float(value)
-        except ValueError:
-            raise self.fail(column, f"expected a number, got {value!r}") from None
-        if not low < number <= high:
-            raise self.fail(column, f"must be in ({low:g}, {high:g}], got {value}")
+        number = self._parsed(column, optional, float, "a number")
+        if number is not None and not low < number <= high:
+            raise self.fail(column, f"must be in ({low:g}, {high:g}], got {self.row.get(column, '').strip()}")
         return number
 
     def flag(self, column: str, default: bool) -> bool:
