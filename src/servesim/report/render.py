@@ -85,11 +85,10 @@ def _power_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
 
     why = f"unavailable ({unavailable_reason(report)})"
     coverage = report.get("power_coverage")
-    cells = (("Active Power per GPU (W) [power_w]", report.get("power_w")),
-             ("Power Data Coverage (%) [power_coverage]", None if coverage is None else 100.0 * coverage),
-             ("Energy per Output Token (J) [energy_per_output_token_j]", report.get("energy_per_output_token_j")))
-    if not coverage:
-        cells = cells[:1]
+    cells: list[tuple[str, Any]] = [("Active Power per GPU (W) [power_w]", report.get("power_w"))]
+    if coverage:
+        cells += [("Power Data Coverage (%) [power_coverage]", 100.0 * coverage),
+                  ("Energy per Output Token (J) [energy_per_output_token_j]", report.get("energy_per_output_token_j"))]
     return [(label, format_cell(value) if value is not None else why) for label, value in cells]
 
 
