@@ -143,10 +143,13 @@ class SimConfig(SchemaModel):
     """Placement of requests on workers; omitted = round robin."""
     planner: PlannerConfig = PlannerConfig.defaults()
     """Autoscaling (Dynamo's planner); omitted = a fixed fleet."""
-    compat: Literal["reference"] | None = None
+    compat: Literal["reference", "upstream-0.13"] | None = None
     """servesim extension: 'reference' reproduces AISimulate 0.1.0.dev2 exactly — its timing model,
     its report fields and its handling of requests that can never fit the KV pool (the run stops
-    where the reference stops); omitted = servesim's best estimate (the same as `--compat`)."""
+    where the reference stops); 'upstream-0.13' runs the newer upstream build's pass convention
+    (a prompt's completion emits the first token, only decoding requests are timed in the decode
+    phase, SGLang extends in rounds of their own; docs/timing.md) with the reference's timing
+    model otherwise; omitted = servesim's best estimate (the same as `--compat`)."""
 
     @model_validator(mode="after")
     def _compat_consistent(self) -> "SimConfig":
