@@ -175,7 +175,7 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
         preempt_first=worker.scheduler.preemption_mode == "fifo",
         prefill_schedule_interval=worker.scheduler.prefill_schedule_interval,
         prefill_decode_interval=worker.scheduler.prefill_decode_interval,
-        prefill_emits_first_token=config.compat == "upstream-0.13" and role == "aggregated",
+        prefill_emits_first_token=config.compat == "upstream-0.13" and role != "decode",
         host=_host_offload(engine, worker),
     )
     return PoolSpec(
