@@ -56,11 +56,13 @@ def aggregated(timing: dict[str, Any], backend: str = "vllm", model: str = "Qwen
                        "workers": workers}}
 
 
-def disaggregated(timing: dict[str, Any], backend: str = "vllm") -> dict[str, Any]:
+def disaggregated(timing: dict[str, Any], backend: str = "vllm", prefill_hardware: str | None = None) -> dict[str, Any]:
     config = aggregated(timing, backend)
     role = config["engine"]["workers"].pop("aggregated")
     config["engine"]["mode"] = "disaggregated"
     config["engine"]["workers"] = {"prefill": role, "decode": copy.deepcopy(role)}
+    if prefill_hardware is not None:
+        role["hardware"] = prefill_hardware
     config["engine"]["kv_transfer"] = {"bytes_per_token": 100000, "bandwidth_gb_per_second": 10,
                                        "timing_mode": "full_prompt"}
     return config
@@ -87,6 +89,8 @@ CASES: dict[str, tuple[dict[str, Any], list[dict[str, Any]], str]] = {
                          "AIC, Q/K norms of the heads on each GPU"),
     "vllm-aic-chunked": (aggregated({}, scheduler={"max_batched_tokens": 128}), CHUNKED, "AIC, prompts in chunks"),
     "vllm-aic-pd": (disaggregated({}), BURST, "AIC disaggregated"),
+    "vllm-aic-pd-h100-prefill": (disaggregated({}, prefill_hardware="h100_sxm"), MIXED,
+                                 "AIC disaggregated, prefill workers on other hardware"),
 }
 
 

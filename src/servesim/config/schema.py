@@ -148,8 +148,9 @@ class SimConfig(SchemaModel):
     its report fields and its handling of requests that can never fit the KV pool (the run stops
     where the reference stops); 'upstream-0.13' runs the newer upstream build's pass convention
     (a prompt's completion emits the first token, only decoding requests are timed in the decode
-    phase, SGLang extends in rounds of their own; docs/timing.md) with the reference's timing
-    model otherwise; omitted = servesim's best estimate (the same as `--compat`)."""
+    phase, SGLang extends in rounds of their own, 0.13's AIC decode steps; docs/timing.md) with
+    mixed passes summed as both upstream builds do; omitted = servesim's best estimate (the same
+    as `--compat`)."""
 
     @model_validator(mode="after")
     def _compat_consistent(self) -> "SimConfig":
