@@ -136,3 +136,16 @@ def test_alike_requests_leave_the_steady_lane_under_the_switch() -> None:
     ours = simulate(parse_config(upstream013(config)))
     assert ours.provenance["replay_loop"] != "steady lane"
     assert ours.to_dict()["mean_ttft_ms"] < default.to_dict()["mean_ttft_ms"] - 2.0
+
+
+@pytest.mark.parametrize("key, value", [("mixed_pass", "fused"), ("frontend_ms", 2.0), ("dp_sync_ms", 0.5)])
+def test_fidelity_keys_contradict_the_switch(key: str, value: object) -> None:
+    """0.13 sums mixed passes and has no front-end latency or DP sync: asking for them under the
+    switch is refused (exit 2) naming both keys, as under `compat: reference`."""
+    from servesim.config.load import parse_config
+    from servesim.errors import ConfigError
+
+    config = upstream013(recorded("power")["cases"]["aic-no-power-data"]["config"])
+    config["engine"]["workers"]["aggregated"].setdefault("timing", {"type": "default"})[key] = value
+    with pytest.raises(ConfigError, match=rf"timing\.{key}: .* contradicts compat: 'upstream-0.13'"):
+        parse_config(config)

@@ -193,11 +193,12 @@ DISCRIMINATED_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 def compat_conflicts(config: SimConfig) -> list[tuple[str, str]]:
-    """The fidelity keys that contradict `compat: reference` (the reference's timing model: sum
-    mixed passes, no front-end latency, no DP sync, no async scheduling, no calibration), each
-    as (key path, rule naming `compat`)."""
-    if config.compat != "reference":
+    """The fidelity keys that contradict `compat: reference` or `compat: upstream-0.13` (the
+    upstream builds' timing model: sum mixed passes, no front-end latency, no DP sync, no async
+    scheduling, no calibration), each as (key path, rule naming `compat`)."""
+    if config.compat not in ("reference", "upstream-0.13"):
         return []
+    which = "the reference's" if config.compat == "reference" else "0.13's"
     found = []
     for role, worker in config.engine.roles.items():
         where = f"engine.workers.{role}"
@@ -209,7 +210,7 @@ def compat_conflicts(config: SimConfig) -> list[tuple[str, str]]:
             ("timing.calibration", getattr(timing, "calibration", None), lambda v: v is not None),
             ("scheduler.async_scheduling", scheduler.async_scheduling, lambda v: v is True),
         ]
-        found += [(f"{where}.{key}", f"{value!r} contradicts compat: 'reference' (the reference's timing model); "
+        found += [(f"{where}.{key}", f"{value!r} contradicts compat: {config.compat!r} ({which} timing model); "
                                      "drop one of the two keys")
                   for key, value, bad in offending if bad(value)]
     return found
