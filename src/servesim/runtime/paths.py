@@ -295,8 +295,11 @@ STATE = _knob("a state cache: each request also holds its state blocks (no cohor
 _WORKER = "engine.workers.*."
 """Every role's worker fields (aggregated, prefill, decode) share one classification."""
 
+COMPAT = _knob("compat: omitted, fused passes and async scheduling by default; upstream-0.13, 0.13's pass "
+               "convention (the steady lane replays 0.1.0.dev2's): no steady lane", STEADY)
+
 KNOBS: dict[str, Knob] = {
-    "compat": FUSED,
+    "compat": COMPAT,
     "engine.aic_systems_path": NEUTRAL,
     "engine.backend": CORE,
     "engine.backend_version": NEUTRAL,
