@@ -8,11 +8,11 @@ never runs the reference). Also records which host-offload configs 0.13 refuses.
 ``--compare``, servesim runs every scenario too and the differing fields are printed.
 
 Every scenario starts with a *pacer*: one request with a long output that decodes through the
-whole run. 0.13's fixed timing charges `decode_ms` only to passes with a decoding request, while
-0.1.0.dev2's (servesim's) also charges it to a pass that only completes prompts; with a decoder in
-every pass the two agree, so the other requests' timelines compare field for field. The pacer's
-own first pass differs (10 vs 15 ms), so it is one token ahead in 0.13 and not compared; its
-prompt and output fit one 128-token block, so it never takes another block, in either.
+whole run. It was needed before `compat: upstream-0.13` (0.13's pass convention, under which
+servesim runs the scenarios now): 0.13's fixed timing charges `decode_ms` only to passes with a
+decoding request, while 0.1.0.dev2's also charges it to a pass that only completes prompts; with a
+decoder in every pass the two agree. The pacer is not compared; its prompt and output fit one
+128-token block, so it never takes another block.
 
     python benchmarks/record_013_offload.py [--compare]
 """
@@ -196,7 +196,7 @@ def main() -> int:
                            "prefix_cache_reused_ratio": report.get("summary", report)["prefix_cache_reused_ratio"]}
         line = f"{name}: recorded {len(trace) - 1} requests"
         if compare:
-            _, mine, _ = run("servesim", cfg, trace)
+            _, mine, _ = run("servesim", {**cfg, "compat": "upstream-0.13"}, trace)
             assert mine is not None
             ours = records(mine)
             same = sum(a == b for a, b in zip(scenarios[name]["requests"], ours, strict=True))

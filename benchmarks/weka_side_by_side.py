@@ -9,7 +9,7 @@ per-request fields agree.
     python benchmarks/weka_side_by_side.py [--record] CASE...   # only these cases (folder names)
 
 Needs the 0.13 venv ($SERVESIM_REFERENCE_HOME/dynamo, default ~/.cache/servesim-reference);
-servesim runs with `--compat reference`. The traces come from benchmarks/weka_traces.py.
+servesim runs with `--compat upstream-0.13` (0.13's pass convention). The traces come from benchmarks/weka_traces.py.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run_upstream(case: Path, out: Path) -> dict:
 
 def run_servesim(case: Path, out: Path) -> dict:
     subprocess.run([sys.executable, "-m", "servesim", "predict", "-c", "config.yaml", "--overwrite",
-                    "--capture-per-request", "--format", "json", "--compat", "reference", "--output-dir", str(out)],
+                    "--capture-per-request", "--format", "json", "--compat", "upstream-0.13", "--output-dir", str(out)],
                    cwd=case, check=True, stdout=subprocess.DEVNULL)
     return json.loads((out / "prediction.json").read_text())
 

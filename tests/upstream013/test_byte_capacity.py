@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cases013 import recorded
 from conftest import CASES, canonical
 
 from servesim import simulate
@@ -20,8 +21,8 @@ from servesim.config.load import parse_config
 from servesim.errors import ConfigError
 
 HERE = CASES / "upstream013"
-CAPACITY = json.loads((HERE / "capacity.json").read_text())["cases"]
-VERDICTS = json.loads((HERE / "capacity-verdicts.json").read_text())
+CAPACITY = recorded("capacity")["cases"]
+VERDICTS = recorded("capacity-verdicts")
 CASE02 = CASES / "engine" / "02-vllm-preemption"
 TRACE = HERE / "one-request.jsonl"
 

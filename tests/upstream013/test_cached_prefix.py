@@ -5,57 +5,33 @@
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CASES
+from cases013 import assert_reports_match, recorded, run
 
-from servesim import simulate
 from servesim.config.load import parse_config
 from servesim.errors import ConfigError
 
-RECORDED = json.loads((CASES / "upstream013" / "cached-prefix.json").read_text())
+RECORDED = recorded("cached-prefix")
 CASES_013 = RECORDED["cases"]
-
-# 0.13 emits a request's first token when its prefill phase ends; 0.1.0.dev2 (servesim's timing
-# convention, its parity cases) when the pass's decode phase ends: with fixed timing every TTFT is
-# decode_ms (5 ms) later, and so are the fields made of it. Everything else must be equal.
-FIRST_TOKEN_SHIFT_MS = 5.0
-TIMING_CONVENTION = {"decode_worker_seconds", "duration_ms", "gpu_hours", "input_throughput_tok_s",
-                     "output_throughput_tok_s", "request_throughput_rps", "total_throughput_tok_s",
-                     *(f"{stat}_{metric}" for stat in ("max", "mean", "median", "min", "p75", "p90", "p95", "p99")
-                       for metric in ("ttft_ms", "e2e_latency_ms"))}
 RECORD_FIELDS = ("reused_input_tokens", "input_length", "output_length", "admission_count", "readmission_count",
-                 "terminal_status", "itl_ms", "ttst_ms")
-
-
-def _servesim(config: dict[str, Any]) -> dict[str, Any]:
-    return simulate(parse_config(copy.deepcopy(config)), capture_per_request=True).to_dict()
+                 "terminal_status", "first_admit_ms", "ttft_ms", "e2e_latency_ms", "itl_ms", "ttst_ms")
 
 
 @pytest.mark.parametrize("name", sorted(CASES_013))
 def test_prefix_reuse_matches_013_field_for_field(name: str) -> None:
-    """Every summary field both report, and every request's reuse, equal 0.13's; only the
-    first-token convention (a fixed shift of each TTFT) separates the latencies."""
+    """Under 0.13's pass convention every summary field both report, and every request's reuse
+    (per admission) and times, equal 0.13's."""
     case = CASES_013[name]
-    ours, theirs = _servesim(case["config"]), case["report"]
-    shared = [k for k in theirs if k in ours and not isinstance(theirs[k], (dict, list))]
-    assert len(shared) > 60
-    for key in shared:
-        if key not in TIMING_CONVENTION:
-            assert ours[key] == theirs[key], key
+    ours, theirs = run(case["config"]), case["report"]
+    assert_reports_match(ours, theirs, RECORD_FIELDS)
     assert theirs["prefix_cache_reused_ratio"] > 0
     mine = {r["session_id"]: r for r in ours["per_request"]}
-    assert len(mine) == len(theirs["per_request"])
     for record in theirs["per_request"]:
-        other = mine[record["session_id"]]
-        for key in RECORD_FIELDS:
-            assert other[key] == record[key], (record["session_id"], key)
-        assert [h["reused_input_tokens"] for h in other["admission_history"]] == \
+        assert [h["reused_input_tokens"] for h in mine[record["session_id"]]["admission_history"]] == \
             [h["reused_input_tokens"] for h in record["admission_history"]]
-        assert other["ttft_ms"] - record["ttft_ms"] == FIRST_TOKEN_SHIFT_MS
 
 
 def _renamed(report: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +56,7 @@ def test_synthetic_prefix_runs_like_the_trace_holding_it_as_in_013(name: str, tm
     (tmp_path / "trace.jsonl").write_text(case["trace"])
     traced = copy.deepcopy(case["trace_config"])
     traced["traffic"]["source"]["paths"] = [str(tmp_path / "trace.jsonl")]
-    assert _renamed(_servesim(case["config"])) == _renamed(_servesim(traced))
+    assert _renamed(run(case["config"])) == _renamed(run(traced))
 
 
 NAMED = {
@@ -118,4 +94,4 @@ def test_zero_changes_nothing() -> None:
     config["traffic"]["source"]["cached_prefix_tokens"] = 0
     plain = copy.deepcopy(config)
     del plain["traffic"]["source"]["cached_prefix_tokens"]
-    assert _renamed(_servesim(config)) == _renamed(_servesim(plain))
+    assert _renamed(run(config)) == _renamed(run(plain))

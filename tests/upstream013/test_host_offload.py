@@ -4,20 +4,18 @@ recorded runs (`tests/cases/upstream013/offload.json`, recorded by
 
 from __future__ import annotations
 
-import copy
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CASES
+from cases013 import recorded, upstream013, with_trace
 
 from servesim import simulate
 from servesim.config.load import parse_config
 from servesim.engine.cache.host import HostOffloadSettings, HostTier
 from servesim.errors import ConfigError
 
-RECORDED = json.loads((CASES / "upstream013" / "offload.json").read_text())
+RECORDED = recorded("offload")
 SCENARIOS = RECORDED["scenarios"]
 EXACT = sorted(name for name, s in SCENARIOS.items() if s["exact"])
 FIELDS = ("arrival_time_ms", "input_length", "first_admit_ms", "ttft_ms", "e2e_latency_ms", "reused_input_tokens",
@@ -26,11 +24,8 @@ FIELDS = ("arrival_time_ms", "input_length", "first_admit_ms", "ttft_ms", "e2e_l
 
 
 def _config(scenario: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(json.dumps(r) + "\n" for r in scenario["trace"]))
-    config = copy.deepcopy(scenario["config"])
-    config["traffic"]["source"]["paths"] = [str(trace)]
-    return config
+    """The scenario's config, reading its trace, under 0.13's pass convention."""
+    return upstream013(with_trace(scenario["config"], scenario["trace"], tmp_path))
 
 
 def _records(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -5,62 +5,41 @@ and `prefill_decode_interval` (SGLang), checked against AISimulate 0.13's record
 
 from __future__ import annotations
 
-import copy
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CASES
+from cases013 import assert_reports_match, recorded, run, with_trace
 
-from servesim import simulate
 from servesim.config.load import parse_config
 from servesim.errors import ConfigError
 
-RECORDED = json.loads((CASES / "upstream013" / "intervals.json").read_text())
+RECORDED = recorded("intervals")
 RUNS = RECORDED["cases"]
+RECORD_FIELDS = ("output_length", "first_admit_ms", "first_token_ms", "last_token_ms", "ttft_ms", "e2e_latency_ms")
 
-# 0.13 emits a request's first token when its pass's prefill phase ends, 0.1.0.dev2 (servesim's
-# timing convention, its parity cases) when the pass's decode phase ends: with fixed timing
-# (10 ms prefill, 5 ms decode) every token comes 5 ms later in servesim.
-SHIFT_MS = 5.0
-BASELINE_MISALIGNED = {"vllm-dp2-gap-n1"}
-"""Interval off: request 4 arrives at 112 ms, inside 0.13's second pass but servesim's first
-(longer) one; both admit it at 115 ms, in different passes, so its tokens do not shift."""
-SGLANG_OFF = {name for name in RUNS if name.startswith("sglang") and name.endswith("-n0")}
-"""Interval off: 0.13's SGLang runs an extend as a round of its own (it may extend twice before
-decoding); 0.1.0.dev2's, servesim's, decodes in the same pass. With the interval on, every
-extend is followed by decode rounds and the two agree."""
+
+def _report(name: str, tmp_path: Path) -> dict[str, Any]:
+    case = RUNS[name]
+    return run(with_trace(case["config"], case["trace"], tmp_path))
 
 
 def _run(name: str, tmp_path: Path) -> list[dict[str, Any]]:
-    case = RUNS[name]
-    (tmp_path / "trace.jsonl").write_text(case["trace"])
-    config = copy.deepcopy(case["config"])
-    config["traffic"]["source"]["paths"] = [str(tmp_path / "trace.jsonl")]
-    records = simulate(parse_config(config), capture_per_request=True).to_dict()["per_request"]
-    return _ordered(records)
+    return _ordered(_report(name, tmp_path)["per_request"])
 
 
 def _ordered(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: (r["arrival_time_ms"], r["session_id"]))
 
 
-@pytest.mark.parametrize("name", sorted(set(RUNS) - BASELINE_MISALIGNED - SGLANG_OFF))
-def test_timelines_match_013_up_to_the_first_token_convention(name: str, tmp_path: Path) -> None:
-    """Every request is routed to the same rank and admitted in the same pass as by 0.13, and
-    gets its tokens 5 ms later (the first-token convention). vLLM: a request admitted after the
-    first pass of a busy stretch is admitted 5 ms later too (that pass is 5 ms longer)."""
-    ours, theirs = _run(name, tmp_path), _ordered(RUNS[name]["report"]["per_request"])
-    assert [r["session_id"] for r in ours] == [r["session_id"] for r in theirs]
-    for mine, record in zip(ours, theirs, strict=True):
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_runs_match_013_field_for_field(name: str, tmp_path: Path) -> None:
+    """Under 0.13's pass convention, with the interval on or off: every summary field both
+    report, and every request's rank, admission and token times, equal 0.13's."""
+    ours, theirs = _report(name, tmp_path), RUNS[name]["report"]
+    assert_reports_match(ours, theirs, RECORD_FIELDS)
+    for mine, record in zip(_ordered(ours["per_request"]), _ordered(theirs["per_request"]), strict=True):
         assert mine["routing_history"][0]["dp_rank"] == record["routing_history"][0]["dp_rank"]
-        assert mine["output_length"] == record["output_length"]
-        assert mine["first_token_ms"] - record["first_token_ms"] == SHIFT_MS, record["session_id"]
-        assert mine["last_token_ms"] - record["last_token_ms"] == SHIFT_MS, record["session_id"]
-        waited = record["first_admit_ms"] > record["arrival_time_ms"]
-        expected = SHIFT_MS if name.startswith("vllm") and waited else 0.0
-        assert mine["first_admit_ms"] - record["first_admit_ms"] == expected, record["session_id"]
 
 
 def _admissions(records: list[dict[str, Any]]) -> list[float]:
@@ -109,9 +88,7 @@ NAMED = {
 def test_config_verdict_matches_013(name: str, tmp_path: Path) -> None:
     """Accepted where 0.13 exits 0, refused (exit 2) where it does, naming the key and the rule."""
     verdict = RECORDED["verdicts"][name]
-    (tmp_path / "trace.jsonl").write_text(RUNS["vllm-dp2-gap-n1"]["trace"])
-    config = copy.deepcopy(verdict["config"])
-    config["traffic"]["source"]["paths"] = [str(tmp_path / "trace.jsonl")]
+    config = with_trace(verdict["config"], RUNS["vllm-dp2-gap-n1"]["trace"], tmp_path)
     if verdict["exit_code"] == 0:
         parse_config(config)
         assert name not in NAMED

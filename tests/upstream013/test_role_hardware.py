@@ -5,17 +5,17 @@ recorded by `benchmarks/record_013_roles.py`; the reference is never run here)."
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import pytest
+from cases013 import recorded
 from conftest import CASES
 
 from servesim.build.perf import num_blocks, timing_model
 from servesim.config.load import parse_config
 from servesim.errors import ConfigError
 
-RECORDED = json.loads((CASES / "upstream013" / "roles.json").read_text())
+RECORDED = recorded("roles")
 TRACE = CASES / "upstream013" / "one-request.jsonl"
 
 

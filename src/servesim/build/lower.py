@@ -175,6 +175,7 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
         preempt_first=worker.scheduler.preemption_mode == "fifo",
         prefill_schedule_interval=worker.scheduler.prefill_schedule_interval,
         prefill_decode_interval=worker.scheduler.prefill_decode_interval,
+        prefill_emits_first_token=config.compat == "upstream-0.13" and role != "decode",
         host=_host_offload(engine, worker),
     )
     return PoolSpec(
@@ -183,7 +184,8 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
         dp_size=par.attention_data,
         gpus_per_worker=par.gpus_per_worker,
         rank_config=rank,
-        timing=_timing_model(engine, worker, role, metered=config.compat != "reference"),
+        timing=_timing_model(engine, worker, role, metered=config.compat != "reference",
+                             upstream013=config.compat == "upstream-0.13"),
         startup_ms=1000 * worker.startup_seconds,
         async_scheduling=async_scheduling(worker),
     )
@@ -251,21 +253,49 @@ def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_st
     return num_blocks(engine, worker, role, sglang_static)
 
 
-def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str, *, metered: bool) -> TimingModel:
+def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str, *, metered: bool,
+                  upstream013: bool = False) -> TimingModel:
     """The pass-time model of one role's workers; with `metered` (not under `compat:
     reference`, whose report has no power fields) an AIC-timed role's is metered for energy
-    (`servesim.perf.energy`)."""
+    (`servesim.perf.energy`); with `upstream013` an AIC-timed role's decode steps are asked
+    0.13's way (`servesim.perf.upstream013`)."""
     from servesim.build.perf import timing_model
     from servesim.config.timing import DefaultTiming as DefaultTimingConfig
 
     model = timing_model(engine, worker, role)
-    if not metered or not isinstance(worker.timing, DefaultTimingConfig):
+    if not isinstance(worker.timing, DefaultTimingConfig):
         return model
     from servesim.perf.aic import AicTiming
-    from servesim.perf.energy import AicEnergy, make_meter
 
     base = _innermost(model)
-    return make_meter(model, AicEnergy(base)) if isinstance(base, AicTiming) else model
+    if not isinstance(base, AicTiming):
+        return model
+    extra = _qk_norm_ms(engine, worker) if upstream013 else 0.0
+    if upstream013:
+        from servesim.perf.upstream013 import Upstream013Decode
+
+        model = Upstream013Decode(model, extra)
+    if not metered:
+        return model
+    from servesim.perf.energy import AicEnergy, make_meter
+
+    return make_meter(model, AicEnergy(base, decode_extra_ms=extra, decode_ctx_shift=int(upstream013)))
+
+
+def _qk_norm_ms(engine: EngineConfig, worker: WorkerConfig) -> float:
+    """0.13's Q/K-norm latency per decode step of a role (0 when the model has none or its
+    config cannot be read)."""
+    from servesim.build.perf import gpu_for
+    from servesim.perf.models import ModelNotFound, resolve_model
+    from servesim.perf.upstream013 import qk_norm_ms
+
+    try:
+        model = resolve_model(engine.model)
+    except ModelNotFound:
+        return 0.0
+    par = worker.parallelism
+    return qk_norm_ms(model.architecture, model.num_layers // par.pipeline, model.num_heads, model.num_kv_heads,
+                      par.tensor, gpu_for(engine, worker).mem_bw)
 
 
 def _innermost(model: Any) -> Any:

@@ -32,10 +32,10 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     lines list every subcommand either way."""
     import importlib
 
-    from servesim.cli.common import COMPAT_HELP
+    from servesim.cli.common import COMPAT_CHOICES, COMPAT_HELP
 
     parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving.")
-    parser.add_argument("--compat", dest="global_compat", choices=("reference",), default=None,
+    parser.add_argument("--compat", dest="global_compat", choices=COMPAT_CHOICES, default=None,
                         help=COMPAT_HELP + "; for predict, recommend and calibrate")
     command = _command(argv)
     if command is not None:

@@ -32,14 +32,17 @@ def add_common_arguments(command: argparse.ArgumentParser, schema: str, outputs:
                               "sections) or 'dynamo'; default: every section is accepted")
 
 
+COMPAT_CHOICES = ("reference", "upstream-0.13")
+"""The values of `--compat` (the config key `compat`, `servesim.config.schema.SimConfig`)."""
 COMPAT_HELP = ("'reference': reproduce AISimulate 0.1.0.dev2 exactly (its timing model, backend version, "
-               "report fields, unservable requests and exit codes); the same as the config key compat: reference "
-               "(default: servesim's best estimate)")
+               "report fields, unservable requests and exit codes); 'upstream-0.13': the pass convention of "
+               "the upstream 0.13 build (first tokens when a prompt completes; docs/timing.md); the same as "
+               "the config key compat (default: servesim's best estimate)")
 
 
 def add_compat_argument(command: argparse.ArgumentParser) -> None:
     """`--compat reference` (also accepted before the subcommand: `servesim --compat reference predict`)."""
-    command.add_argument("--compat", choices=("reference",), default=None, help=COMPAT_HELP)
+    command.add_argument("--compat", choices=COMPAT_CHOICES, default=None, help=COMPAT_HELP)
 
 
 def compat_overrides(args: argparse.Namespace) -> list[str]:

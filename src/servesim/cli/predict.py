@@ -46,10 +46,11 @@ def register(sub: Any) -> None:
     predict.set_defaults(run_command=_predict)
 
 
-def _resolve_compat(args: argparse.Namespace, reference: bool) -> None:
+def _resolve_compat(args: argparse.Namespace, compat: str | None) -> None:
     """Settle the switches `compat: reference` implies: the reference's fields and its handling of
     unservable requests (an explicit `--unservable` still wins)."""
-    args.compat = "reference" if reference else None
+    reference = compat == "reference"
+    args.compat = compat
     args.reference_fields = args.reference_fields or reference
     if args.unservable is None:
         args.unservable = "fail" if reference else "reject"
@@ -79,7 +80,7 @@ def _predict(args: argparse.Namespace) -> int:
         try:
             config = load_config(args.config, compat_overrides(args), stack=args.stack,
                                  allow_duplicate_keys=args.allow_duplicate_keys)
-            _resolve_compat(args, config.compat == "reference")
+            _resolve_compat(args, config.compat)
             _check_extras(args)
             prepare_folder(out_dir, args.overwrite)
         except ConfigError as exc:

@@ -143,10 +143,14 @@ class SimConfig(SchemaModel):
     """Placement of requests on workers; omitted = round robin."""
     planner: PlannerConfig = PlannerConfig.defaults()
     """Autoscaling (Dynamo's planner); omitted = a fixed fleet."""
-    compat: Literal["reference"] | None = None
+    compat: Literal["reference", "upstream-0.13"] | None = None
     """servesim extension: 'reference' reproduces AISimulate 0.1.0.dev2 exactly — its timing model,
     its report fields and its handling of requests that can never fit the KV pool (the run stops
-    where the reference stops); omitted = servesim's best estimate (the same as `--compat`)."""
+    where the reference stops); 'upstream-0.13' runs the newer upstream build's pass convention
+    (a prompt's completion emits the first token, only decoding requests are timed in the decode
+    phase, SGLang extends in rounds of their own, 0.13's AIC decode steps; docs/timing.md) with
+    mixed passes summed as both upstream builds do; omitted = servesim's best estimate (the same
+    as `--compat`)."""
 
     @model_validator(mode="after")
     def _compat_consistent(self) -> "SimConfig":
@@ -189,11 +193,12 @@ DISCRIMINATED_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 def compat_conflicts(config: SimConfig) -> list[tuple[str, str]]:
-    """The fidelity keys that contradict `compat: reference` (the reference's timing model: sum
-    mixed passes, no front-end latency, no DP sync, no async scheduling, no calibration), each
-    as (key path, rule naming `compat`)."""
-    if config.compat != "reference":
+    """The fidelity keys that contradict `compat: reference` or `compat: upstream-0.13` (the
+    upstream builds' timing model: sum mixed passes, no front-end latency, no DP sync, no async
+    scheduling, no calibration), each as (key path, rule naming `compat`)."""
+    if config.compat not in ("reference", "upstream-0.13"):
         return []
+    which = "the reference's" if config.compat == "reference" else "0.13's"
     found = []
     for role, worker in config.engine.roles.items():
         where = f"engine.workers.{role}"
@@ -205,7 +210,7 @@ def compat_conflicts(config: SimConfig) -> list[tuple[str, str]]:
             ("timing.calibration", getattr(timing, "calibration", None), lambda v: v is not None),
             ("scheduler.async_scheduling", scheduler.async_scheduling, lambda v: v is True),
         ]
-        found += [(f"{where}.{key}", f"{value!r} contradicts compat: 'reference' (the reference's timing model); "
+        found += [(f"{where}.{key}", f"{value!r} contradicts compat: {config.compat!r} ({which} timing model); "
                                      "drop one of the two keys")
                   for key, value, bad in offending if bad(value)]
     return found

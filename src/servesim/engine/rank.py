@@ -79,6 +79,12 @@ class RankConfig:
     prefill_decode_interval: int = 0
     """SGLang (upstream 0.13): after each pass that extends (prefills), this many passes neither
     admit nor continue a chunked prompt while requests are decoding (`engine.sglang.core`)."""
+    prefill_emits_first_token: bool = False
+    """Upstream 0.13's pass convention (`compat: upstream-0.13`; aggregated and prefill roles): a
+    request whose prompt completes in a pass gets its first token from that pass's prefill and
+    is not timed in its decode phase — vLLM times the decode phase over the requests that already
+    had a token (none: the pass is its prefill), SGLang runs a pass that extends as a round of
+    its own (a prefill worker's passes then take no decode time)."""
     record_metrics: bool = False
     """Build forward-pass metrics every pass (for scaling policies)."""
     reject_unservable: bool = True

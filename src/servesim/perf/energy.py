@@ -75,9 +75,14 @@ class AicEnergy:
     the database's tables for the engine have no ``power`` column at all, no shape is priced
     (and the engine is not compiled for it): every operation is uncovered."""
 
-    def __init__(self, timing: Any) -> None:
+    def __init__(self, timing: Any, *, decode_extra_ms: float = 0.0, decode_ctx_shift: int = 0) -> None:
         self._timing = timing
         """The role's `AicTiming` (its engine is compiled only when a shape is first priced)."""
+        self.decode_extra_ms = decode_extra_ms
+        """Latency upstream 0.13 adds to a decode step's `generation_attention` op, without
+        energy (`servesim.perf.upstream013`)."""
+        self.decode_ctx_shift = decode_ctx_shift
+        """Tokens less of context a decode shape is priced at (0.13: 1)."""
         self._prefill: dict[tuple[int, int, int], ShapeEnergy] = {}
         self._decode: dict[tuple[int, int], ShapeEnergy] = {}
         key = getattr(timing, "_key", None)
@@ -85,7 +90,14 @@ class AicEnergy:
 
     def _static(self, batch: int, isl: int, prefix: int) -> tuple[ShapeEnergy, ShapeEnergy]:
         context, generation = self._timing.engine.run_static_per_op(batch, 1, isl, 2, prefix, 1.0, 1.0, "static", 32)
-        return ShapeEnergy.of_ops(context), ShapeEnergy.of_ops(generation)
+        return ShapeEnergy.of_ops(context), ShapeEnergy.of_ops(self._with_extra(generation))
+
+    def _with_extra(self, ops: Iterable[Sequence[Any]]) -> list[Sequence[Any]]:
+        """Generation ops with `decode_extra_ms` more latency in `generation_attention`."""
+        extra = self.decode_extra_ms
+        if not extra:
+            return list(ops)
+        return [(op[0], float(op[1]) + extra, *op[2:]) if op[0] == "generation_attention" else op for op in ops]
 
     def prefill(self, batch: int, isl: int, prefix: int) -> ShapeEnergy:
         """The prefill of `batch` chunks ending at `isl` with `prefix` cached."""
@@ -104,7 +116,7 @@ class AicEnergy:
         key = (batch, ctx)
         found = self._decode.get(key)
         if found is None:
-            found = self._decode[key] = self._static(batch, ctx, 0)[1]
+            found = self._decode[key] = self._static(batch, max(1, ctx - self.decode_ctx_shift), 0)[1]
         return found
 
 

@@ -240,6 +240,8 @@ def steady_pool_refusal(pool: PoolSpec, prompt: int, output: int) -> str | None:
         return "speculative decoding, forward-pass metrics or fused mixed passes"
     if config.state_blocks:
         return "a state cache (each request also holds its state blocks)"
+    if config.prefill_emits_first_token:
+        return "upstream 0.13's pass convention (compat: upstream-0.13)"
     if prompt < 1 or output < 1 or config.max_sequences > config.max_batched_tokens:
         return "max_sequences above max_batched_tokens (or an empty prompt or output)"
     if config.max_model_len is not None and prompt + output > config.max_model_len:
@@ -293,8 +295,11 @@ STATE = _knob("a state cache: each request also holds its state blocks (no cohor
 _WORKER = "engine.workers.*."
 """Every role's worker fields (aggregated, prefill, decode) share one classification."""
 
+COMPAT = _knob("compat: omitted, fused passes and async scheduling by default; upstream-0.13, 0.13's pass "
+               "convention (the steady lane replays 0.1.0.dev2's): no steady lane", STEADY)
+
 KNOBS: dict[str, Knob] = {
-    "compat": FUSED,
+    "compat": COMPAT,
     "engine.aic_systems_path": NEUTRAL,
     "engine.backend": CORE,
     "engine.backend_version": NEUTRAL,

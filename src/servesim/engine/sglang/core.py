@@ -198,11 +198,36 @@ class SglangRank(SglangHandoff):
                 self.ratio = self.ratio_init
             if self.handoff.charges_prefill:
                 result.prefill_ms = self._prefill_time(batch)
+            running_before = len(self.running)
             self._place_batch(batch, result)
+            if batch and self.config.prefill_emits_first_token:  # 0.13: an extend is a round of its own
+                self._no_extend = self.config.prefill_decode_interval
+                return self._extend_round(pass_index, result, batch, running_before)
             if batch:  # this pass decodes too: the first of 0.13's rounds without an extend
                 self._no_extend = max(0, self.config.prefill_decode_interval - 1)
         decoding: list[SgRequest] = []
         retracted = self._decode(pass_index, result, decoding) if self.running else []
+        return self._end_round(result, batch, decoding, retracted)
+
+    def _extend_round(self, pass_index: int, result: RankPass, batch: list[Chunk], old: int) -> RankPass:
+        """Upstream 0.13's extend round: the prompts completed in it get their first token from
+        the prefill (no decode time), the requests that were running before wait."""
+        running = self.running
+        settled = running[old:]
+        settled_context = sum(r.length for r in settled)
+        others = self._context - settled_context
+        self.running, self._context = settled, settled_context
+        decoding: list[SgRequest] = []
+        retracted = self._decode(pass_index, result, decoding) if settled else []
+        result.decode_ms = 0.0
+        self.running = running[:old] + self.running
+        self._context += others
+        return self._end_round(result, batch, decoding, retracted)
+
+    def _end_round(self, result: RankPass, batch: list[Chunk], decoding: list[SgRequest],
+                   retracted: list[SgRequest]) -> RankPass:
+        """What every round ends with: retracted requests back to the queue, the ratio's decay,
+        the deadlock check and the metrics."""
         if retracted:
             self.waiting.extendleft(reversed(retracted))
             self.ratio = self.ratio_init

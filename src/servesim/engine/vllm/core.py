@@ -313,12 +313,17 @@ class VllmRank(VllmHandoff, VllmRunAhead, VllmHostOffload):
         cohort = self.cohort
         members = len(cohort.members)
         n = members + len(ready)
-        if n and self.mixed is not None and result.prefill_ms:
-            result.prefill_ms, result.decode_ms = 0.0, plan.fused_ms(self.mixed, ready, (
+        timed = ready
+        if self.config.prefill_emits_first_token and ready:
+            timed = [r for r in ready if r.generated]  # a first token comes with the prefill
+            ready_length = sum(r.prompt_len + r.generated for r in timed)
+        decoders = members + len(timed)
+        if decoders and self.mixed is not None and result.prefill_ms:
+            result.prefill_ms, result.decode_ms = 0.0, plan.fused_ms(self.mixed, timed, (
                 members, cohort.length_sum), self.total_kv_tokens)
-        elif n:
+        elif decoders:
             total = cohort.length_sum + ready_length
-            result.decode_ms = self.timing.decode(n, total, total // n, self.total_kv_tokens)
+            result.decode_ms = self.timing.decode(decoders, total, total // decoders, self.total_kv_tokens)
         result.emitted = n
         cohort.advance()
         done += cohort.finish(pass_index)
