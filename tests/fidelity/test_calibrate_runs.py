@@ -139,17 +139,18 @@ def test_a_first_third_calibration_predicts_the_rest_better_on_every_metric():
 
 def test_docs_accuracy_holdout_rows_improve():
     """docs/accuracy.md's first-third hold-out: on every row TTFT improves and the mean absolute
-    error does not grow; every metric improves, except where it stays within 0.5 % of the
-    measurement both before and after (the two small over-corrections the file's prose
-    explains: the model's light-load scheduling wait and its batch-dependent TPOT error, which
-    no calibration parameter represents); a row whose uncalibrated mean absolute error is above
-    3 % improves on every metric."""
+    error does not grow; every metric improves, except at most two cells of rows within 3 % of
+    the measurement where the calibrated error is at most 0.2 % further from it and within
+    0.5 % — below the replay's own jitter on those metrics (a standard deviation of
+    0.24-0.36 %, the file's "second round"), so they do not rank the predictions; a row whose
+    uncalibrated mean absolute error is above 3 % improves on every metric."""
     import re
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "accuracy.md").read_text()
     rows = [line for line in doc.splitlines() if ", first third |" in line]
     assert len(rows) >= 7
+    within_jitter = []
     for line in rows:
         pairs = [(float(a), float(b)) for a, b in re.findall(r"([+-]?\d+\.\d) → ([+-]?\d+\.\d) %", line)]
         assert len(pairs) == 4, line
@@ -157,5 +158,8 @@ def test_docs_accuracy_holdout_rows_improve():
         assert abs(ttft[1]) < abs(ttft[0]), line
         assert tuned_mae <= plain_mae, line
         for before, after in (ttft, *others):
-            improves = abs(after) < abs(before)
-            assert improves or (plain_mae <= 3.0 and max(abs(before), abs(after)) <= 0.5), line
+            if abs(after) < abs(before):
+                continue
+            assert plain_mae <= 3.0 and abs(after) <= 0.5 and abs(after) - abs(before) <= 0.2 + 1e-9, line
+            within_jitter.append(line)
+    assert len(within_jitter) <= 2, within_jitter
