@@ -230,6 +230,14 @@ def main(argv: list[str]) -> int:
                       load=seeded_snapshot(2, 4, 1.5) + profile(4.0 if name == "both" else 3.0, **caps))
     write_case(root, "profile-seed-lanes2", "three.jsonl", three, replicas=2,
                load=seeded_snapshot(2, 4, 1.5) + profile(3.0))
+    # more lanes than plays: idle lanes, and plays replayed on several lanes (own cache scopes)
+    write_pd_case(root, "pd-lanes4-idle", "three.jsonl", three, replicas=2, load="    speedup: 1.5\n    agentic_lanes: 4\n")
+    write_pd_case(root, "pd-snap-lanes5", "three.jsonl", three, replicas=2, load=seeded_snapshot(5, 4, 1.5))
+    write_pd_case(root, "pd-snap-dup-explicit", "three.jsonl", three,
+                  load=explicit_snapshot([(beta, 873.79), (beta, 873.79), (alpha, 400.0), (alpha, 1500.0)], 3, 1))
+    write_pd_case(root, "pd-warm-lanes4", "three.jsonl", three, replicas=2, load=seeded_snapshot(4, 4, 1.5, True))
+    write_pd_case(root, "pd-profile-lanes4", "three.jsonl", three, replicas=2,
+                  load=seeded_snapshot(4, 4, 1.5) + profile(3.0))
     return 0
 
 

@@ -293,10 +293,6 @@ class TraceTimestampsLoad(SchemaModel):
                     problems.append(("agentic_snapshot.initial_selections", f"must contain exactly one selection per lane ({len(sel)} for {self.agentic_lanes} lanes; 0.13's rule)"))
                 if snap.corpus_cursor is not None and snap.corpus_cursor < len(sel):
                     problems.append(("agentic_snapshot.corpus_cursor", f"cannot precede the initial lane draws ({snap.corpus_cursor} < {len(sel)}; 0.13's rule)"))
-                plays = [s.source_play_id for s in sel]
-                again = sorted({p for p in plays if plays.count(p) > 1})
-                if again:
-                    problems.append(("agentic_snapshot.initial_selections", f"servesim replays a source play on one lane only ({', '.join(again)} is selected twice)"))
         if self.agentic_warmup_policy == "live_trajectory_v1" and (not self.agentic_warmup or self.agentic_profile is None):
             problems.append(("agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile (0.13's rule)"))
         if self.agentic_warmup_policy == "live_trajectory_v1" and self.agentic_warmup and self.agentic_profile is not None:

@@ -237,9 +237,7 @@ class _Lanes:
     """Which play runs on which lane, and what each play has released and ended so far."""
 
     def __init__(self, graph: AgenticGraph, play_of: list[int], lanes: int) -> None:
-        count = len(graph.play_ids)
-        if lanes > count:
-            raise RunError(f"agentic replay lanes ({lanes}) cannot exceed available plays ({count})")
+        count = len(graph.play_ids)  # lanes beyond the play count stay idle, as in 0.13
         self.members: list[list[int]] = [[] for _ in range(count)]
         for i, play in enumerate(play_of):
             self.members[play].append(i)

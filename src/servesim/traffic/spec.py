@@ -114,7 +114,8 @@ class TrafficSpec:
                 assert self.load.lanes is not None, "the schema requires agentic_lanes with agentic_snapshot"
                 chosen = list(selections) if selections is not None else draw_selections(workload, self.load.lanes, seed)
                 source = workload
-                workload = snapshot_graph(workload, chosen, seed, self.load.speedup)
+                workload = snapshot_graph(workload, chosen, seed, self.load.speedup,
+                                          profile=self.load.profile is not None)
                 lanes = None
                 if self.load.warmup:
                     from servesim.traffic.warmup import Preparation

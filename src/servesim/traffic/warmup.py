@@ -161,11 +161,20 @@ class Preparation:
             "max_output_tokens": 1,
             "observed_output_tokens": record.output_length if record is not None else None,
             "phase": r.phase,
-            "quiescent_at_ms": end,
+            "quiescent_at_ms": _quiescent(record),
             "source_request_id": r.source.request_id,
             "terminal_status": str(record.status) if record is not None and record.status is not None else None,
             "uuid": r.uuid,
         }
+
+
+def _quiescent(record: RequestRecord | None) -> float | None:
+    """When the server holds nothing more of the request: its end, or later the release of its
+    prompt's blocks on a prefill worker (disaggregated pools)."""
+    if record is None or record.terminal_ms is None:
+        return None
+    released = record.source_released_ms
+    return record.terminal_ms if released is None else max(record.terminal_ms, released)
 
 
 def _completed(r: PrepRequest) -> bool:
