@@ -238,6 +238,16 @@ def main(argv: list[str]) -> int:
     write_pd_case(root, "pd-warm-lanes4", "three.jsonl", three, replicas=2, load=seeded_snapshot(4, 4, 1.5, True))
     write_pd_case(root, "pd-profile-lanes4", "three.jsonl", three, replicas=2,
                   load=seeded_snapshot(4, 4, 1.5) + profile(3.0))
+    # requests still running at the response-grace deadline are canceled there
+    slow = "{type: fixed, prefill_ms: 10, decode_ms: 30}"
+    write_pd_case(root, "pd-grace-cancel", "three.jsonl", three, replicas=2, timing=slow,
+                  load=seeded_snapshot(2, 4, 1.5) + profile(1.0, response_grace_seconds=0.1, cancel_drain_seconds=0.5))
+    write_pd_case(root, "pd-grace-zero", "three.jsonl", three, timing="{type: fixed, prefill_ms: 10, decode_ms: 25}",
+                  load=seeded_snapshot(3, 7, 1) + profile(0.8, response_grace_seconds=0))
+    write_pd_case(root, "pd-warm-grace", "three.jsonl", three, replicas=2, timing=slow,
+                  load=seeded_snapshot(2, 4, 1.5, True) + profile(1.0, response_grace_seconds=0.05))
+    write_pd_case(root, "pd-grace-lanes4", "three.jsonl", three, replicas=2, timing=slow,
+                  load=seeded_snapshot(4, 4, 1.5) + profile(1.5, response_grace_seconds=0.02))
     return 0
 
 

@@ -29,6 +29,7 @@ from servesim.traffic.hash_ids import unique_positions
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
 if TYPE_CHECKING:
+    from servesim.collect.collector import RequestRecord
     from servesim.traffic.warmup import Preparation
 
 INF = math.inf
@@ -101,6 +102,17 @@ class AgenticDriver:
 
     def rescale(self, summary: dict[str, Any]) -> None:
         """Adjust the report's summary to the replay's measured window (a profile's; here none)."""
+
+    def attach(self, cluster: Any) -> None:
+        """The run's cluster is built: a warm-up's barrier will snapshot its worker accounting."""
+        if self.preparation is not None:
+            from servesim.traffic.warmup import barrier_accounting
+
+            self.preparation.on_barrier = barrier_accounting(cluster, self.preparation.at_barrier)
+
+    def settle(self, records: list[RequestRecord]) -> list[RequestRecord]:
+        """The run's records as the report takes them (a profile's cancels; here all as they are)."""
+        return records
 
     def next_ready_time(self) -> float:
         self._drop_aborted()
