@@ -114,7 +114,7 @@ PD_CONFIG = """engine:
   model: Qwen/Qwen3-8B
   hardware: h200_sxm
   backend: vllm
-  context_length: 32768
+  context_length: {context}
   workers:
     prefill:
       parallelism: {{replicas: {replicas}}}
@@ -138,12 +138,13 @@ FIXED = "{type: fixed, prefill_ms: 10, decode_ms: 2}"
 
 
 def write_pd_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing=FIXED,
-                  load="    speedup: 1\n") -> None:
+                  load="    speedup: 1\n", context=32768) -> None:
     """A case on disaggregated prefill/decode pools."""
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / filename).write_text(text)
-    (folder / "config.yaml").write_text(PD_CONFIG.format(replicas=replicas, timing=timing, path=filename, load=load))
+    (folder / "config.yaml").write_text(PD_CONFIG.format(replicas=replicas, timing=timing, path=filename, load=load,
+                                                         context=context))
 
 
 def shifted(trace: dict, offset_s: float) -> dict:
@@ -248,6 +249,17 @@ def main(argv: list[str]) -> int:
                   load=seeded_snapshot(2, 4, 1.5, True) + profile(1.0, response_grace_seconds=0.05))
     write_pd_case(root, "pd-grace-lanes4", "three.jsonl", three, replicas=2, timing=slow,
                   load=seeded_snapshot(4, 4, 1.5) + profile(1.5, response_grace_seconds=0.02))
+    # a preparation request that cannot complete aborts the warm-up (0.13 saves the report, exits 1):
+    # tests/cases/weka_aborted, beside tests/cases/weka
+    aborted = root.parent / "weka_aborted"
+    write_pd_case(aborted, "pd-warm-rejected", "three.jsonl", three, replicas=2, context=80,
+                  load=seeded_snapshot(2, 4, 1.5, True))
+    write_pd_case(aborted, "pd-warm-profile-rejected", "three.jsonl", three, replicas=2, context=80,
+                  load=seeded_snapshot(2, 4, 1.5, True) + profile(3.0))
+    write_pd_case(aborted, "pd-warm-lanes3-rejected", "three.jsonl", three, context=60,
+                  load=seeded_snapshot(3, 123456789, 1, True))
+    write_pd_case(aborted, "pd-warm-lane1-rejected", "three.jsonl", three, context=85,
+                  load=explicit_snapshot([(gamma, 250.0), (beta, 1320.0)], 7, 1, True))
     return 0
 
 

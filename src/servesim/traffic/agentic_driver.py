@@ -22,7 +22,6 @@ import heapq
 import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from servesim.errors import RunError
 from servesim.traffic.agentic import AgenticGraph, AgenticNode
 from servesim.traffic.driver import Arrival
 from servesim.traffic.hash_ids import unique_positions
@@ -111,7 +110,11 @@ class AgenticDriver:
             self.preparation.on_barrier = barrier_accounting(cluster, self.preparation.at_barrier)
 
     def settle(self, records: list[RequestRecord]) -> list[RequestRecord]:
-        """The run's records as the report takes them (a profile's cancels; here all as they are)."""
+        """The run's records as the report takes them (a profile's cancels; here all as they are).
+        After an aborted preparation nothing was measured: worker seconds restart from the end."""
+        prep = self.preparation
+        if prep is not None and prep.failed is not None and prep.on_barrier is not None:
+            prep.on_barrier(0.0)
         return records
 
     def next_ready_time(self) -> float:
@@ -145,10 +148,9 @@ class AgenticDriver:
         i = arrival.session_index
         if i >= PREP_BASE:
             if not completed or ends_session:
-                raise RunError(f"agentic warm-up request {arrival.request_id} did not complete, so the preparation "
-                               "barrier cannot fall (servesim stops the run; 0.13 reports the failure in "
-                               "agentic_phases)")
-            self._prepared(i - PREP_BASE, now)
+                self._preparation_failed(i - PREP_BASE)
+            else:
+                self._prepared(i - PREP_BASE, now)
             return
         if completed and not ends_session:
             self._fire(i, now, "completion")
@@ -160,12 +162,25 @@ class AgenticDriver:
             if self._lanes.play_over(play, play in self._aborted_by):
                 self._start_next(play, now)
 
+    def _preparation_failed(self, k: int) -> None:
+        """Preparation request `k` ended without completing: the preparation is aborted (as in
+        0.13): no lane sends another, the barrier never falls, the measured plays never start."""
+        prep = self.preparation
+        assert prep is not None
+        prep.ended += 1
+        if prep.failed is None:
+            prep.failed = k
+        self._ready = [entry for entry in self._ready if entry[1] < PREP_BASE]
+        heapq.heapify(self._ready)
+
     def _prepared(self, k: int, now: float) -> None:
         """Preparation request `k` ended: its lane sends the next one; after the last one the
         barrier falls and the held nodes are scheduled from `now`."""
         prep = self.preparation
         assert prep is not None
         prep.ended += 1
+        if prep.failed is not None:  # aborted: nothing more is sent
+            return
         nxt = prep.next_of(k)
         if nxt is not None:
             heapq.heappush(self._ready, (now, PREP_BASE + nxt))

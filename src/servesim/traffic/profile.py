@@ -305,7 +305,13 @@ class ProfileDriver(AgenticDriver):
         deadline when it canceled requests."""
         if self.grace.canceled:
             return self.grace.at_ms
+        if self._aborted():
+            return 0.0  # nothing measured
         return max(self.cutoff_ms, self.last_success_ms or 0.0)
+
+    def _aborted(self) -> bool:
+        """Whether the warm-up was aborted (the profile never started)."""
+        return self.preparation is not None and self.preparation.failed is not None
 
     def attach(self, cluster: Any) -> None:
         super().attach(cluster)
@@ -313,11 +319,13 @@ class ProfileDriver(AgenticDriver):
 
     def settle(self, records: list[RequestRecord]) -> list[RequestRecord]:
         """The requests still running at the grace deadline canceled there (`servesim.traffic.grace`)."""
-        return self.grace.settle(records)
+        return self.grace.settle(super().settle(records))
 
     def report(self) -> dict[str, Any]:
         """The `agentic_profile` block."""
         opts = self.plan.options
+        if self._aborted():
+            return self._aborted_report()
         first = self.first_request_ms if self.first_request_ms is not None else 0.0
         last = self.last_success_ms if self.last_success_ms is not None else first
         window = last - first
@@ -342,6 +350,22 @@ class ProfileDriver(AgenticDriver):
             "successful_request_throughput": self.successes / (window / 1000.0) if window > 0 else 0.0,
             "successful_responses": self.successes, "unsettled_server_requests": canceled,
         }
+
+    def _aborted_report(self) -> dict[str, Any]:
+        """The `agentic_profile` block of a profile whose warm-up was aborted, as 0.13 gives it."""
+        assert self.preparation is not None
+        ends = [r.record.terminal_ms for r in self.preparation.requests
+                if r.record is not None and r.record.terminal_ms is not None]
+        zero = dict.fromkeys(("canceled_requests", "client_completed_plays", "client_in_flight_requests",
+                              "issued_requests", "never_issued_requests", "retired_plays", "server_quiescent_plays",
+                              "server_unsettled_requests", "successful_responses", "unsettled_server_requests"), 0)
+        none = dict.fromkeys(("admission_cutoff_ms", "cancel_drain_deadline_ms", "first_request_ms",
+                              "last_successful_response_ms", "profile_start_ms", "response_grace_deadline_ms",
+                              "successful_request_throughput"))
+        return zero | none | {
+            "admission_closed": False, "cancel_drain_timed_out": False, "corpus_cursor": self.plan.cursor,
+            "finished_at_ms": max(ends, default=0.0), "idle_shifts": [], "observation_duration_ms": 0.0,
+            "options": dict(self.plan.options), "plays_started": len(self.graph.play_ids), "schema": SCHEMA}
 
     def rescale(self, summary: dict[str, Any]) -> None:
         """The summary over the observation window: duration and the throughputs dividing by it."""
