@@ -13,7 +13,6 @@ the rules themselves are checked in 0.13's records and in servesim's alike.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml

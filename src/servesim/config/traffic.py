@@ -240,9 +240,9 @@ class AgenticProfileOptions(SchemaModel):
     duration_seconds: PositiveNumber = 3600.0
     """Upstream AISimulate 0.13 key: admission closes this long after the start: no request is sent and no play starts at or after it; requests in flight finish."""
     response_grace_seconds: Annotated[float, Ge(0)] = 30.0
-    """Upstream AISimulate 0.13 key: grace for in-flight responses after the cutoff (0.13 then cancels what still runs; servesim stops such a run: not built)."""
+    """Upstream AISimulate 0.13 key: grace for in-flight responses after the cutoff: what still runs at the deadline is canceled there (as 0.13)."""
     cancel_drain_seconds: Annotated[float, Ge(0)] = 10.0
-    """Upstream AISimulate 0.13 key: drain after cancelling (reported; servesim builds no cancelling)."""
+    """Upstream AISimulate 0.13 key: drain after cancelling at the grace deadline (its deadline is reported; canceled requests end at once)."""
     tree_idle_cap_seconds: PositiveNumber = 300.0
     """Upstream AISimulate 0.13 key: a play with none of its requests in flight for this long has its timers moved earlier so the next fires then (listed in `idle_shifts`)."""
     global_idle_cap_seconds: PositiveNumber = 10.0
