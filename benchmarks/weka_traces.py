@@ -258,6 +258,13 @@ def main(argv: list[str]) -> int:
                   load=seeded_snapshot(2, 4, 1.5, True) + profile(3.0))
     write_pd_case(aborted, "pd-warm-lanes3-rejected", "three.jsonl", three, context=60,
                   load=seeded_snapshot(3, 123456789, 1, True))
+    # the live_trajectory_v1 warm-up (not built in servesim: refused; 0.13's outputs kept for it)
+    live = root.parent / "weka_live"
+    for name, lanes, seed, speedup in (("pd-live-lanes2", 2, 4, 1.5), ("pd-live-lanes2-1x", 2, 4, 1),
+                                       ("pd-live-lanes3", 3, 7, 1), ("pd-live-lanes2-2x", 2, 9, 2)):
+        write_pd_case(live, name, "three.jsonl", three, replicas=2,
+                      load=seeded_snapshot(lanes, seed, speedup, True) + "    agentic_warmup_policy: live_trajectory_v1\n"
+                      + profile(3.0))
     write_pd_case(aborted, "pd-warm-lane1-rejected", "three.jsonl", three, context=85,
                   load=explicit_snapshot([(gamma, 250.0), (beta, 1320.0)], 7, 1, True))
     return 0
