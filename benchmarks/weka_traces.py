@@ -176,6 +176,9 @@ def profile(duration_s: float, **options: float) -> str:
     return f"    agentic_profile:\n      duration_seconds: {duration_s}\n{rows}"
 
 
+LIVE_POLICY = "    agentic_warmup_policy: live_trajectory_v1\n"
+
+
 def write_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing="polynomial",
                basis=None, load="    speedup: 1\n") -> None:
     folder = root / name
@@ -263,8 +266,17 @@ def main(argv: list[str]) -> int:
     for name, lanes, seed, speedup in (("pd-live-lanes2", 2, 4, 1.5), ("pd-live-lanes2-1x", 2, 4, 1),
                                        ("pd-live-lanes3", 3, 7, 1), ("pd-live-lanes2-2x", 2, 9, 2)):
         write_pd_case(live, name, "three.jsonl", three, replicas=2,
-                      load=seeded_snapshot(lanes, seed, speedup, True) + "    agentic_warmup_policy: live_trajectory_v1\n"
-                      + profile(3.0))
+                      load=seeded_snapshot(lanes, seed, speedup, True) + LIVE_POLICY + profile(3.0))
+    write_pd_case(live, "pd-live-lanes4", "three.jsonl", three, replicas=2,
+                  load=seeded_snapshot(4, 4, 1.5, True) + LIVE_POLICY + profile(3.0))
+    write_pd_case(live, "pd-live-no-primers", "three.jsonl", three, replicas=2,
+                  load=explicit_snapshot([(beta, 0.0), (gamma, 310.0), (alpha, 2650.0)], 1, 1, True) + LIVE_POLICY
+                  + profile(3.0))
+    write_pd_case(live, "pd-live-grace", "three.jsonl", three, replicas=2, timing=slow,
+                  load=seeded_snapshot(2, 4, 1.5, True) + LIVE_POLICY + profile(1.0, response_grace_seconds=0.05))
+    write_pd_case(live, "pd-live-poly", "three.jsonl", three, timing="{type: polynomial}",
+                  load=explicit_snapshot([(beta, 873.79), (gamma, 0.0), (alpha, 400.0)], 9, 1, True, cursor=5)
+                  + LIVE_POLICY + profile(5.5))
     write_pd_case(aborted, "pd-warm-lane1-rejected", "three.jsonl", three, context=85,
                   load=explicit_snapshot([(gamma, 250.0), (beta, 1320.0)], 7, 1, True))
     return 0

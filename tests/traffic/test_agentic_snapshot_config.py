@@ -55,9 +55,6 @@ def _snap(*cuts: tuple[str, float], cursor: int | None = 2, seed: int = 4) -> di
     ({"agentic_snapshot": _snap((BETA, 0.0), (GAMMA, 0.0)), "agentic_warmup": True,
       "agentic_warmup_policy": "live_trajectory_v1"},
      "traffic.load.agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile"),
-    ({"agentic_snapshot": _snap((BETA, 0.0), (GAMMA, 0.0)), "agentic_profile": {}, "agentic_warmup": True,
-      "agentic_warmup_policy": "live_trajectory_v1"},
-     "traffic.load.agentic_warmup_policy", "live_trajectory_v1 is not built in servesim"),
     ({"agentic_warmup_policy": "fast"}, "traffic.load.agentic_warmup_policy", "repeated_prefixes"),
 ])
 def test_bad_settings_are_config_errors(tmp_path: Path, load: dict, key: str, rule: str) -> None:

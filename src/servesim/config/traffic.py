@@ -295,8 +295,6 @@ class TraceTimestampsLoad(SchemaModel):
                     problems.append(("agentic_snapshot.corpus_cursor", f"cannot precede the initial lane draws ({snap.corpus_cursor} < {len(sel)}; 0.13's rule)"))
         if self.agentic_warmup_policy == "live_trajectory_v1" and (not self.agentic_warmup or self.agentic_profile is None):
             problems.append(("agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile (0.13's rule)"))
-        if self.agentic_warmup_policy == "live_trajectory_v1" and self.agentic_warmup and self.agentic_profile is not None:
-            problems.append(("agentic_warmup_policy", "live_trajectory_v1 is not built in servesim (0.13's live-trajectory warm-up); use repeated_prefixes"))
         raise_if(problems)
         return self
 

@@ -78,19 +78,23 @@ class Preparation:
     """Called with the time the barrier falls (the run snapshots its worker accounting)."""
     at_barrier: dict[str, float] = field(default_factory=dict)
     """The run's worker accounting when the barrier fell (filled by `on_barrier`)."""
+    policy: str | None = None
+    """`live_trajectory_v1` (`servesim.traffic.live_warmup`: primers only here, the trajectory
+    requests appended as they are sent); None: `repeated_prefixes`."""
     failed: int | None = None
     """The first preparation request that ended without completing (the preparation is then
     aborted, as in 0.13: no barrier, no measured replay)."""
 
     @classmethod
-    def plan(cls, lanes: list[LaneSources], block_size: int) -> Preparation:
-        """Each lane's primers, then its warm-up requests, numbered per lane and play."""
+    def plan(cls, lanes: list[LaneSources], block_size: int, *, primers_only: bool = False) -> Preparation:
+        """Each lane's primers, then its warm-up requests (none with `primers_only`: a live
+        warm-up), numbered per lane and play."""
         out = cls(lanes, block_size=block_size)
         for lane in lanes:
             out.first.append(len(out.requests))
             sources = lane.primers or lane.roots
             plan = [("primer", n) for n in lane.primers]
-            plan += [("warmup", sources[j % len(sources)]) for j in range(WARMUP_REQUESTS)]
+            plan += [("warmup", sources[j % len(sources)]) for j in range(0 if primers_only else WARMUP_REQUESTS)]
             for k, (phase, node) in enumerate(plan):
                 identity = lane.identity(node) | {"request_id": f"{lane.play_id}:{phase}:{k}"}
                 uuid = f"{UUID_BASE + len(out.requests):032x}"
@@ -133,11 +137,12 @@ class Preparation:
                 "primers_expected": sum(1 for r in mine if r.phase == "primer"),
                 "requests_quiescent": len(ended),
                 "warmup_completed": sum(1 for r in ended if r.phase == "warmup" and _completed(r)),
-                "warmup_expected": sum(1 for r in mine if r.phase == "warmup"),
+                "warmup_expected": WARMUP_REQUESTS if self.policy else sum(1 for r in mine if r.phase == "warmup"),
             })
         failed = self.requests[self.failed] if self.failed is not None else None
         ends = [r.record.terminal_ms for r in self.requests if r.record is not None and r.record.terminal_ms is not None]
-        return {
+        policy = {"warmup_policy": self.policy} if self.policy else {}
+        return policy | {
             "barrier_condition": "all_preparation_succeeded_and_server_quiescent",
             "failure_reason": None if failed is None else f"preparation request ended with {_status_name(failed)}",
             "failure_request_id": None if failed is None else failed.uuid,
