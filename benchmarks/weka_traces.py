@@ -277,6 +277,10 @@ def main(argv: list[str]) -> int:
     write_pd_case(live, "pd-live-poly", "three.jsonl", three, timing="{type: polynomial}",
                   load=explicit_snapshot([(beta, 873.79), (gamma, 0.0), (alpha, 400.0)], 9, 1, True, cursor=5)
                   + LIVE_POLICY + profile(5.5))
+    write_pd_case(aborted, "pd-live-rejected", "three.jsonl", three, replicas=2, context=80,
+                  load=seeded_snapshot(2, 4, 1.5, True) + LIVE_POLICY + profile(3.0))
+    write_pd_case(aborted, "pd-live-trajectory-rejected", "three.jsonl", three, replicas=2, context=95,
+                  load=seeded_snapshot(2, 4, 1.5, True) + LIVE_POLICY + profile(3.0))
     write_pd_case(aborted, "pd-warm-lane1-rejected", "three.jsonl", three, context=85,
                   load=explicit_snapshot([(gamma, 250.0), (beta, 1320.0)], 7, 1, True))
     return 0

@@ -263,7 +263,7 @@ class TraceTimestampsLoad(SchemaModel):
     agentic_warmup: bool = False
     """Upstream AISimulate 0.13 key: before the measured replay, every snapshot lane sends its primers (each conversation's last request of history) then 10 warm-up repeats of them, one after another with a one-token answer; the replay starts at the barrier after the last one, and the report counts from there (the preparation is listed in `agentic_phases`). Requires `agentic_snapshot`."""
     agentic_warmup_policy: Literal["repeated_prefixes", "live_trajectory_v1"] | None = None
-    """Upstream AISimulate 0.13 key: how `agentic_warmup` warms: 'repeated_prefixes' (the default) or 'live_trajectory_v1' (requires `agentic_warmup` and `agentic_profile`, 0.13's rule)."""
+    """Upstream AISimulate 0.13 key: how `agentic_warmup` warms: 'repeated_prefixes' (the default: primers and repeated prompts) or 'live_trajectory_v1' (primers replayed live, then the lanes' trajectories with one-token answers; requires `agentic_warmup` and `agentic_profile`, 0.13's rule)."""
     agentic_profile: AgenticProfileOptions | None = None
     """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`; after the warm-up's barrier with `agentic_warmup`): every lane, when its play is over, starts the corpus' next play (from `corpus_cursor`) until admission closes; reported as `agentic_profile`, the summary over the observation window."""
 
@@ -275,7 +275,7 @@ class TraceTimestampsLoad(SchemaModel):
 
     @model_validator(mode="after")
     def _agentic_rules(self) -> "TraceTimestampsLoad":
-        """AISimulate 0.13's rules between the agentic keys, then what servesim has not built."""
+        """AISimulate 0.13's rules between the agentic keys."""
         snap = self.agentic_snapshot
         problems = []
         if self.agentic_warmup and snap is None:

@@ -73,7 +73,15 @@ class LiveProfileDriver(ProfileDriver):
                 heapq.heappush(self._ready, (now, i))
             self._held = []
 
+    def next_ready_time(self) -> float:
+        return float("inf") if self._phase == "aborted" else super().next_ready_time()
+
+    def drained(self) -> bool:
+        return self._phase == "aborted" or super().drained()
+
     def release(self, now: float) -> list[Arrival]:
+        if self._phase == "aborted":
+            return []
         if self._phase != "trajectory":
             return super().release(now)
         out: list[Arrival] = []
@@ -98,9 +106,22 @@ class LiveProfileDriver(ProfileDriver):
 
     def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
                     completed: bool = True) -> None:
+        i = arrival.session_index
+        if self._phase == "trajectory" and i in self._warm and (not completed or ends_session):
+            self._abort(i)  # a trajectory request that does not complete aborts the preparation
         super().on_terminal(arrival, now, emitted, ends_session=ends_session, completed=completed)
         if self._phase == "trajectory" and not self._in_flight and not self._sendable():
             self._barrier(now)
+
+    def _abort(self, i: int) -> None:
+        """Trajectory request `i` ended without completing: nothing more is sent, no barrier."""
+        prep = self.preparation
+        assert prep is not None
+        if prep.failed is None:
+            prep.failed = prep.requests.index(self._warm[i])
+        self._phase = "aborted"
+        self._ready = []
+        self._deferred = []
 
     def _sendable(self) -> bool:
         """Whether a lane with requests left to send has one ready."""
@@ -120,6 +141,8 @@ class LiveProfileDriver(ProfileDriver):
                 heapq.heappush(self._ready, (at, child))
 
     def _instantiate(self, lane: int, now: float) -> None:
+        if self._phase == "aborted":
+            return
         base = len(self.graph.nodes)
         super()._instantiate(lane, now)
         if self._phase == "trajectory":  # its requests go as soon as their parents ended
@@ -209,11 +232,13 @@ class LiveProfileDriver(ProfileDriver):
                 out.append(record)
             else:
                 entry.record = record
-        plays = self._reported_plays()
+        if self._plays_at_barrier is None:  # aborted: no trajectory was measured (as 0.13)
+            self.graph.measured_sizes = {}
+            return out
         warm = [0] * len(self.graph.play_ids)
         for i in self._warm:
             warm[self._play[i]] += 1
-        self.graph.measured_sizes = {self.graph.play_ids[p]: self._size[p] - warm[p] for p in plays}
+        self.graph.measured_sizes = {self.graph.play_ids[p]: self._size[p] - warm[p] for p in self._reported_plays()}
         return out
 
     def _reported_plays(self) -> list[int]:
@@ -225,6 +250,7 @@ class LiveProfileDriver(ProfileDriver):
     def report(self) -> dict[str, Any]:
         block = super().report()
         if self._aborted() or self.preparation is None or self.preparation.barrier_ms is None:
+            block["plays_started"] = 0  # the warm-up's plays are no profile plays (as 0.13)
             return block
         plays = self._reported_plays()
         warm = len(self._warm)
