@@ -7,6 +7,7 @@ per-request fields agree.
                                                       # (report.json without per_request,
                                                       # requests.jsonl) for tests/test_parity_weka.py
     python benchmarks/weka_side_by_side.py [--record] CASE...   # only these cases (folder names)
+    python benchmarks/weka_side_by_side.py --cases tests/cases/weka_aborted [--record]   # another folder
 
 Needs the 0.13 venv ($SERVESIM_REFERENCE_HOME/dynamo, default ~/.cache/servesim-reference);
 servesim runs with `--compat upstream-0.13` (0.13's pass convention). The traces come from benchmarks/weka_traces.py.
@@ -32,15 +33,15 @@ PER_REQUEST = ("request_id", "play_id", "session_id", "input_length", "output_le
 
 def run_upstream(case: Path, out: Path) -> dict:
     subprocess.run([str(AISIMULATE), "predict", "-c", "config.yaml", "--overwrite", "--capture-per-request",
-                    "--format", "json", "--output-dir", str(out)], cwd=case, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    "--format", "json", "--output-dir", str(out)], cwd=case, check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # an aborted warm-up exits 1 with its report
     return json.loads((out / "prediction.json").read_text())
 
 
 def run_servesim(case: Path, out: Path) -> dict:
     subprocess.run([sys.executable, "-m", "servesim", "predict", "-c", "config.yaml", "--overwrite",
                     "--capture-per-request", "--format", "json", "--compat", "upstream-0.13", "--output-dir", str(out)],
-                   cwd=case, check=True, stdout=subprocess.DEVNULL)
+                   cwd=case, check=False, stdout=subprocess.DEVNULL)
     return json.loads((out / "prediction.json").read_text())
 
 
@@ -87,12 +88,16 @@ def compare_phases(upstream: dict, ours: dict) -> None:
 
 def main(argv: list[str]) -> int:
     record = "--record" in argv
+    cases = CASES
+    if "--cases" in argv:
+        cases = Path(argv[argv.index("--cases") + 1]).resolve()
+        argv = argv[:argv.index("--cases")] + argv[argv.index("--cases") + 2:]
     names = [a for a in argv[1:] if not a.startswith("--")]
     if not AISIMULATE.exists():
         print(f"AISimulate 0.13 not found at {AISIMULATE}; run ../shared/reference/install-dynamo.sh", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        for case in sorted(p for p in CASES.iterdir() if (p / "config.yaml").exists()
+        for case in sorted(p for p in cases.iterdir() if (p / "config.yaml").exists()
                            and (not names or p.name in names)):
             upstream = run_upstream(case, Path(tmp) / case.name / "upstream")
             if record:

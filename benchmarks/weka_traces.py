@@ -114,7 +114,7 @@ PD_CONFIG = """engine:
   model: Qwen/Qwen3-8B
   hardware: h200_sxm
   backend: vllm
-  context_length: 32768
+  context_length: {context}
   workers:
     prefill:
       parallelism: {{replicas: {replicas}}}
@@ -138,12 +138,13 @@ FIXED = "{type: fixed, prefill_ms: 10, decode_ms: 2}"
 
 
 def write_pd_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing=FIXED,
-                  load="    speedup: 1\n") -> None:
+                  load="    speedup: 1\n", context=32768) -> None:
     """A case on disaggregated prefill/decode pools."""
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / filename).write_text(text)
-    (folder / "config.yaml").write_text(PD_CONFIG.format(replicas=replicas, timing=timing, path=filename, load=load))
+    (folder / "config.yaml").write_text(PD_CONFIG.format(replicas=replicas, timing=timing, path=filename, load=load,
+                                                         context=context))
 
 
 def shifted(trace: dict, offset_s: float) -> dict:
@@ -173,6 +174,9 @@ def profile(duration_s: float, **options: float) -> str:
     """An `agentic_profile` of `duration_s` seconds (the other options at 0.13's defaults unless given)."""
     rows = "".join(f"      {key}: {value}\n" for key, value in options.items())
     return f"    agentic_profile:\n      duration_seconds: {duration_s}\n{rows}"
+
+
+LIVE_POLICY = "    agentic_warmup_policy: live_trajectory_v1\n"
 
 
 def write_case(root: Path, name: str, filename: str, text: str, *, replicas=1, timing="polynomial",
@@ -230,6 +234,55 @@ def main(argv: list[str]) -> int:
                       load=seeded_snapshot(2, 4, 1.5) + profile(4.0 if name == "both" else 3.0, **caps))
     write_case(root, "profile-seed-lanes2", "three.jsonl", three, replicas=2,
                load=seeded_snapshot(2, 4, 1.5) + profile(3.0))
+    # more lanes than plays: idle lanes, and plays replayed on several lanes (own cache scopes)
+    write_pd_case(root, "pd-lanes4-idle", "three.jsonl", three, replicas=2, load="    speedup: 1.5\n    agentic_lanes: 4\n")
+    write_pd_case(root, "pd-snap-lanes5", "three.jsonl", three, replicas=2, load=seeded_snapshot(5, 4, 1.5))
+    write_pd_case(root, "pd-snap-dup-explicit", "three.jsonl", three,
+                  load=explicit_snapshot([(beta, 873.79), (beta, 873.79), (alpha, 400.0), (alpha, 1500.0)], 3, 1))
+    write_pd_case(root, "pd-warm-lanes4", "three.jsonl", three, replicas=2, load=seeded_snapshot(4, 4, 1.5, True))
+    write_pd_case(root, "pd-profile-lanes4", "three.jsonl", three, replicas=2,
+                  load=seeded_snapshot(4, 4, 1.5) + profile(3.0))
+    # requests still running at the response-grace deadline are canceled there
+    slow = "{type: fixed, prefill_ms: 10, decode_ms: 30}"
+    write_pd_case(root, "pd-grace-cancel", "three.jsonl", three, replicas=2, timing=slow,
+                  load=seeded_snapshot(2, 4, 1.5) + profile(1.0, response_grace_seconds=0.1, cancel_drain_seconds=0.5))
+    write_pd_case(root, "pd-grace-zero", "three.jsonl", three, timing="{type: fixed, prefill_ms: 10, decode_ms: 25}",
+                  load=seeded_snapshot(3, 7, 1) + profile(0.8, response_grace_seconds=0))
+    write_pd_case(root, "pd-warm-grace", "three.jsonl", three, replicas=2, timing=slow,
+                  load=seeded_snapshot(2, 4, 1.5, True) + profile(1.0, response_grace_seconds=0.05))
+    write_pd_case(root, "pd-grace-lanes4", "three.jsonl", three, replicas=2, timing=slow,
+                  load=seeded_snapshot(4, 4, 1.5) + profile(1.5, response_grace_seconds=0.02))
+    # a preparation request that cannot complete aborts the warm-up (0.13 saves the report, exits 1):
+    # tests/cases/weka_aborted, beside tests/cases/weka
+    aborted = root.parent / "weka_aborted"
+    write_pd_case(aborted, "pd-warm-rejected", "three.jsonl", three, replicas=2, context=80,
+                  load=seeded_snapshot(2, 4, 1.5, True))
+    write_pd_case(aborted, "pd-warm-profile-rejected", "three.jsonl", three, replicas=2, context=80,
+                  load=seeded_snapshot(2, 4, 1.5, True) + profile(3.0))
+    write_pd_case(aborted, "pd-warm-lanes3-rejected", "three.jsonl", three, context=60,
+                  load=seeded_snapshot(3, 123456789, 1, True))
+    # the live_trajectory_v1 warm-up (not built in servesim: refused; 0.13's outputs kept for it)
+    live = root.parent / "weka_live"
+    for name, lanes, seed, speedup in (("pd-live-lanes2", 2, 4, 1.5), ("pd-live-lanes2-1x", 2, 4, 1),
+                                       ("pd-live-lanes3", 3, 7, 1), ("pd-live-lanes2-2x", 2, 9, 2)):
+        write_pd_case(live, name, "three.jsonl", three, replicas=2,
+                      load=seeded_snapshot(lanes, seed, speedup, True) + LIVE_POLICY + profile(3.0))
+    write_pd_case(live, "pd-live-lanes4", "three.jsonl", three, replicas=2,
+                  load=seeded_snapshot(4, 4, 1.5, True) + LIVE_POLICY + profile(3.0))
+    write_pd_case(live, "pd-live-no-primers", "three.jsonl", three, replicas=2,
+                  load=explicit_snapshot([(beta, 0.0), (gamma, 310.0), (alpha, 2650.0)], 1, 1, True) + LIVE_POLICY
+                  + profile(3.0))
+    write_pd_case(live, "pd-live-grace", "three.jsonl", three, replicas=2, timing=slow,
+                  load=seeded_snapshot(2, 4, 1.5, True) + LIVE_POLICY + profile(1.0, response_grace_seconds=0.05))
+    write_pd_case(live, "pd-live-poly", "three.jsonl", three, timing="{type: polynomial}",
+                  load=explicit_snapshot([(beta, 873.79), (gamma, 0.0), (alpha, 400.0)], 9, 1, True, cursor=5)
+                  + LIVE_POLICY + profile(5.5))
+    write_pd_case(aborted, "pd-live-rejected", "three.jsonl", three, replicas=2, context=80,
+                  load=seeded_snapshot(2, 4, 1.5, True) + LIVE_POLICY + profile(3.0))
+    write_pd_case(aborted, "pd-live-trajectory-rejected", "three.jsonl", three, replicas=2, context=95,
+                  load=seeded_snapshot(2, 4, 1.5, True) + LIVE_POLICY + profile(3.0))
+    write_pd_case(aborted, "pd-warm-lane1-rejected", "three.jsonl", three, context=85,
+                  load=explicit_snapshot([(gamma, 250.0), (beta, 1320.0)], 7, 1, True))
     return 0
 
 

@@ -271,10 +271,8 @@ class RunStages:
         else:
             self.cluster = AggregatedCluster(run, driver, self.collector, paths=self.paths, scaling=scaling)
         agentic = _agentic(driver)
-        if agentic is not None and agentic.preparation is not None:
-            from servesim.traffic.warmup import barrier_accounting
-
-            agentic.preparation.on_barrier = barrier_accounting(self.cluster, agentic.preparation.at_barrier)
+        if agentic is not None:
+            agentic.attach(self.cluster)
         self.sampling: StateSampling | None = None
         if timeseries:
             from servesim.cluster.sampling import StateSampling
@@ -362,6 +360,8 @@ def build_report(run: LoweredRun, cluster: Cluster, collector: Collector, tally:
     prep = agentic.preparation if agentic is not None else None
     before: dict[str, float] = {}
     loop_end = end_ms
+    if agentic is not None:
+        collector.records = agentic.settle(collector.records)
     if prep is not None:
         from servesim.traffic.agentic_driver import PREP_BASE
 

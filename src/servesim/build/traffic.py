@@ -65,6 +65,7 @@ def _load(traffic: TrafficConfig) -> LoadSpec:
     profile = None if load.agentic_profile is None else load.agentic_profile.model_dump()
     return LoadSpec("trace_timestamps", speedup=load.speedup, lanes=load.agentic_lanes, snapshot=snapshot,
                     warmup=load.agentic_warmup, profile=profile,
+                    live_warmup=load.agentic_warmup_policy == "live_trajectory_v1",
                     corpus_cursor=snap.corpus_cursor if snap is not None else None)
 
 

@@ -90,6 +90,10 @@ def _predict(args: argparse.Namespace) -> int:
             report = simulate(config, capture_per_request=args.capture_per_request,
                               progress=sys.stderr.isatty(), unservable=args.unservable, timeseries=args.report,
                               spool=spool)
+            failure = _preparation_failure(report)
+            if failure is not None:  # 0.13 saves the report, then fails the run
+                write_outputs(outputs, report, RunOutputs.of_predict(args))
+                raise RunError(f"{failure}; the report is saved in {out_dir / 'prediction.json'}")
             _check_outcome(report, args)
             if args.reference_fields:
                 report = report.reference_fields_only()
@@ -101,6 +105,16 @@ def _predict(args: argparse.Namespace) -> int:
         return exc.exit_code
     _warn_unreleased(report, out_dir)
     return print_report(report, RunOutputs.of_predict(args), out_dir / "prediction.json")
+
+
+def _preparation_failure(report: Report) -> str | None:
+    """Why an agentic warm-up was aborted (a preparation request did not complete), or None."""
+    phases = report.summary.get("agentic_phases")
+    if not isinstance(phases, dict) or phases.get("phase") != "aborted":
+        return None
+    request = next((r for r in phases["requests"] if r["uuid"] == phases["failure_request_id"]), None)
+    which = f" (request {request['identity']['request_id']}, {request['input_length']} prompt tokens)" if request else ""
+    return f"agentic preparation aborted: {phases['failure_reason']}{which}, so the measured replay did not run"
 
 
 def _check_outcome(report: Report, args: argparse.Namespace) -> None:

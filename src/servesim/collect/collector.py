@@ -26,6 +26,8 @@ class Status(StrEnum):
     """Disaggregated: its prompt can never fit the decode pool."""
     TIMED_OUT = "timed_out"
     """Its client gave up before it finished (`traffic.client_timeout_seconds`, servesim extension)."""
+    CANCELED = "canceled"
+    """Still running at a continuous profile's response-grace deadline (`agentic_profile`, as AISimulate 0.13)."""
 
 
 @dataclass(slots=True, eq=False, repr=False)

@@ -240,9 +240,9 @@ class AgenticProfileOptions(SchemaModel):
     duration_seconds: PositiveNumber = 3600.0
     """Upstream AISimulate 0.13 key: admission closes this long after the start: no request is sent and no play starts at or after it; requests in flight finish."""
     response_grace_seconds: Annotated[float, Ge(0)] = 30.0
-    """Upstream AISimulate 0.13 key: grace for in-flight responses after the cutoff (0.13 then cancels what still runs; servesim stops such a run: not built)."""
+    """Upstream AISimulate 0.13 key: grace for in-flight responses after the cutoff: what still runs at the deadline is canceled there (as 0.13)."""
     cancel_drain_seconds: Annotated[float, Ge(0)] = 10.0
-    """Upstream AISimulate 0.13 key: drain after cancelling (reported; servesim builds no cancelling)."""
+    """Upstream AISimulate 0.13 key: drain after cancelling at the grace deadline (its deadline is reported; canceled requests end at once)."""
     tree_idle_cap_seconds: PositiveNumber = 300.0
     """Upstream AISimulate 0.13 key: a play with none of its requests in flight for this long has its timers moved earlier so the next fires then (listed in `idle_shifts`)."""
     global_idle_cap_seconds: PositiveNumber = 10.0
@@ -263,7 +263,7 @@ class TraceTimestampsLoad(SchemaModel):
     agentic_warmup: bool = False
     """Upstream AISimulate 0.13 key: before the measured replay, every snapshot lane sends its primers (each conversation's last request of history) then 10 warm-up repeats of them, one after another with a one-token answer; the replay starts at the barrier after the last one, and the report counts from there (the preparation is listed in `agentic_phases`). Requires `agentic_snapshot`."""
     agentic_warmup_policy: Literal["repeated_prefixes", "live_trajectory_v1"] | None = None
-    """Upstream AISimulate 0.13 key: how `agentic_warmup` warms: 'repeated_prefixes' (the default) or 'live_trajectory_v1' (requires `agentic_warmup` and `agentic_profile`, 0.13's rule)."""
+    """Upstream AISimulate 0.13 key: how `agentic_warmup` warms: 'repeated_prefixes' (the default: primers and repeated prompts) or 'live_trajectory_v1' (primers replayed live, then the lanes' trajectories with one-token answers; requires `agentic_warmup` and `agentic_profile`, 0.13's rule)."""
     agentic_profile: AgenticProfileOptions | None = None
     """Upstream AISimulate 0.13 key: continuous profile over a duration (requires `agentic_snapshot`; after the warm-up's barrier with `agentic_warmup`): every lane, when its play is over, starts the corpus' next play (from `corpus_cursor`) until admission closes; reported as `agentic_profile`, the summary over the observation window."""
 
@@ -275,7 +275,7 @@ class TraceTimestampsLoad(SchemaModel):
 
     @model_validator(mode="after")
     def _agentic_rules(self) -> "TraceTimestampsLoad":
-        """AISimulate 0.13's rules between the agentic keys, then what servesim has not built."""
+        """AISimulate 0.13's rules between the agentic keys."""
         snap = self.agentic_snapshot
         problems = []
         if self.agentic_warmup and snap is None:
@@ -293,14 +293,8 @@ class TraceTimestampsLoad(SchemaModel):
                     problems.append(("agentic_snapshot.initial_selections", f"must contain exactly one selection per lane ({len(sel)} for {self.agentic_lanes} lanes; 0.13's rule)"))
                 if snap.corpus_cursor is not None and snap.corpus_cursor < len(sel):
                     problems.append(("agentic_snapshot.corpus_cursor", f"cannot precede the initial lane draws ({snap.corpus_cursor} < {len(sel)}; 0.13's rule)"))
-                plays = [s.source_play_id for s in sel]
-                again = sorted({p for p in plays if plays.count(p) > 1})
-                if again:
-                    problems.append(("agentic_snapshot.initial_selections", f"servesim replays a source play on one lane only ({', '.join(again)} is selected twice)"))
         if self.agentic_warmup_policy == "live_trajectory_v1" and (not self.agentic_warmup or self.agentic_profile is None):
             problems.append(("agentic_warmup_policy", "live_trajectory_v1 requires agentic_warmup and agentic_profile (0.13's rule)"))
-        if self.agentic_warmup_policy == "live_trajectory_v1" and self.agentic_warmup and self.agentic_profile is not None:
-            problems.append(("agentic_warmup_policy", "live_trajectory_v1 is not built in servesim (0.13's live-trajectory warm-up); use repeated_prefixes"))
         raise_if(problems)
         return self
 

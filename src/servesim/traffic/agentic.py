@@ -93,6 +93,9 @@ class AgenticGraph:
     plays: numbered by lane and source index, as in 0.13)."""
     snapshot_lanes: list[Any] | None = None
     """Snapshot replays: per lane, what a warm-up prepares from (`servesim.traffic.warmup.LaneSources`)."""
+    measured_sizes: dict[str, int] | None = None
+    """When the report covers part of the requests (a live warm-up's plays): the measured
+    requests of each play it reports, plays in order (`play_sizes` then gives these)."""
 
     @property
     def num_requests(self) -> int:
@@ -100,6 +103,8 @@ class AgenticGraph:
 
     def play_sizes(self) -> dict[str, int]:
         """Requests per play, plays in order of first appearance."""
+        if self.measured_sizes is not None:
+            return dict(self.measured_sizes)
         sizes: dict[str, int] = {}
         for node in self.nodes:
             sizes[node.play_id] = sizes.get(node.play_id, 0) + 1

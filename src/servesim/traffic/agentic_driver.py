@@ -22,13 +22,13 @@ import heapq
 import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from servesim.errors import RunError
 from servesim.traffic.agentic import AgenticGraph, AgenticNode
 from servesim.traffic.driver import Arrival
 from servesim.traffic.hash_ids import unique_positions
 from servesim.traffic.workload import GENERATED_BASE, expand_hash_ids
 
 if TYPE_CHECKING:
+    from servesim.collect.collector import RequestRecord
     from servesim.traffic.warmup import Preparation
 
 INF = math.inf
@@ -102,6 +102,21 @@ class AgenticDriver:
     def rescale(self, summary: dict[str, Any]) -> None:
         """Adjust the report's summary to the replay's measured window (a profile's; here none)."""
 
+    def attach(self, cluster: Any) -> None:
+        """The run's cluster is built: a warm-up's barrier will snapshot its worker accounting."""
+        if self.preparation is not None:
+            from servesim.traffic.warmup import barrier_accounting
+
+            self.preparation.on_barrier = barrier_accounting(cluster, self.preparation.at_barrier)
+
+    def settle(self, records: list[RequestRecord]) -> list[RequestRecord]:
+        """The run's records as the report takes them (a profile's cancels; here all as they are).
+        After an aborted preparation nothing was measured: worker seconds restart from the end."""
+        prep = self.preparation
+        if prep is not None and prep.failed is not None and prep.on_barrier is not None:
+            prep.on_barrier(0.0)
+        return records
+
     def next_ready_time(self) -> float:
         self._drop_aborted()
         return self._ready[0][0] + self.frontend_ms if self._ready else INF
@@ -133,10 +148,9 @@ class AgenticDriver:
         i = arrival.session_index
         if i >= PREP_BASE:
             if not completed or ends_session:
-                raise RunError(f"agentic warm-up request {arrival.request_id} did not complete, so the preparation "
-                               "barrier cannot fall (servesim stops the run; 0.13 reports the failure in "
-                               "agentic_phases)")
-            self._prepared(i - PREP_BASE, now)
+                self._preparation_failed(i - PREP_BASE)
+            else:
+                self._prepared(i - PREP_BASE, now)
             return
         if completed and not ends_session:
             self._fire(i, now, "completion")
@@ -148,12 +162,25 @@ class AgenticDriver:
             if self._lanes.play_over(play, play in self._aborted_by):
                 self._start_next(play, now)
 
+    def _preparation_failed(self, k: int) -> None:
+        """Preparation request `k` ended without completing: the preparation is aborted (as in
+        0.13): no lane sends another, the barrier never falls, the measured plays never start."""
+        prep = self.preparation
+        assert prep is not None
+        prep.ended += 1
+        if prep.failed is None:
+            prep.failed = k
+        self._ready = [entry for entry in self._ready if entry[1] < PREP_BASE]
+        heapq.heapify(self._ready)
+
     def _prepared(self, k: int, now: float) -> None:
         """Preparation request `k` ended: its lane sends the next one; after the last one the
         barrier falls and the held nodes are scheduled from `now`."""
         prep = self.preparation
         assert prep is not None
         prep.ended += 1
+        if prep.failed is not None:  # aborted: nothing more is sent
+            return
         nxt = prep.next_of(k)
         if nxt is not None:
             heapq.heappush(self._ready, (now, PREP_BASE + nxt))
@@ -237,9 +264,7 @@ class _Lanes:
     """Which play runs on which lane, and what each play has released and ended so far."""
 
     def __init__(self, graph: AgenticGraph, play_of: list[int], lanes: int) -> None:
-        count = len(graph.play_ids)
-        if lanes > count:
-            raise RunError(f"agentic replay lanes ({lanes}) cannot exceed available plays ({count})")
+        count = len(graph.play_ids)  # lanes beyond the play count stay idle, as in 0.13
         self.members: list[list[int]] = [[] for _ in range(count)]
         for i, play in enumerate(play_of):
             self.members[play].append(i)

@@ -18,8 +18,8 @@ does.
 Idle caps, as 0.13: when no request is in flight for `global_idle_cap_seconds` (or none of a
 play's own for `tree_idle_cap_seconds`) and the next timer concerned (a ready request, or a
 waiting one held to a later time) is later still, all those timers move earlier so that the next
-fires at the cap; each move is listed in `idle_shifts`. Not built: the cancelling of requests
-still running at the response-grace deadline (such a run stops with a RunError).
+fires at the cap; each move is listed in `idle_shifts`. Requests still running at the
+response-grace deadline are canceled there (`servesim.traffic.grace`).
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from servesim.errors import RunError
 from servesim.traffic.agentic import AgenticGraph
 from servesim.traffic.agentic_driver import PREP_BASE, AgenticDriver
 from servesim.traffic.driver import Arrival
+from servesim.traffic.grace import GraceDeadline
 from servesim.traffic.hash_ids import unique_positions
 
 if TYPE_CHECKING:
+    from servesim.collect.collector import RequestRecord
     from servesim.traffic.warmup import Preparation
 
 SCHEMA = "aisimulate.agentic.profile.v1"
@@ -98,13 +99,17 @@ class ProfileDriver(AgenticDriver):
             self._members[p].append(i)
         self.last_success_ms: float | None = None
         self.successes = 0
+        self._canceled_plays: set[int] = set()
+        """Plays whose first request to end without completing was canceled at the grace deadline."""
+        self.grace = GraceDeadline(at_ms=self.cutoff_ms + plan.options["response_grace_seconds"] * 1000.0)
 
     # -- the runtime's questions ----------------------------------------------------------------
 
     def next_ready_time(self) -> float:
         self._drop_aborted()
         shift = self._shift_idle(-INF)
-        return min(self._ready[0][0] + self.frontend_ms if self._open() else INF, shift)
+        grace = self.grace.at_ms if self._in_flight and not self.grace.reached else INF
+        return min(self._ready[0][0] + self.frontend_ms if self._open() else INF, shift, grace)
 
     def drained(self) -> bool:
         self._drop_aborted()
@@ -113,6 +118,8 @@ class ProfileDriver(AgenticDriver):
     def release(self, now: float) -> list[Arrival]:
         """Like `AgenticDriver.release`, but nothing dispatched at or after the cutoff."""
         self._shift_idle(now)
+        if self._in_flight and not self.grace.reached and now >= self.grace.at_ms:
+            self.grace.reach()
         out: list[Arrival] = []
         ready, lag = self._ready, self.frontend_ms
         while self._drop_aborted() and self._open() and ready[0][0] + lag <= now:
@@ -125,10 +132,11 @@ class ProfileDriver(AgenticDriver):
 
     def on_terminal(self, arrival: Arrival, now: float, emitted: int, *, ends_session: bool = False,
                     completed: bool = True) -> None:
-        grace = self.cutoff_ms + self.plan.options["response_grace_seconds"] * 1000.0
-        if now > grace:
-            raise RunError(f"agentic_profile: request {arrival.request_id} still runs at the response-grace "
-                           f"deadline ({grace:g} ms); 0.13 cancels it, servesim does not build that cancelling")
+        if now > self.grace.at_ms and arrival.session_index < PREP_BASE:  # canceled at the deadline (`settle`)
+            completed = False
+            play = self._play[arrival.session_index]
+            if play not in self._aborted_by:
+                self._canceled_plays.add(play)
         super().on_terminal(arrival, now, emitted, ends_session=ends_session, completed=completed)
         if arrival.session_index >= PREP_BASE:  # a warm-up request
             if self.preparation is not None and self.preparation.barrier_ms is not None:
@@ -158,6 +166,7 @@ class ProfileDriver(AgenticDriver):
         """The warm-up's barrier fell at `at`: the profile starts and its clock with it."""
         self.start_ms = at
         self.cutoff_ms = at + self.plan.options["duration_seconds"] * 1000.0
+        self.grace.at_ms = self.cutoff_ms + self.plan.options["response_grace_seconds"] * 1000.0
         self._server_idle_since = at
         self._idle_since = [at] * len(self._idle_since)
 
@@ -292,23 +301,44 @@ class ProfileDriver(AgenticDriver):
     # -- the report -----------------------------------------------------------------------------
 
     def profile_end_ms(self) -> float:
-        """When the profile ends: the cutoff, or the last response after it."""
+        """When the profile ends: the cutoff, or the last response after it, or the grace
+        deadline when it canceled requests."""
+        if self.grace.canceled:
+            return self.grace.at_ms
+        if self._aborted():
+            return 0.0  # nothing measured
         return max(self.cutoff_ms, self.last_success_ms or 0.0)
+
+    def _aborted(self) -> bool:
+        """Whether the warm-up was aborted (the profile never started)."""
+        return self.preparation is not None and self.preparation.failed is not None
+
+    def attach(self, cluster: Any) -> None:
+        super().attach(cluster)
+        self.grace.cluster = cluster
+
+    def settle(self, records: list[RequestRecord]) -> list[RequestRecord]:
+        """The requests still running at the grace deadline canceled there (`servesim.traffic.grace`)."""
+        return self.grace.settle(super().settle(records))
 
     def report(self) -> dict[str, Any]:
         """The `agentic_profile` block."""
         opts = self.plan.options
+        if self._aborted():
+            return self._aborted_report()
         first = self.first_request_ms if self.first_request_ms is not None else 0.0
         last = self.last_success_ms if self.last_success_ms is not None else first
         window = last - first
         plays = len(self.graph.play_ids)
-        complete = sum(1 for p in range(plays) if self._ended[p] == self._size[p] and p not in self._aborted_by)
-        grace = self.cutoff_ms + opts["response_grace_seconds"] * 1000.0
+        complete = sum(1 for p in range(plays) if self._ended[p] == self._size[p]  # a cancel leaves the client done
+                       and (p not in self._aborted_by or p in self._canceled_plays))
+        grace = self.grace.at_ms
+        canceled = self.grace.canceled
         issued = sum(self._sent)
         return {
             "admission_closed": True, "admission_cutoff_ms": self.cutoff_ms,
             "cancel_drain_deadline_ms": grace + opts["cancel_drain_seconds"] * 1000.0,
-            "cancel_drain_timed_out": False, "canceled_requests": 0, "client_completed_plays": complete,
+            "cancel_drain_timed_out": False, "canceled_requests": canceled, "client_completed_plays": complete,
             "client_in_flight_requests": 0, "corpus_cursor": self.plan.cursor, "finished_at_ms": self.profile_end_ms(),
             "first_request_ms": self.first_request_ms, "idle_shifts": sorted(self.idle_shifts, key=lambda e: e["at_ms"]),
             "issued_requests": issued,
@@ -316,10 +346,26 @@ class ProfileDriver(AgenticDriver):
             "never_issued_requests": len(self.graph.nodes) - issued, "observation_duration_ms": window,
             "options": dict(opts), "plays_started": plays, "profile_start_ms": self.start_ms,
             "response_grace_deadline_ms": grace, "retired_plays": plays, "schema": SCHEMA,
-            "server_quiescent_plays": plays, "server_unsettled_requests": 0,
+            "server_quiescent_plays": plays - len(self.grace.canceled_plays), "server_unsettled_requests": canceled,
             "successful_request_throughput": self.successes / (window / 1000.0) if window > 0 else 0.0,
-            "successful_responses": self.successes, "unsettled_server_requests": 0,
+            "successful_responses": self.successes, "unsettled_server_requests": canceled,
         }
+
+    def _aborted_report(self) -> dict[str, Any]:
+        """The `agentic_profile` block of a profile whose warm-up was aborted, as 0.13 gives it."""
+        assert self.preparation is not None
+        ends = [r.record.terminal_ms for r in self.preparation.requests
+                if r.record is not None and r.record.terminal_ms is not None]
+        zero = dict.fromkeys(("canceled_requests", "client_completed_plays", "client_in_flight_requests",
+                              "issued_requests", "never_issued_requests", "retired_plays", "server_quiescent_plays",
+                              "server_unsettled_requests", "successful_responses", "unsettled_server_requests"), 0)
+        none = dict.fromkeys(("admission_cutoff_ms", "cancel_drain_deadline_ms", "first_request_ms",
+                              "last_successful_response_ms", "profile_start_ms", "response_grace_deadline_ms",
+                              "successful_request_throughput"))
+        return zero | none | {
+            "admission_closed": False, "cancel_drain_timed_out": False, "corpus_cursor": self.plan.cursor,
+            "finished_at_ms": max(ends, default=0.0), "idle_shifts": [], "observation_duration_ms": 0.0,
+            "options": dict(self.plan.options), "plays_started": len(self.graph.play_ids), "schema": SCHEMA}
 
     def rescale(self, summary: dict[str, Any]) -> None:
         """The summary over the observation window: duration and the throughputs dividing by it."""

@@ -3,10 +3,13 @@
 Lane k starts inside the play `selections[k]` names, cut at `t_star_ms` of that play's recorded
 time (0 = its first request's start): the requests that started before the cut are history and
 are not sent (none may wait on a replayed request: 0.13 stops such a run); every other request is
-replayed: a request whose parents are all replayed is released after them as the trace recorded,
-whatever its recorded start; any other is also held until `(recorded start - t_star_ms) / speedup`
-after the run starts (its dependencies on history are dropped). Each lane runs its snapshot play
-only.
+replayed: it is released after its replayed parents as the trace recorded, and not before
+`(recorded start - t_star_ms) / speedup` after the run starts (its dependencies on history are
+dropped) — except in a continuous profile, where a request whose parents are all replayed waits on
+them only, whatever its recorded start (both as 0.13). Each lane runs its snapshot play only. With
+more lanes than plays, lane k replays the (k mod plays)-th play; a play replayed again runs in its
+lane's own KV-cache scope (no prompt block shared with its other replays), under the same request
+ids in another play id, as in 0.13.
 
 The replayed plays are renamed `agentic-v1:<graph digest>:<seed>:<lane>:<ordinal>` and their
 sessions `<play>:conversation:<source session>`; request ids stay the source ones. The graph keeps
@@ -27,7 +30,7 @@ from typing import Any
 from blake3 import blake3
 
 from servesim.errors import RunError
-from servesim.traffic.agentic import AgenticGraph, AgenticNode, _check_acyclic, _edges
+from servesim.traffic.agentic import AgenticGraph, AgenticNode, Edges, _check_acyclic, _edges
 from servesim.traffic.warmup import LaneSources
 
 SCHEMA = "aisimulate.agentic.snapshot.v1"
@@ -38,11 +41,7 @@ def draw_selections(graph: AgenticGraph, lanes: int, seed: int) -> list[tuple[st
     starts in the k-th play of the corpus (mod the play count) and cuts it at a fraction `u` of its
     recorded span, `u = 1/4 + (x >> 11) * 2^-54` with `x` the first 8 bytes (little-endian) of the
     BLAKE3 hash of the compact JSON `[SCHEMA, seed, graph digest, source play, lane, 0]`."""
-    plays = corpus_plays(graph)
-    if lanes > len(plays):
-        raise RunError(f"agentic_snapshot: {lanes} lanes draw {len(plays)} plays, so a play would run on two lanes "
-                       "(0.13 replays it twice, under the same request ids); servesim replays a source play on one "
-                       "lane only: use at most as many lanes as plays")
+    plays = corpus_plays(graph)  # more lanes than plays: a play runs on several lanes, as in 0.13
     starts: dict[str, list[float]] = {}
     for node in graph.nodes:
         starts.setdefault(node.play_id, []).append(node.not_before_ms)
@@ -75,9 +74,11 @@ def _cut_fraction(seed: int, digest: str, play: str, lane: int, ordinal: int) ->
 
 
 def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], seed: int, speedup: float,
-                   path: str = "") -> AgenticGraph:
+                   path: str = "", *, profile: bool = False) -> AgenticGraph:
     """The graph of the lanes' snapshot plays (see the module docstring); `graph` is the trace
-    read at speedup 1. Unknown plays and cuts outside a play's request starts are RunErrors."""
+    read at speedup 1; `profile`: the plays start a continuous profile (requests whose parents
+    are all replayed are not held to their recorded start). Unknown plays and cuts outside a
+    play's request starts are RunErrors."""
     members: dict[str, list[int]] = {}
     for i, node in enumerate(graph.nodes):
         members.setdefault(node.play_id, []).append(i)
@@ -85,12 +86,16 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
     nodes: list[AgenticNode] = []
     entries: list[dict[str, Any]] = []
     lanes: list[LaneSources] = []
-    number: dict[str, int] = {}
-    """Per replayed request, its UUID number as 0.13 gives it: lane·(nodes + 1) + source index + 1."""
+    number: dict[tuple[str, str], int] = {}
+    """Per replayed request (play, request id), its UUID number as 0.13 gives it: lane·(nodes + 1)
+    + source index + 1."""
+    taken: set[str] = set()
     for lane, (source_play, t_star) in enumerate(selections):
         if source_play not in members:
             raise RunError(f"unknown snapshot source play {source_play}")
         idx = members[source_play]
+        source = graph if source_play not in taken else _scoped_copy(graph, idx, lane)
+        taken.add(source_play)
         origin = min(graph.nodes[i].not_before_ms for i in idx)
         start = {graph.nodes[i].request_id: graph.nodes[i].not_before_ms - origin for i in idx}
         last = max(start.values())
@@ -101,21 +106,21 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
         future = {rid for rid, t in start.items() if t >= t_star}
         _check_boundary(graph, idx, future)
         entries.append(_entry(graph, idx, start, future, play, lane, source_play, t_star, seed, block))
-        lanes.append(_lane_sources(graph, idx, start, future, play, lane, entries[-1]))
+        lanes.append(_lane_sources(source, idx, start, future, play, lane, entries[-1]))
         for i in idx:
-            node = graph.nodes[i]
+            node = source.nodes[i]
             if node.request_id not in future:
                 continue
             deps = [d._replace(delay_ms=d.delay_ms / speedup) for d in node.dependencies if d.parent in future]
-            # a request whose parents are all replayed waits on them only; one that lost a parent to
-            # history (or has none) is also held to its recorded start
-            held = not deps or len(deps) < len(node.dependencies)
+            # in a profile a request whose parents are all replayed waits on them only; any other
+            # (or any request outside a profile) is also held to its recorded start
+            held = not profile or not deps or len(deps) < len(node.dependencies)
             free = (start[node.request_id] - t_star) / speedup if held else 0.0
             nodes.append(replace(node, play_id=play, session_id=f"{play}:conversation:{node.session_id}",
                                  not_before_ms=free, dependencies=deps, hash_ids=node.hash_ids))
-            number[node.request_id] = lane * (len(graph.nodes) + 1) + i + 1
-    nodes.sort(key=lambda n: n.request_id)
-    parents, children = _edges(nodes, path)
+            number[play, node.request_id] = lane * (len(graph.nodes) + 1) + i + 1
+    nodes.sort(key=lambda n: n.request_id)  # stable: a request replayed on several lanes, lane after lane
+    parents, children = _play_edges(nodes, path)
     _check_acyclic(nodes, parents, children, path)
     out = AgenticGraph(nodes, graph.block_size, graph.source_format, graph.source_digest, parents=parents,
                        children=children, digest=graph.digest)
@@ -124,8 +129,38 @@ def snapshot_graph(graph: AgenticGraph, selections: list[tuple[str, float]], see
     out.play_starts = dict.fromkeys(out.play_ids, 0.0)
     out.summary_fields = graph.summary_fields | {"agentic_snapshots": entries}
     out.snapshot_lanes = lanes
-    out.uuid_numbers = [number[n.request_id] for n in nodes]
+    out.uuid_numbers = [number[n.play_id, n.request_id] for n in nodes]
     return out
+
+
+def _scoped_copy(graph: AgenticGraph, idx: list[int], lane: int) -> AgenticGraph:
+    """`graph` with the nodes `idx` (a play replayed again on `lane`) moved to the lane's own
+    KV-cache scope: its prompts share no block with the play's other replays (0.13 gives every
+    lane's play its own cache)."""
+    from servesim.traffic.profile import _scoped
+
+    nodes = list(graph.nodes)
+    for i in idx:
+        nodes[i] = replace(nodes[i], hash_ids=_scoped(nodes[i].hash_ids, lane))
+    return replace(graph, nodes=nodes)
+
+
+def _play_edges(nodes: list[AgenticNode], path: str) -> tuple[Edges, Edges]:
+    """`_edges` of a snapshot graph, where a play replayed on several lanes repeats its request
+    ids: each lane's requests link within their own play."""
+    if len({n.request_id for n in nodes}) == len(nodes):
+        return _edges(nodes, path)
+    parents: Edges = [[] for _ in nodes]
+    children: Edges = [[] for _ in nodes]
+    by_play: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        by_play.setdefault(n.play_id, []).append(i)
+    for members in by_play.values():
+        sub_parents, sub_children = _edges([nodes[i] for i in members], path)
+        for k, i in enumerate(members):
+            parents[i] = [(members[j], d) for j, d in sub_parents[k]]
+            children[i] = [(members[j], d) for j, d in sub_children[k]]
+    return parents, children
 
 
 def _lane_sources(graph: AgenticGraph, idx: list[int], start: dict[str, float], future: set[str], play: str,

@@ -62,6 +62,9 @@ class LoadSpec:
     draw of them)."""
     warmup: bool = False
     """`agentic_warmup`: prime and warm every snapshot lane's prefixes before the measured replay."""
+    live_warmup: bool = False
+    """`agentic_warmup_policy: live_trajectory_v1` (with `warmup` and `profile`): the lanes warm up
+    by playing their trajectories (`servesim.traffic.live_warmup`)."""
     profile: dict[str, float] | None = None
     """`agentic_profile` options (seconds): the lanes go on with the corpus' next plays until the cutoff."""
     corpus_cursor: int | None = None
@@ -114,13 +117,15 @@ class TrafficSpec:
                 assert self.load.lanes is not None, "the schema requires agentic_lanes with agentic_snapshot"
                 chosen = list(selections) if selections is not None else draw_selections(workload, self.load.lanes, seed)
                 source = workload
-                workload = snapshot_graph(workload, chosen, seed, self.load.speedup)
+                workload = snapshot_graph(workload, chosen, seed, self.load.speedup,
+                                          profile=self.load.profile is not None)
                 lanes = None
                 if self.load.warmup:
                     from servesim.traffic.warmup import Preparation
 
                     assert workload.snapshot_lanes is not None
-                    preparation = Preparation.plan(workload.snapshot_lanes, workload.block_size)
+                    preparation = Preparation.plan(workload.snapshot_lanes, workload.block_size,
+                                                   primers_only=self.load.live_warmup)
                 if self.load.profile is not None:
                     return _profile_driver(source, workload, self.load, seed, lag, preparation)
             if self.load.lanes is not None:
@@ -157,6 +162,10 @@ def _profile_driver(source: AgenticGraph, graph: AgenticGraph, load: LoadSpec, s
     cursor = load.corpus_cursor if load.corpus_cursor is not None else load.lanes
     graph.summary_fields = graph.summary_fields | {"agentic_lanes": load.lanes}
     plan = ProfilePlan(source, corpus_plays(source), load.lanes, seed, load.speedup, cursor, dict(load.profile))
+    if load.live_warmup:
+        from servesim.traffic.live_warmup import LiveProfileDriver
+
+        return LiveProfileDriver(graph, plan, frontend_ms=lag, preparation=preparation)
     return ProfileDriver(graph, plan, frontend_ms=lag, preparation=preparation)
 
 

@@ -78,16 +78,23 @@ class Preparation:
     """Called with the time the barrier falls (the run snapshots its worker accounting)."""
     at_barrier: dict[str, float] = field(default_factory=dict)
     """The run's worker accounting when the barrier fell (filled by `on_barrier`)."""
+    policy: str | None = None
+    """`live_trajectory_v1` (`servesim.traffic.live_warmup`: primers only here, the trajectory
+    requests appended as they are sent); None: `repeated_prefixes`."""
+    failed: int | None = None
+    """The first preparation request that ended without completing (the preparation is then
+    aborted, as in 0.13: no barrier, no measured replay)."""
 
     @classmethod
-    def plan(cls, lanes: list[LaneSources], block_size: int) -> Preparation:
-        """Each lane's primers, then its warm-up requests, numbered per lane and play."""
+    def plan(cls, lanes: list[LaneSources], block_size: int, *, primers_only: bool = False) -> Preparation:
+        """Each lane's primers, then its warm-up requests (none with `primers_only`: a live
+        warm-up), numbered per lane and play."""
         out = cls(lanes, block_size=block_size)
         for lane in lanes:
             out.first.append(len(out.requests))
             sources = lane.primers or lane.roots
             plan = [("primer", n) for n in lane.primers]
-            plan += [("warmup", sources[j % len(sources)]) for j in range(WARMUP_REQUESTS)]
+            plan += [("warmup", sources[j % len(sources)]) for j in range(0 if primers_only else WARMUP_REQUESTS)]
             for k, (phase, node) in enumerate(plan):
                 identity = lane.identity(node) | {"request_id": f"{lane.play_id}:{phase}:{k}"}
                 uuid = f"{UUID_BASE + len(out.requests):032x}"
@@ -130,15 +137,18 @@ class Preparation:
                 "primers_expected": sum(1 for r in mine if r.phase == "primer"),
                 "requests_quiescent": len(ended),
                 "warmup_completed": sum(1 for r in ended if r.phase == "warmup" and _completed(r)),
-                "warmup_expected": sum(1 for r in mine if r.phase == "warmup"),
+                "warmup_expected": WARMUP_REQUESTS if self.policy else sum(1 for r in mine if r.phase == "warmup"),
             })
-        return {
+        failed = self.requests[self.failed] if self.failed is not None else None
+        ends = [r.record.terminal_ms for r in self.requests if r.record is not None and r.record.terminal_ms is not None]
+        policy = {"warmup_policy": self.policy} if self.policy else {}
+        return policy | {
             "barrier_condition": "all_preparation_succeeded_and_server_quiescent",
-            "failure_reason": None,
-            "failure_request_id": None,
-            "finished_at_ms": self.barrier_ms,
+            "failure_reason": None if failed is None else f"preparation request ended with {_status_name(failed)}",
+            "failure_request_id": None if failed is None else failed.uuid,
+            "finished_at_ms": self.barrier_ms if failed is None else max(ends, default=0.0),
             "lanes": lanes,
-            "phase": "profile",
+            "phase": "profile" if failed is None else "aborted",
             "profile_start_ms": self.barrier_ms,
             "requests": [self._entry(r) for r in self.requests],
             "schema": SCHEMA,
@@ -159,13 +169,28 @@ class Preparation:
             "input_length": r.source.input_length,
             "lane_id": r.lane,
             "max_output_tokens": 1,
-            "observed_output_tokens": record.output_length if record is not None else None,
+            "observed_output_tokens": record.output_length if record is not None else 0,
             "phase": r.phase,
-            "quiescent_at_ms": end,
+            "quiescent_at_ms": _quiescent(record),
             "source_request_id": r.source.request_id,
             "terminal_status": str(record.status) if record is not None and record.status is not None else None,
             "uuid": r.uuid,
         }
+
+
+def _quiescent(record: RequestRecord | None) -> float | None:
+    """When the server holds nothing more of the request: its end, or later the release of its
+    prompt's blocks on a prefill worker (disaggregated pools)."""
+    if record is None or record.terminal_ms is None:
+        return None
+    released = record.source_released_ms
+    return record.terminal_ms if released is None else max(record.terminal_ms, released)
+
+
+def _status_name(r: PrepRequest) -> str:
+    """A request's terminal status as 0.13 names it in `failure_reason` ("Rejected", ...)."""
+    status = r.record.status if r.record is not None else None
+    return "".join(part.title() for part in status.value.split("_")) if status is not None else "Unknown"
 
 
 def _completed(r: PrepRequest) -> bool:
