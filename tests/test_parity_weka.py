@@ -8,7 +8,7 @@ lowered graph — every request id, session, length, block hash id, not-before t
 with its trigger, delay and relation — and `source.digest` the corpus bytes and the resolved
 basis), the nested timestamp basis, request, token and trajectory counts, and per request its
 id, play, session and lengths; and so must every other summary field and every request's times
-(`test_runs_match_upstream_field_for_field`), but for the warm-up cases in `DISPATCHED_APART`.
+(`test_runs_match_upstream_field_for_field`), but for the warm-up case in `DISPATCHED_APART`.
 """
 
 from __future__ import annotations
@@ -31,11 +31,6 @@ READER_FIELDS = ("agentic_graph", "agentic_lanes", "agentic_input_format", "weka
 RECORD_FIELDS = ("play_id", "session_id", "input_length", "output_length", "uuid")
 TIMED_RECORD_FIELDS = ("play_id", "session_id", "input_length", "output_length", "reused_input_tokens",
                        "dispatched_at_ms", "first_admit_ms", "ttft_ms", "itl_ms", "e2e_latency_ms", "terminal_time_ms")
-DISPATCHED_APART = {"warm-no-primers", "warm-three-primers"}
-"""Warm-up runs on two aggregated replicas whose measured requests 0.13 dispatches later than
-servesim after a tool wait (outer:1 of play gamma at 150 ms there, 139.9 ms — its parent's end
-plus the recorded 100 ms wait — here): a rule of the warm-up's time basis, not of pass timing;
-the first tokens and every pass agree up to that dispatch."""
 
 
 def upstream_config(config: Path) -> SimConfig:
@@ -71,6 +66,11 @@ def test_weka_reader_matches_upstream(config: Path) -> None:
             assert mine[record["play_id"], record["request_id"]][key] == record[key], (record["request_id"], key)
 
 
+DISPATCHED_APART = {"warm-no-primers"}
+"""A warm-up run on two aggregated replicas whose measured requests 0.13 dispatches later than
+servesim after a tool wait (outer:1 of play gamma at 150 ms there, 139.9 ms — its parent's end
+plus the recorded 100 ms wait — here): a rule of the warm-up's time basis, not of pass timing."""
+
 TIMED = [c for c in CASES if c.parent.name not in DISPATCHED_APART]
 
 
@@ -100,7 +100,7 @@ def test_runs_match_upstream_field_for_field(config: Path) -> None:
 
 
 def test_dispatched_apart_is_still_apart() -> None:
-    """The warm-up cases left out above still differ (when this fails, move them back in)."""
+    """The warm-up case left out above still differs (when this fails, move it back in)."""
     for name in sorted(DISPATCHED_APART):
         config = ALL_CASES / "weka" / name / "config.yaml"
         expected = json.loads((config.parent / "report.json").read_text())

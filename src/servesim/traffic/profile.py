@@ -25,17 +25,16 @@ response-grace deadline are canceled there (`servesim.traffic.grace`).
 from __future__ import annotations
 
 import heapq
-from array import array
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
 from servesim.traffic.agentic import AgenticGraph
 from servesim.traffic.agentic_driver import PREP_BASE, AgenticDriver
 from servesim.traffic.driver import Arrival
 from servesim.traffic.grace import GraceDeadline
 from servesim.traffic.hash_ids import unique_positions
+from servesim.traffic.snapshot import _entry, scoped_hash_ids
 
 if TYPE_CHECKING:
     from servesim.collect.collector import RequestRecord
@@ -43,8 +42,6 @@ if TYPE_CHECKING:
 
 SCHEMA = "aisimulate.agentic.profile.v1"
 INF = float("inf")
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_ODD = np.uint64(0xBF58476D1CE4E5B9)
 
 
 @dataclass(slots=True)
@@ -258,7 +255,7 @@ class ProfileDriver(AgenticDriver):
             deps = [d._replace(delay_ms=d.delay_ms / plan.speedup) for d in n.dependencies]
             offset = (n.not_before_ms - origin) / plan.speedup if not deps else 0.0  # a child waits on its parents only
             node = replace(n, play_id=play, session_id=f"{play}:conversation:{n.session_id}",
-                           not_before_ms=now + offset, dependencies=deps, hash_ids=_scoped(n.hash_ids, scope))
+                           not_before_ms=now + offset, dependencies=deps, hash_ids=scoped_hash_ids(n.hash_ids, scope))
             graph.nodes.append(node)
             graph.parents.append([(local[d.parent], d) for d in deps])
             graph.children.append([])
@@ -288,8 +285,6 @@ class ProfileDriver(AgenticDriver):
 
     def _add_entry(self, source_play: str, idx: list[int], play: str, lane: int, ordinal: int) -> None:
         """The play's `agentic_snapshots` entry (every request replayed, cut at its start)."""
-        from servesim.traffic.snapshot import _entry
-
         source = self.plan.source
         origin = min(source.nodes[i].not_before_ms for i in idx)
         start = {source.nodes[i].request_id: source.nodes[i].not_before_ms - origin for i in idx}
@@ -378,11 +373,3 @@ class ProfileDriver(AgenticDriver):
         summary["output_throughput_tok_s"] = summary["total_output_tokens"] / ds
         summary["total_throughput_tok_s"] = (summary["total_input_tokens"] + summary["total_output_tokens"]) / ds
         summary["agentic_profile"] = block
-
-
-def _scoped(ids: array, scope: int) -> array:
-    """A play's hash ids moved to their own scope (a bijection of the ids for each scope)."""
-    values = np.frombuffer(ids, dtype=np.uint64) if len(ids) else np.zeros(0, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        mixed = (values ^ (np.uint64(scope) * _GOLDEN)) * _ODD
-    return array("Q", mixed.astype(np.uint64).tobytes())

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import json
 import struct
+from array import array
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 from blake3 import blake3
 
 from servesim.errors import RunError
@@ -137,11 +139,9 @@ def _scoped_copy(graph: AgenticGraph, idx: list[int], lane: int) -> AgenticGraph
     """`graph` with the nodes `idx` (a play replayed again on `lane`) moved to the lane's own
     KV-cache scope: its prompts share no block with the play's other replays (0.13 gives every
     lane's play its own cache)."""
-    from servesim.traffic.profile import _scoped
-
     nodes = list(graph.nodes)
     for i in idx:
-        nodes[i] = replace(nodes[i], hash_ids=_scoped(nodes[i].hash_ids, lane))
+        nodes[i] = replace(nodes[i], hash_ids=scoped_hash_ids(nodes[i].hash_ids, lane))
     return replace(graph, nodes=nodes)
 
 
@@ -240,3 +240,15 @@ def _entry(graph: AgenticGraph, idx: list[int], start: dict[str, float], future:
         "source_play_id": source_play,
         "t_star_ms": t_star,
     }
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_ODD = np.uint64(0xBF58476D1CE4E5B9)
+
+
+def scoped_hash_ids(ids: array, scope: int) -> array:
+    """A play's hash ids moved to their own scope (a bijection of the ids for each scope)."""
+    values = np.frombuffer(ids, dtype=np.uint64) if len(ids) else np.zeros(0, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        mixed = (values ^ (np.uint64(scope) * _GOLDEN)) * _ODD
+    return array("Q", mixed.astype(np.uint64).tobytes())
