@@ -289,6 +289,17 @@ class Cluster:
             tiers["disk_written_bytes"] = disk["write"]["completed_bytes"]
         return tiers
 
+    def kvcr_summary(self) -> dict[str, Any] | None:
+        """0.13's `kvcr` summary section when a worker has a peer G2 fetch (all zero: no pull
+        happens without KV hints, see `config.kv_tiers.KvcrConfig`); None without one."""
+        import copy
+
+        from servesim.config.kv_tiers import KVCR_SUMMARY_ZERO
+
+        if not any(rank.host.settings.kvcr for worker in self._host_workers for rank in worker.host_ranks):
+            return None
+        return copy.deepcopy(KVCR_SUMMARY_ZERO)
+
     def g3_summary(self) -> dict[str, Any] | None:
         """0.13's `g3_offload` summary section: the disk tiers' counters summed (None without one)."""
         from servesim.engine.cache.disk import merge_summaries

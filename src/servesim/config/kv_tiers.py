@@ -81,3 +81,31 @@ class G3OffloadConfig(SchemaModel):
             raise ValueError("'cluster_shared' (one deployment-wide disk pool) is not built in servesim; "
                              "use 'worker_local'")
         return value
+
+
+class KvcrConfig(SchemaModel):
+    """Upstream 0.13 key: KVCR, the peer G2 fetch — a rank pulls a prefix a KV hint names from another rank's host tier (needs host_offload, dp_rank_local; not with g3_offload)."""
+
+    latency_to_first_byte_ms: NonNegativeNumber = 1.0
+    """Upstream 0.13 key: fixed latency of a peer pull, in ms (no pull happens in predict, see docs/upstream013.md)."""
+    bandwidth_gbps: NonNegativeNumber = 50.0
+    """Upstream 0.13 key: peer-to-peer bandwidth of a pull, in GB/s (no pull happens in predict, see docs/upstream013.md)."""
+
+
+KVCR_SUMMARY_ZERO: dict[str, Any] = {"blocks": 0, "bytes": 0, "loaded_blocks": 0, "pulls": {"partial": 0, "success": 0},
+                                     "remote_deliver_ms": 0.0, "source_wait_ms": 0.0}
+"""0.13's `kvcr` summary section of a run without pulls (every predict run: nothing authors KV hints)."""
+
+
+def tier_problems(host: HostOffloadConfig | None, g3: G3OffloadConfig | None,
+                  kvcr: KvcrConfig | None) -> list[tuple[str, str]]:
+    """The rules across one kv_cache's tiers, as (key, rule): G3 and KVCR sit behind a host tier,
+    and KVCR does not go with G3 (0.13's rules)."""
+    problems = []
+    if g3 is not None and host is None:
+        problems.append(("g3_offload", "requires host_offload"))
+    if kvcr is not None and host is None:
+        problems.append(("kvcr", "requires host_offload (with scope dp_rank_local)"))
+    if kvcr is not None and g3 is not None:
+        problems.append(("kvcr", "cannot be combined with g3_offload"))
+    return problems

@@ -318,6 +318,7 @@ KNOBS: dict[str, Knob] = {
     **{_WORKER + "kv_cache.g3_offload." + name: NEUTRAL for name in (
         "scope", "num_g3_blocks", "latency_to_first_byte_ms", "read_bandwidth_gbps", "write_bandwidth_gbps",
         "shared_read_bandwidth_gbps", "shared_write_bandwidth_gbps")},
+    **{_WORKER + "kv_cache.kvcr." + name: NEUTRAL for name in ("latency_to_first_byte_ms", "bandwidth_gbps")},
     **{_WORKER + "kv_cache.host_offload." + name: NEUTRAL for name in (
         "scope", "d2h_bandwidth_gbps", "h2d_bandwidth_gbps", "shared_d2h_bandwidth_gbps",
         "shared_h2d_bandwidth_gbps", "latency_to_first_byte_ms")},

@@ -32,6 +32,9 @@ class HostOffloadSettings:
     latency_ms: float = 0.0
     g3: G3Settings | None = None
     """The worker's disk tier behind host memory (`engine.cache.disk`), if any."""
+    kvcr: bool = False
+    """A peer G2 fetch (`kv_cache.kvcr`) is configured: it never pulls in predict (nothing
+    authors KV hints), only its all-zero summary section is reported."""
 
     def transfer_ms(self, blocks: int) -> float:
         """How long the bytes of `blocks` blocks keep the host-to-device channel busy (no time
