@@ -116,7 +116,9 @@ def test_config_verdict_matches_013(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("changes, named", [
-    ({"kv_cache.host_offload.scope": "cluster_shared"}, "'cluster_shared' (one deployment-wide host pool) is not built"),
+    ({"kv_cache.host_offload.scope": "cluster_shared",
+      "kv_cache.g3_offload": {"scope": "worker_local", "num_g3_blocks": 10}},
+     "g3_offload: behind a cluster_shared host_offload is not built"),
     ({"speculative": {"num_speculative_tokens": 1}}, "host_offload: not allowed together with speculative decoding"),
 ])
 def test_what_servesim_does_not_build_is_refused(changes: dict[str, Any], named: str, tmp_path: Path) -> None:
@@ -132,8 +134,8 @@ def test_host_tier_lru_and_channel() -> None:
     tier = HostTier(HostOffloadSettings(num_blocks=3, block_bytes=1000, h2d_gb_per_second=1.0, latency_ms=2.0))
     tier.store([1, 2, 3])
     assert tier.hits([1, 2, 3], 0, 3) == 3
-    assert tier.start_load([1], now=10.0) == 10.0 + 0.001 + 2.0
-    assert tier.start_load([2, 3], now=10.0) == 10.0 + 0.003 + 2.0  # after the first one's bytes
+    assert tier.start_load([1], now=10.0).done == 10.0 + 0.001 + 2.0
+    assert tier.start_load([2, 3], now=10.0).done == 10.0 + 0.003 + 2.0  # after the first one's bytes
     tier.store([4])  # 1 was loaded before 2 and 3: it goes first
     assert 1 not in tier and tier.hits([2, 3, 4], 0, 3) == 3
     assert tier.next_due() == pytest.approx(12.001)

@@ -215,8 +215,10 @@ def _host_offload(engine: EngineConfig, worker: WorkerConfig) -> HostOffloadSett
     disk = worker.kv_cache.g3_offload
     g3 = (G3Settings(disk.num_g3_blocks, block_bytes, disk.latency_to_first_byte_ms, disk.read_bandwidth_gbps,
                      disk.write_bandwidth_gbps) if disk is not None else None)
+    shared = host.shared_h2d_bandwidth_gbps if host.scope == "cluster_shared" else None
     return HostOffloadSettings(host.num_host_blocks, block_bytes, host.h2d_bandwidth_gbps,
-                               host.latency_to_first_byte_ms, g3, kvcr=worker.kv_cache.kvcr is not None)
+                               host.latency_to_first_byte_ms, g3, kvcr=worker.kv_cache.kvcr is not None,
+                               shared_h2d_gb_per_second=shared)
 
 
 def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.collect.collector import Collector, RequestRecord, Status
+from servesim.engine.cache.shared import SharedHost
 from servesim.engine.rank import RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
@@ -162,6 +163,7 @@ class Cluster:
                              flat=flat, decode=decode)
         index = len(self.serving)
         listen = router.wants_kv_events
+        shared = _shared_host(spec)
 
         def make(w: int) -> Worker:
             worker = Worker(w, spec.make_ranks(w, lazy_decode=self.paths.cohort(spec.role)), w * spec.dp_size, index,
@@ -170,6 +172,9 @@ class Cluster:
                 self._listen_for_kv_events(worker)
             if worker.host_ranks:
                 self._host_workers.append(worker)
+                if shared is not None:
+                    for rank in worker.host_ranks:
+                        rank.host.share(shared)
             return worker
 
         workers = [make(w) for w in range(spec.replicas)]
@@ -405,3 +410,11 @@ def _traits(spec: PoolSpec) -> PoolTraits:
     return PoolTraits(spec.gpus_per_worker, config.block_size, config.max_batched_tokens,
                       config.max_sequences, config.max_model_len, spec.timing, spec.dp_size,
                       config.num_blocks)
+
+
+def _shared_host(spec: PoolSpec) -> SharedHost | None:
+    """The pool's one deployment-wide host pool (`host_offload.scope: cluster_shared`), if so."""
+    host = spec.rank_config.host
+    if host is None or host.shared_h2d_gb_per_second is None:
+        return None
+    return SharedHost(host.latency_ms)

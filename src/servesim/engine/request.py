@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from servesim.engine.cache.blocks import ROOT_KEY, chain_keys
 from servesim.engine.cache.kv import Block
+from servesim.engine.cache.shared import Transfer
 from servesim.traffic.workload import Prompt, Run, output_runs
 
 
@@ -59,8 +60,8 @@ class EngineRequest:
         """Decode role: its prompt's KV arrived from a prefill worker; not yet admitted."""
         self.reserve_attempt = -1
         """Decode role: the capacity generation of the last failed reservation attempt."""
-        self.host_load: tuple[float, int, int] | None = None
-        """With a host KV tier: (when its load from host memory completes, GPU-cached blocks at
+        self.host_load: tuple[Transfer, int, int] | None = None
+        """With a host KV tier: (its load from host memory, whose `done` is when it completes, GPU-cached blocks at
         the load's start, blocks loaded) while waiting for or after that load, until admitted."""
         self.g3_restore: tuple[float, list[int]] | None = None
         """With a disk KV tier: (when its read from disk into host memory completes, the keys)."""

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from servesim.engine.cache.disk import G3Settings, G3Tier
+from servesim.engine.cache.shared import SharedHost, SharedLink, Transfer
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,16 @@ class HostOffloadSettings:
     kvcr: bool = False
     """A peer G2 fetch (`kv_cache.kvcr`) is configured: it never pulls in predict (nothing
     authors KV hints), only its all-zero summary section is reported."""
+    shared_h2d_gb_per_second: float | None = None
+    """With `scope: cluster_shared`: the shared link's bandwidth (one pool for every rank of the
+    role, `engine.cache.shared`); None for a host tier per rank."""
+
+    def shared_ms(self, blocks: int) -> float:
+        """How long `blocks` blocks take alone on the shared link (0 GB/s = unlimited)."""
+        rate = self.shared_h2d_gb_per_second
+        if not rate or rate <= 0:
+            return 0.0
+        return (blocks * self.block_bytes) / (rate * 1e9) * 1000
 
     def transfer_ms(self, blocks: int) -> float:
         """How long the bytes of `blocks` blocks keep the host-to-device channel busy (no time
@@ -60,6 +71,14 @@ class HostTier:
         """Prompt tokens admissions reused from the GPU pool (counted by the rank)."""
         self.host_reused_tokens = 0
         """Prompt tokens admissions reused from host memory (counted by the rank)."""
+        self._link: SharedLink | None = None
+        self._moving: list[Transfer] = []
+        """With a shared link: this rank's loads in flight."""
+
+    def share(self, pool: SharedHost) -> None:
+        """Use the deployment-wide pool `pool` (its blocks and load link) instead of a tier of its own."""
+        self._blocks = pool.blocks
+        self._link = pool.link
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -86,6 +105,13 @@ class HostTier:
         for _ in range(excess):
             blocks.popitem(last=False)
 
+    def touch(self, keys: list[int]) -> None:
+        """Make the blocks of `keys` host memory holds its most recently used, in order."""
+        blocks = self._blocks
+        for key in keys:
+            if key in blocks:
+                blocks.move_to_end(key)
+
     def hits(self, keys: list[int], start: int, stop: int) -> int:
         """How many of ``keys[start:stop]`` are resident in host memory, from `start` on."""
         blocks = self._blocks
@@ -96,17 +122,23 @@ class HostTier:
             n += 1
         return n
 
-    def start_load(self, keys: list[int], now: float) -> float:
-        """Queue the load of `keys` (resident) on the channel at `now`; returns when it completes."""
+    def start_load(self, keys: list[int], now: float) -> Transfer:
+        """Queue the load of `keys` (resident) on the channel at `now`; its `done` is when it
+        completes (on a shared link: so far)."""
         blocks = self._blocks
         for key in keys:
             blocks.move_to_end(key)
+        if self._link is not None:
+            self.loaded_bytes += len(keys) * self.settings.block_bytes
+            transfer = self._link.start(self.settings.shared_ms(len(keys)), now)
+            self._moving.append(transfer)
+            return transfer
         start = now if now > self._channel_free_ms else self._channel_free_ms
         self._channel_free_ms = start + self.settings.transfer_ms(len(keys))
         self.loaded_bytes += len(keys) * self.settings.block_bytes
         done = self._channel_free_ms + self.settings.latency_ms
         heapq.heappush(self._due, done)
-        return done
+        return Transfer(done)
 
     def start_restore(self, keys: list[int], now: float) -> float:
         """Queue the read of `keys` from disk into host memory; returns when it completes."""
@@ -122,13 +154,21 @@ class HostTier:
 
     def next_due(self) -> float:
         """When the next load in flight completes (inf if none)."""
+        if self._moving:
+            first = min(x.done for x in self._moving)
+            return min(first, self._due[0]) if self._due else first
         return self._due[0] if self._due else float("inf")
 
     def take_due(self, now: float) -> bool:
         """Forget the loads completed by `now`; True if there were any."""
         due = self._due
+        moved = False
+        if self._moving:
+            left = [x for x in self._moving if x.done > now]
+            moved = len(left) < len(self._moving)
+            self._moving = left
         if not due or due[0] > now:
-            return False
+            return moved
         while due and due[0] <= now:
             heapq.heappop(due)
         return True

@@ -95,8 +95,8 @@ class VllmHostOffload:
             load = request.host_load
             loaded = 0
             if load is not None:
-                ready, gpu_hits, loaded = load
-                if ready > self.now:
+                transfer, gpu_hits, loaded = load
+                if transfer.done > self.now:
                     i += 1
                     continue
                 hits = cast(list[Block], request.lease[:gpu_hits])  # pinned at the load's start
@@ -191,14 +191,19 @@ class VllmHostOffload:
 
     def _host_hits(self, request: EngineRequest, gpu_hits: int) -> tuple[int, int]:
         """(blocks to load, blocks reused): the full prompt blocks host memory holds right after
-        the GPU pool's hits — 0.13 loads them all —, and those of them within the cache limit
+        the GPU pool's hits (the lookup makes every prompt block host memory holds its most
+        recently used, as 0.13 does — GPU hits too) — 0.13 loads them all —, and those of them within the cache limit
         (the last prompt token is always computed)."""
         host = self.host
         assert host is not None
         bs = self.config.block_size
         full = min(request.prompt_len, request.length) // bs
-        if not self.config.prefix_caching or full <= gpu_hits or not len(host):
+        if not self.config.prefix_caching or not len(host):
             return 0, 0
-        moved = host.hits(request.full_block_keys(full, bs), gpu_hits, full)
+        keys = request.full_block_keys(full, bs)
+        host.touch(keys)
+        if full <= gpu_hits:
+            return 0, 0
+        moved = host.hits(keys, gpu_hits, full)
         limit = self.policy.cache_limit(request)
         return moved, max(min(moved, limit - gpu_hits), 0)
