@@ -36,7 +36,7 @@ def _config(scenario: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
 def _records(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The compared fields of every request but the pacer (the first to arrive), as recorded."""
     ordered = sorted(report["per_request"], key=lambda r: (r["arrival_time_ms"], r["input_length"],
-                                                          r.get("first_admit_ms") or 0.0))
+                                                          r.get("first_admit_ms") or 0.0, r["e2e_latency_ms"]))
     return [{k: r.get(k) for k in FIELDS} for r in ordered[1:]]
 
 

@@ -36,6 +36,8 @@ class HostOffloadSettings:
     kvcr: bool = False
     """A peer G2 fetch (`kv_cache.kvcr`) is configured: it never pulls in predict (nothing
     authors KV hints), only its all-zero summary section is reported."""
+    d2h_gb_per_second: float = 32.0
+    """Device-to-host bandwidth of the rank's store channel (0 = unlimited)."""
     shared_h2d_gb_per_second: float | None = None
     """With `scope: cluster_shared`: the shared link's bandwidth (one pool for every rank of the
     role, `engine.cache.shared`); None for a host tier per rank."""
@@ -62,6 +64,7 @@ class HostTier:
         self.settings = settings
         self._blocks: OrderedDict[int, None] = OrderedDict()
         self._channel_free_ms = 0.0
+        self._store_free_ms = 0.0
         self._due: list[float] = []
         """Completion times of the loads in flight (a heap)."""
         self.g3 = G3Tier(settings.g3) if settings.g3 is not None else None
@@ -86,9 +89,10 @@ class HostTier:
     def __contains__(self, key: int) -> bool:
         return key in self._blocks
 
-    def store(self, keys: list[int], write_through: bool = True) -> None:
+    def store(self, keys: list[int], write_through: bool = True) -> int:
         """Write the blocks of `keys` (just computed, or read back from disk) to host memory,
-        evicting the oldest; the new ones also go to disk (`write_through`, with a disk tier)."""
+        evicting the oldest; the new ones also go to disk (`write_through`, with a disk tier).
+        Returns how many were new there."""
         blocks = self._blocks
         fresh = []
         for key in keys:
@@ -104,6 +108,19 @@ class HostTier:
         excess = len(blocks) - self.settings.num_blocks
         for _ in range(excess):
             blocks.popitem(last=False)
+        return len(fresh)
+
+    def store_job(self, blocks: int, submit: float) -> float:
+        """A pass's copies of `blocks` new blocks to host memory, submitted at its end: their
+        bytes queue on the device-to-host channel, then the first-byte latency; returns when
+        the job completes."""
+        s = self.settings
+        start = submit if submit > self._store_free_ms else self._store_free_ms
+        if s.d2h_gb_per_second > 0:  # in seconds, then ms, as 0.13 rounds it
+            self._store_free_ms = (start / 1000 + (blocks * s.block_bytes) / (s.d2h_gb_per_second * 1e9)) * 1000
+        else:
+            self._store_free_ms = start
+        return self._store_free_ms + s.latency_ms
 
     def touch(self, keys: list[int]) -> None:
         """Make the blocks of `keys` host memory holds its most recently used, in order."""

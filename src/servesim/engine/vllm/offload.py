@@ -19,7 +19,7 @@ from typing import cast
 
 from servesim.engine.cache.host import HostTier
 from servesim.engine.cache.kv import Block, BlockPool
-from servesim.engine.rank import RankConfig
+from servesim.engine.rank import RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.vllm.plan import PassPlan
 from servesim.engine.vllm.policy import VllmPolicy
@@ -37,6 +37,8 @@ class VllmHostOffload:
     host: HostTier | None
     now: float
     _next_order: int
+    _pass_stores: list[EngineRequest]
+    _pass_store_blocks: int
     _cache_hits: Callable[[EngineRequest], list[Block]]
     _schedule: Callable[..., IntEnum]
 
@@ -55,7 +57,28 @@ class VllmHostOffload:
         bs = self.config.block_size
         stop = min(stop, request.prompt_len // bs)
         if stop > first:
-            self.host.store(request.full_block_keys(stop, bs)[first:stop])
+            fresh = self.host.store(request.full_block_keys(stop, bs)[first:stop])
+            if fresh:
+                self._pass_stores.append(request)
+                self._pass_store_blocks += fresh
+
+    def _submit_stores(self, result: RankPass) -> None:
+        """At the end of the pass (now known): the pass first waits for the copies to host of the
+        GPU blocks it evicted; then its new host blocks go out as one store job, whose end
+        their requests remember (a block freed before that is not reused before it)."""
+        ready = self.pool.evicted_due
+        self.pool.evicted_due = 0.0
+        if ready > self.now:
+            result.ready_ms = ready
+        if not self._pass_stores:
+            return
+        assert self.host is not None
+        end = ((ready if ready > self.now else self.now) + result.prefill_ms) + result.decode_ms
+        due = self.host.store_job(self._pass_store_blocks, end)
+        for request in self._pass_stores:
+            request.store_due = due
+        self._pass_stores = []
+        self._pass_store_blocks = 0
 
     def _admit_waiting_host(self, plan: PassPlan) -> None:
         """`_admit_waiting` with the host tier: FCFS while slots remain, a request loading from
