@@ -87,3 +87,17 @@ def test_refused_combinations(changes: dict[str, Any], named: str, tmp_path: Pat
     with pytest.raises(ConfigError) as info:
         parse_config(config)
     assert named in str(info.value)
+
+
+def test_report_html_names_the_shared_pool(tmp_path: Path) -> None:
+    """report.html's KV-cache-tiers section says the host pool is shared by the role's ranks, and
+    the loaded bytes agree with the host hits (4 blocks loaded per reuse of 3)."""
+    from servesim.report.html.run import write_run_report
+
+    scenario = SCENARIOS["cross-worker"]
+    report = simulate(parse_config(_config(scenario, tmp_path)), capture_per_request=True, timeseries=True)
+    tiers = report.extensions["kv_tiers"]
+    assert tiers["shared_pool_ranks"] == 2 and tiers["host_reused_tokens"] == 768
+    assert tiers["host_loaded_bytes"] == 2 * 4 * 128_000
+    write_run_report(report, tmp_path / "report.html")
+    assert "one pool shared by 2 ranks" in (tmp_path / "report.html").read_text()

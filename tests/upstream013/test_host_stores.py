@@ -5,11 +5,15 @@ request of those is compared field for field by `test_host_offload.py`)."""
 
 from __future__ import annotations
 
+import copy
 import json
+from pathlib import Path
 
 import pytest
 from conftest import CASES
 
+from servesim import simulate
+from servesim.config.load import parse_config
 from servesim.engine.cache.host import HostOffloadSettings, HostTier
 from servesim.engine.cache.kv import BlockPool
 
@@ -49,3 +53,14 @@ def test_pool_reports_the_latest_due_it_evicts() -> None:
     assert pool.allocate(2) and pool.evicted_due == 0.0  # takes the older blocks first
     assert pool.allocate(1) and pool.evicted_due == 50.0
     pool.check()
+
+
+def test_kv_tiers_count_the_wait(tmp_path: Path) -> None:
+    """The report's KV-tier numbers: the store-wait run's passes waited 3.016 ms in all."""
+    scenario = SCENARIOS["store-wait"]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in scenario["trace"]))
+    config = copy.deepcopy(scenario["config"])
+    config["traffic"]["source"]["paths"] = [str(trace)]
+    tiers = simulate(parse_config(config)).extensions["kv_tiers"]
+    assert tiers["store_wait_ms"] == pytest.approx(3.016) and tiers["shared_pool_ranks"] == 0

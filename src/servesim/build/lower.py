@@ -218,8 +218,7 @@ def _host_offload(engine: EngineConfig, worker: WorkerConfig) -> HostOffloadSett
     shared = host.shared_h2d_bandwidth_gbps if host.scope == "cluster_shared" else None
     return HostOffloadSettings(host.num_host_blocks, block_bytes, host.h2d_bandwidth_gbps,
                                host.latency_to_first_byte_ms, g3, kvcr=worker.kv_cache.kvcr is not None,
-                               d2h_gb_per_second=host.shared_d2h_bandwidth_gbps if shared is not None
-                               else host.d2h_bandwidth_gbps, shared_h2d_gb_per_second=shared)
+                               d2h_gb_per_second=host.d2h_bandwidth_gbps, shared_h2d_gb_per_second=shared)
 
 
 def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:

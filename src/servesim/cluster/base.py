@@ -292,6 +292,9 @@ class Cluster:
         if disk is not None:
             tiers["disk_read_bytes"] = disk["read"]["completed_bytes"]
             tiers["disk_written_bytes"] = disk["write"]["completed_bytes"]
+        kvcr = self.kvcr_summary()
+        if kvcr is not None:
+            tiers["peer_pulled_bytes"] = kvcr["bytes"]
         return tiers
 
     def kvcr_summary(self) -> dict[str, Any] | None:

@@ -33,7 +33,7 @@ class HostOffloadConfig(SchemaModel):
     num_host_blocks: PositiveInt
     """Upstream 0.13 key: host blocks per rank, or (cluster_shared) of the whole pool (of block_size x bytes_per_token bytes each)."""
     d2h_bandwidth_gbps: NonNegativeNumber = 32.0
-    """Upstream 0.13 key: device-to-host bandwidth in GB/s (stores cost no time in servesim, see docs/upstream013.md)."""
+    """Upstream 0.13 key: device-to-host bandwidth in GB/s (0 = unlimited): a pass's new host blocks go out as one store job at its end (bytes one job after another, then latency_to_first_byte_ms); a pass that reuses one of those GPU blocks before the job completes waits for it (not with cluster_shared, see docs/upstream013.md)."""
     h2d_bandwidth_gbps: NonNegativeNumber = 32.0
     """Upstream 0.13 key: host-to-device bandwidth in GB/s (0 = unlimited): the loads of a rank move their n x block bytes one after another at this rate, each also waiting latency_to_first_byte_ms (latencies overlap); unused with cluster_shared."""
     shared_d2h_bandwidth_gbps: NonNegativeNumber = 80.0

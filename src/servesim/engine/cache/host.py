@@ -74,6 +74,8 @@ class HostTier:
         """Prompt tokens admissions reused from the GPU pool (counted by the rank)."""
         self.host_reused_tokens = 0
         """Prompt tokens admissions reused from host memory (counted by the rank)."""
+        self.store_wait_ms = 0.0
+        """How long this rank's passes waited for copies to host memory (counted by the rank)."""
         self._link: SharedLink | None = None
         self._moving: list[Transfer] = []
         """With a shared link: this rank's loads in flight."""
@@ -113,7 +115,10 @@ class HostTier:
     def store_job(self, blocks: int, submit: float) -> float:
         """A pass's copies of `blocks` new blocks to host memory, submitted at its end: their
         bytes queue on the device-to-host channel, then the first-byte latency; returns when
-        the job completes."""
+        the job completes. With a cluster-shared pool stores cost no time (0: 0.13 delays the
+        admission of a request reusing such a block instead, not built; docs/upstream013.md)."""
+        if self._link is not None:
+            return 0.0
         s = self.settings
         start = submit if submit > self._store_free_ms else self._store_free_ms
         if s.d2h_gb_per_second > 0:  # in seconds, then ms, as 0.13 rounds it
@@ -165,9 +170,11 @@ class HostTier:
         return done
 
     def tally(self) -> dict[str, int]:
-        """What the tier did: reused prompt tokens by tier, bytes stored and loaded."""
+        """What the tier did: reused prompt tokens by tier, bytes stored and loaded, the time
+        passes waited for copies, and (1) whether it is a rank of a shared pool."""
         return {"gpu_reused_tokens": self.gpu_reused_tokens, "host_reused_tokens": self.host_reused_tokens,
-                "host_stored_bytes": self.stored_bytes, "host_loaded_bytes": self.loaded_bytes}
+                "host_stored_bytes": self.stored_bytes, "host_loaded_bytes": self.loaded_bytes,
+                "store_wait_ms": self.store_wait_ms, "shared_pool_ranks": int(self._link is not None)}
 
     def next_due(self) -> float:
         """When the next load in flight completes (inf if none)."""

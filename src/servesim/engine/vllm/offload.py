@@ -70,6 +70,8 @@ class VllmHostOffload:
         self.pool.evicted_due = 0.0
         if ready > self.now:
             result.ready_ms = ready
+            assert self.host is not None
+            self.host.store_wait_ms += ready - self.now
         if not self._pass_stores:
             return
         assert self.host is not None
