@@ -169,7 +169,7 @@ class HostTier:
         heapq.heappush(self._due, done)
         return done
 
-    def tally(self) -> dict[str, int]:
+    def tally(self) -> dict[str, float]:
         """What the tier did: reused prompt tokens by tier, bytes stored and loaded, the time
         passes waited for copies, and (1) whether it is a rank of a shared pool."""
         return {"gpu_reused_tokens": self.gpu_reused_tokens, "host_reused_tokens": self.host_reused_tokens,
