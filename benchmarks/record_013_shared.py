@@ -37,6 +37,15 @@ def shared(blocks: int, parallelism: dict[str, int], **host: Any) -> dict[str, A
     return cfg
 
 
+def shared_disk(host_blocks: int, **g3: Any) -> dict[str, Any]:
+    """Two workers, each with `host_blocks` host blocks, sharing one disk pool `g3`."""
+    cfg = config(8, {"num_host_blocks": host_blocks})
+    worker = cfg["engine"]["workers"]["aggregated"]
+    worker["parallelism"] = {"replicas": 2}
+    worker["kv_cache"]["g3_offload"] = {"scope": "cluster_shared", **g3}
+    return cfg
+
+
 def _pressure() -> list[dict[str, Any]]:
     """24 requests every 25 ms over 4 prompt families plus a private tail, on two workers."""
     out = list(PACERS)
@@ -74,6 +83,16 @@ SCENARIOS: dict[str, tuple[dict[str, Any], list[dict[str, Any]], str]] = {
                      "two attention-DP ranks of one worker share the pool and its link"),
     "pressure": (shared(10, TWO, num_host_blocks=24), _pressure(),
                  "24 requests over 4 prefixes on two workers, the GPU pools overflowing"),
+    "g3-cross-worker": (shared_disk(4, num_g3_blocks=100),
+                        [*PACERS, req(100, A), req(200, B), req(300, C), req(400, A)],
+                        "a prompt one worker wrote to the shared disk is read back by the other "
+                        "(4 cross-worker blocks, at the lower of read and shared read bandwidth)"),
+    "g3-shared-link": (shared_disk(4, num_g3_blocks=100, shared_read_bandwidth_gbps=0.01),
+                       [*PACERS, req(100, A), req(150, B), req(200, C), req(250, D), req(400, B), req(400, A)],
+                       "two workers' disk reads at once share the link (transfer_ms 101.5 each, not 51.3)"),
+    "g3-pool-overflow": (shared_disk(4, num_g3_blocks=8),
+                         [*PACERS, req(100, A), req(200, B), req(300, C), req(400, A), req(500, B)],
+                         "the shared disk holds 8 blocks in all: 12 evictions, nothing left to read back"),
 }
 
 
@@ -95,7 +114,7 @@ def main() -> int:
             return 1
         assert report is not None
         scenarios[name] = {"what": what, "config": copy.deepcopy(cfg), "trace": trace, "pacers": pacers,
-                           "requests": records(report, pacers)}
+                           "requests": records(report, pacers), "g3_offload": report.get("g3_offload")}
         line = f"{name}: recorded {len(trace) - pacers} requests"
         if compare:
             _, mine, err = run("servesim", cfg, trace)
@@ -103,6 +122,8 @@ def main() -> int:
             ours = records(mine, pacers)
             same = sum(a == b for a, b in zip(scenarios[name]["requests"], ours, strict=True))
             line += f", servesim equal on {same}/{len(ours)}"
+            if mine.get("g3_offload") != report.get("g3_offload"):
+                line += f", g3_offload 0.13 {report.get('g3_offload')} servesim {mine.get('g3_offload')}"
             for a, b in zip(scenarios[name]["requests"], ours, strict=True):
                 diff = {k: (a[k], b[k]) for k in FIELDS if a[k] != b[k] and k != "admission_history"}
                 if diff:

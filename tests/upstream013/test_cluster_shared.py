@@ -76,7 +76,7 @@ def test_shared_link_shares_bandwidth_equally() -> None:
 
 
 @pytest.mark.parametrize("changes, named", [
-    ({"g3_offload": {"scope": "worker_local", "num_g3_blocks": 10}}, "g3_offload: behind a cluster_shared host_offload"),
+    ({"g3_offload": {"scope": "cluster_shared", "num_g3_blocks": 10}}, "g3_offload: behind a cluster_shared host_offload"),
     ({"kvcr": {}}, "kvcr: requires host_offload with scope dp_rank_local"),
 ])
 def test_refused_combinations(changes: dict[str, Any], named: str, tmp_path: Path) -> None:
@@ -101,3 +101,30 @@ def test_report_html_names_the_shared_pool(tmp_path: Path) -> None:
     assert tiers["host_loaded_bytes"] == 2 * 4 * 128_000
     write_run_report(report, tmp_path / "report.html")
     assert "one pool shared by 2 ranks" in (tmp_path / "report.html").read_text()
+
+
+def _close(a: Any, b: Any) -> bool:
+    """Equal, floats to 1e-9 relative (0.13 sums job times in another order)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(a))
+    return a == b
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(SCENARIOS) if SCENARIOS[n]["g3_offload"] is not None])
+def test_shared_disk_summary_matches_013(name: str, tmp_path: Path) -> None:
+    """`g3_offload.scope: cluster_shared`: the summary section (cross-worker reads, probes, hits,
+    evictions, the pool's resident blocks once, read and write jobs and times) equals 0.13's."""
+    scenario = SCENARIOS[name]
+    section = simulate(parse_config(_config(scenario, tmp_path))).to_dict()["g3_offload"]
+    assert _close(section, scenario["g3_offload"]), (section, scenario["g3_offload"])
+
+
+def test_shared_disk_recorded_facts() -> None:
+    """0.13: a read crosses workers; two reads at once share the link (101.5 ms each at 10 MB/s
+    for 4 blocks, where alone one takes 51.3 ms); the pool's capacity is the deployment's."""
+    assert SCENARIOS["g3-cross-worker"]["g3_offload"]["cross_worker_read_blocks"] == 4
+    link = SCENARIOS["g3-shared-link"]["g3_offload"]["read"]
+    assert link["completed_jobs"] == 2 and link["transfer_ms"] == 203.0
+    assert SCENARIOS["g3-pool-overflow"]["g3_offload"]["resident_blocks"] == 8

@@ -171,14 +171,14 @@ def test_g3_scenarios_read_from_disk() -> None:
 @pytest.mark.parametrize("changes, named", [
     ({"kv_cache.g3_offload": {"scope": "worker_local", "num_g3_blocks": 10}, "kv_cache.host_offload": None},
      "g3_offload: requires host_offload"),
-    ({"kv_cache.g3_offload": {"scope": "cluster_shared", "num_g3_blocks": 10}},
-     "'cluster_shared' (one deployment-wide disk pool) is not built"),
+    ({"kv_cache.g3_offload": {"scope": "cluster_shared", "num_g3_blocks": 10}, "kv_cache.kvcr": {}},
+     "kvcr: cannot be combined with g3_offload"),
     ({"kv_cache.g3_offload": {"scope": "worker_local", "num_g3_blocks": 10}, "parallelism": {"attention_data": 2}},
      "g3_offload: requires parallelism.attention_data: 1"),
     ({"kv_cache.g3_offload": {"num_g3_blocks": 10}}, "g3_offload.scope"),
 ])
 def test_g3_config_rules(changes: dict[str, Any], named: str, tmp_path: Path) -> None:
-    """0.13's rules for g3_offload (it accepts cluster_shared, which servesim does not build)."""
+    """0.13's rules for g3_offload."""
     config = _verdict_config(changes, tmp_path)
     kv = config["engine"]["workers"]["aggregated"]["kv_cache"]
     if kv.get("host_offload", 0) is None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.collect.collector import Collector, RequestRecord, Status
+from servesim.engine.cache.disk import SharedDisk
 from servesim.engine.cache.shared import SharedHost
 from servesim.engine.rank import RankPass
 from servesim.engine.request import EngineRequest
@@ -164,6 +165,7 @@ class Cluster:
         index = len(self.serving)
         listen = router.wants_kv_events
         shared = _shared_host(spec)
+        disk = _shared_disk(spec)
 
         def make(w: int) -> Worker:
             worker = Worker(w, spec.make_ranks(w, lazy_decode=self.paths.cohort(spec.role)), w * spec.dp_size, index,
@@ -172,9 +174,11 @@ class Cluster:
                 self._listen_for_kv_events(worker)
             if worker.host_ranks:
                 self._host_workers.append(worker)
-                if shared is not None:
-                    for rank in worker.host_ranks:
+                for rank in worker.host_ranks:
+                    if shared is not None:
                         rank.host.share(shared)
+                    if disk is not None:
+                        rank.host.g3.share(disk)
             return worker
 
         workers = [make(w) for w in range(spec.replicas)]
@@ -421,3 +425,11 @@ def _shared_host(spec: PoolSpec) -> SharedHost | None:
     if host is None or host.shared_h2d_gb_per_second is None:
         return None
     return SharedHost(host.latency_ms)
+
+
+def _shared_disk(spec: PoolSpec) -> SharedDisk | None:
+    """The pool's one cluster-shared disk pool (`g3_offload.scope: cluster_shared`), if so."""
+    host = spec.rank_config.host
+    if host is None or host.g3 is None or not host.g3.shared:
+        return None
+    return SharedDisk(host.g3.latency_ms)

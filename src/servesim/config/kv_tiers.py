@@ -56,9 +56,9 @@ class G3OffloadConfig(SchemaModel):
     """Upstream 0.13 key: G3, a disk KV tier behind host memory (needs host_offload; aggregated workers without attention DP)."""
 
     scope: Literal["worker_local", "cluster_shared"]
-    """Upstream 0.13 key: 'worker_local' = one disk cache per worker; 'cluster_shared' is not built in servesim (config error)."""
+    """Upstream 0.13 key: 'worker_local' = one disk cache per worker; 'cluster_shared' = one disk pool for the role's workers, read over one link the reads in flight share."""
     num_g3_blocks: PositiveInt
-    """Upstream 0.13 key: disk blocks per worker."""
+    """Upstream 0.13 key: disk blocks per worker, or (cluster_shared) of the whole pool."""
     latency_to_first_byte_ms: NonNegativeNumber = 0.1
     """Upstream 0.13 key: fixed latency of every disk read and write job, in ms (the latencies of jobs in flight together overlap)."""
     read_bandwidth_gbps: NonNegativeNumber = 10.0
@@ -66,18 +66,10 @@ class G3OffloadConfig(SchemaModel):
     write_bandwidth_gbps: NonNegativeNumber = 10.0
     """Upstream 0.13 key: host-to-disk bandwidth in GB/s (writes cost no simulated time; counted in the g3_offload summary)."""
     shared_read_bandwidth_gbps: NonNegativeNumber = 80.0
-    """Upstream 0.13 key: cluster_shared read bandwidth in GB/s (cluster_shared is not built)."""
+    """Upstream 0.13 key: cluster_shared read bandwidth in GB/s: a read moves at the lower of this and read_bandwidth_gbps (0 = unlimited), sharing it with the reads in flight."""
     shared_write_bandwidth_gbps: NonNegativeNumber = 80.0
-    """Upstream 0.13 key: cluster_shared write bandwidth in GB/s (cluster_shared is not built)."""
+    """Upstream 0.13 key: cluster_shared write bandwidth in GB/s: writes count the lower of this and write_bandwidth_gbps (they cost no simulated time)."""
 
-    @field_validator("scope", mode="before")
-    @classmethod
-    def _scope(cls, value: Any) -> Any:
-        """'cluster_shared' is not built yet."""
-        if value == "cluster_shared":
-            raise ValueError("'cluster_shared' (one deployment-wide disk pool) is not built in servesim; "
-                             "use 'worker_local'")
-        return value
 
 
 class KvcrConfig(SchemaModel):

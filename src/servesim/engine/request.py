@@ -65,7 +65,7 @@ class EngineRequest:
         the load's start, blocks loaded) while waiting for or after that load, until admitted."""
         self.store_due = 0.0
         """With a host KV tier: when the latest copy of its blocks to host memory completes."""
-        self.g3_restore: tuple[float, list[int]] | None = None
+        self.g3_restore: tuple[Transfer, list[int]] | None = None
         """With a disk KV tier: (when its read from disk into host memory completes, the keys)."""
 
     @property

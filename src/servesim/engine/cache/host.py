@@ -162,12 +162,15 @@ class HostTier:
         heapq.heappush(self._due, done)
         return Transfer(done)
 
-    def start_restore(self, keys: list[int], now: float) -> float:
-        """Queue the read of `keys` from disk into host memory; returns when it completes."""
+    def start_restore(self, keys: list[int], now: float) -> Transfer:
+        """Queue the read of `keys` from disk into host memory; its `done` is when it completes."""
         assert self.g3 is not None
-        done = self.g3.start_read(keys, now)
-        heapq.heappush(self._due, done)
-        return done
+        transfer = self.g3.start_read(keys, now)
+        if self.g3.settings.shared:
+            self._moving.append(transfer)
+        else:
+            heapq.heappush(self._due, transfer.done)
+        return transfer
 
     def tally(self) -> dict[str, float]:
         """What the tier did: reused prompt tokens by tier, bytes stored and loaded, the time

@@ -99,7 +99,7 @@ class VllmHostOffload:
                 continue
             restore = request.g3_restore
             if restore is not None:
-                if restore[0] > self.now:
+                if restore[0].done > self.now:
                     i += 1
                     continue
                 assert self.host is not None
