@@ -205,6 +205,11 @@ class Cluster:
             events: KvEvents = []
             buffers.append(events)
             rank.pool.listener = lambda kind, key, events=events: events.append((kind, key))
+            host = getattr(rank, "host", None)
+            if host is not None:  # the host tier's and disk's blocks, for their hit weights
+                host.listener = lambda kind, key, events=events: events.append((kind, key))
+                if host.g3 is not None:
+                    host.g3.listener = host.listener
         self._kv_events[worker] = buffers
 
     # -- requests -------------------------------------------------------------------------------

@@ -357,7 +357,8 @@ KNOBS: dict[str, Knob] = {
     "router.policy": ROUTER,
     "router.session_affinity": AFFINITY,
     **{"router." + name: NEUTRAL for name in (
-        "decode_active_request_weight", "overlap_score_credit", "overlap_score_credit_decay",
+        "decode_active_request_weight", "disk_cache_hit_weight", "host_cache_hit_weight", "overlap_score_credit",
+        "overlap_score_credit_decay",
         "prefill_load_model.type", "prefill_load_scale", "seed", "temperature")},
     "traffic.client_timeout_seconds": TIMEOUTS,
     "traffic.load.type": ARRIVALS,

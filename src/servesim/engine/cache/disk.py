@@ -12,6 +12,7 @@ next pass, as any host hit. The counters are 0.13's `g3_offload` summary section
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,9 @@ class G3Tier:
         self._pool: SharedDisk | None = None
         self._shared_reads: list[tuple[float, Transfer]] = []
         self.cross_worker_blocks = 0
+        self.listener: Callable[[str, int], None] | None = None
+        """Told ("disk_stored", key) / ("disk_removed", key) (for the KV router's disk-tier
+        weight; not with a shared pool)."""
         self._read_free_ms = 0.0
         self.reads = _Jobs()
         self.writes = _Jobs()
@@ -87,6 +91,7 @@ class G3Tier:
         """Use the cluster-shared pool `pool` instead of a disk of its own."""
         self._pool = pool
         self._blocks = pool.blocks
+        self.listener = None
         pool.members.append(self)
 
     def __contains__(self, key: int) -> bool:
@@ -98,13 +103,18 @@ class G3Tier:
         fresh = [key for key in keys if key not in blocks]
         if not fresh:
             return
+        listener = self.listener
         for key in fresh:
             blocks[key] = self
+            if listener is not None:
+                listener("disk_stored", key)
         s = self.settings
         self.writes.add(len(fresh), s.block_bytes, s.job_ms(len(fresh), s.write_gb_per_second))
         while len(blocks) > s.num_blocks:
-            blocks.popitem(last=False)
+            gone = blocks.popitem(last=False)[0]
             self.evictions += 1
+            if listener is not None:
+                listener("disk_removed", gone)
 
     def probe(self, keys: list[int], start: int, stop: int) -> int:
         """How many of ``keys[start:stop]`` are on disk, from `start` on (each probed block counts,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from servesim.engine.cache.disk import G3Settings, G3Tier
@@ -76,6 +77,9 @@ class HostTier:
         """Prompt tokens admissions reused from host memory (counted by the rank)."""
         self.store_wait_ms = 0.0
         """How long this rank's passes waited for copies to host memory (counted by the rank)."""
+        self.listener: Callable[[str, int], None] | None = None
+        """Told ("host_stored", key) / ("host_removed", key) as blocks enter and leave (for the
+        KV router's host-tier weight; not with a shared pool, which every rank holds alike)."""
         self._link: SharedLink | None = None
         self._moving: list[Transfer] = []
         """With a shared link: this rank's loads in flight."""
@@ -84,6 +88,9 @@ class HostTier:
         """Use the deployment-wide pool `pool` (its blocks and load link) instead of a tier of its own."""
         self._blocks = pool.blocks
         self._link = pool.link
+        self.listener = None
+        if self.g3 is not None:
+            self.g3.listener = None
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -108,8 +115,14 @@ class HostTier:
         if write_through and self.g3 is not None and fresh:
             self.g3.write(fresh)
         excess = len(blocks) - self.settings.num_blocks
+        listener = self.listener
+        if listener is not None:
+            for key in fresh:
+                listener("host_stored", key)
         for _ in range(excess):
-            blocks.popitem(last=False)
+            gone = blocks.popitem(last=False)[0]
+            if listener is not None:
+                listener("host_removed", gone)
         return len(fresh)
 
     def store_job(self, blocks: int, submit: float) -> float:
