@@ -402,6 +402,9 @@ def build_report(run: LoweredRun, cluster: Cluster, collector: Collector, tally:
     g3 = cluster.g3_summary()
     if g3 is not None:
         summary["g3_offload"] = g3
+    kvcr = cluster.kvcr_summary()
+    if kvcr is not None:
+        summary["kvcr"] = kvcr
     tiers = cluster.kv_tiers()
     if tiers is not None:
         extensions["kv_tiers"] = tiers

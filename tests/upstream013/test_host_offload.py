@@ -31,7 +31,7 @@ def _config(scenario: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
 def _records(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The compared fields of every request but the pacer (the first to arrive), as recorded."""
     ordered = sorted(report["per_request"], key=lambda r: (r["arrival_time_ms"], r["input_length"],
-                                                          r.get("first_admit_ms") or 0.0))
+                                                          r.get("first_admit_ms") or 0.0, r["e2e_latency_ms"]))
     return [{k: r.get(k) for k in FIELDS} for r in ordered[1:]]
 
 
@@ -111,7 +111,9 @@ def test_config_verdict_matches_013(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("changes, named", [
-    ({"kv_cache.host_offload.scope": "cluster_shared"}, "'cluster_shared' (one deployment-wide host pool) is not built"),
+    ({"kv_cache.host_offload.scope": "cluster_shared",
+      "kv_cache.g3_offload": {"scope": "worker_local", "num_g3_blocks": 10}},
+     "g3_offload: behind a cluster_shared host_offload is not built"),
     ({"speculative": {"num_speculative_tokens": 1}}, "host_offload: not allowed together with speculative decoding"),
 ])
 def test_what_servesim_does_not_build_is_refused(changes: dict[str, Any], named: str, tmp_path: Path) -> None:
@@ -127,8 +129,8 @@ def test_host_tier_lru_and_channel() -> None:
     tier = HostTier(HostOffloadSettings(num_blocks=3, block_bytes=1000, h2d_gb_per_second=1.0, latency_ms=2.0))
     tier.store([1, 2, 3])
     assert tier.hits([1, 2, 3], 0, 3) == 3
-    assert tier.start_load([1], now=10.0) == 10.0 + 0.001 + 2.0
-    assert tier.start_load([2, 3], now=10.0) == 10.0 + 0.003 + 2.0  # after the first one's bytes
+    assert tier.start_load([1], now=10.0).done == 10.0 + 0.001 + 2.0
+    assert tier.start_load([2, 3], now=10.0).done == 10.0 + 0.003 + 2.0  # after the first one's bytes
     tier.store([4])  # 1 was loaded before 2 and 3: it goes first
     assert 1 not in tier and tier.hits([2, 3, 4], 0, 3) == 3
     assert tier.next_due() == pytest.approx(12.001)
@@ -164,14 +166,14 @@ def test_g3_scenarios_read_from_disk() -> None:
 @pytest.mark.parametrize("changes, named", [
     ({"kv_cache.g3_offload": {"scope": "worker_local", "num_g3_blocks": 10}, "kv_cache.host_offload": None},
      "g3_offload: requires host_offload"),
-    ({"kv_cache.g3_offload": {"scope": "cluster_shared", "num_g3_blocks": 10}},
-     "'cluster_shared' (one deployment-wide disk pool) is not built"),
+    ({"kv_cache.g3_offload": {"scope": "cluster_shared", "num_g3_blocks": 10}, "kv_cache.kvcr": {}},
+     "kvcr: cannot be combined with g3_offload"),
     ({"kv_cache.g3_offload": {"scope": "worker_local", "num_g3_blocks": 10}, "parallelism": {"attention_data": 2}},
      "g3_offload: requires parallelism.attention_data: 1"),
     ({"kv_cache.g3_offload": {"num_g3_blocks": 10}}, "g3_offload.scope"),
 ])
 def test_g3_config_rules(changes: dict[str, Any], named: str, tmp_path: Path) -> None:
-    """0.13's rules for g3_offload (it accepts cluster_shared, which servesim does not build)."""
+    """0.13's rules for g3_offload."""
     config = _verdict_config(changes, tmp_path)
     kv = config["engine"]["workers"]["aggregated"]["kv_cache"]
     if kv.get("host_offload", 0) is None:

@@ -19,6 +19,7 @@ def router_spec(config: RouterConfig) -> RouterSpec:
         overlap_credit=config.overlap_score_credit, prefill_scale=config.prefill_load_scale,
         temperature=config.temperature, credit_decay=config.overlap_score_credit_decay,
         request_weight=config.decode_active_request_weight,
+        host_weight=config.host_cache_hit_weight, disk_weight=config.disk_cache_hit_weight,
         timed_prefill=config.prefill_load_model.type == "ais")
 
 

@@ -215,10 +215,24 @@ def _host_offload(engine: EngineConfig, worker: WorkerConfig) -> HostOffloadSett
         per_token = _model_kv_bytes_per_token(engine, worker)
     block_bytes = worker.kv_cache.block_size_for(engine.backend) * per_token
     disk = worker.kv_cache.g3_offload
-    g3 = (G3Settings(disk.num_g3_blocks, block_bytes, disk.latency_to_first_byte_ms, disk.read_bandwidth_gbps,
-                     disk.write_bandwidth_gbps) if disk is not None else None)
+    g3 = None
+    if disk is not None:
+        shared_disk = disk.scope == "cluster_shared"
+        read, write = disk.read_bandwidth_gbps, disk.write_bandwidth_gbps
+        if shared_disk:  # through the worker's link and the shared one: the slower (0 = unlimited)
+            read, write = _slower(read, disk.shared_read_bandwidth_gbps), _slower(write, disk.shared_write_bandwidth_gbps)
+        g3 = G3Settings(disk.num_g3_blocks, block_bytes, disk.latency_to_first_byte_ms, read, write, shared_disk)
+    shared = host.shared_h2d_bandwidth_gbps if host.scope == "cluster_shared" else None
     return HostOffloadSettings(host.num_host_blocks, block_bytes, host.h2d_bandwidth_gbps,
-                               host.latency_to_first_byte_ms, g3)
+                               host.latency_to_first_byte_ms, g3, kvcr=worker.kv_cache.kvcr is not None,
+                               d2h_gb_per_second=host.d2h_bandwidth_gbps, shared_h2d_gb_per_second=shared)
+
+
+def _slower(a: float, b: float) -> float:
+    """The lower of two bandwidths, 0 meaning unlimited."""
+    if a <= 0:
+        return b
+    return a if b <= 0 else min(a, b)
 
 
 def _kv_bytes_per_token(engine: EngineConfig, prefill: WorkerConfig) -> int:

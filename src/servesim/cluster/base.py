@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from servesim.build import LoweredRun, PoolSpec
 from servesim.collect.collector import Collector, RequestRecord, Status
+from servesim.engine.cache.disk import SharedDisk
+from servesim.engine.cache.shared import SharedHost
 from servesim.engine.rank import RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.worker import Worker, WorkerPass
@@ -162,6 +164,8 @@ class Cluster:
                              flat=flat, decode=decode)
         index = len(self.serving)
         listen = router.wants_kv_events
+        shared = _shared_host(spec)
+        disk = _shared_disk(spec)
 
         def make(w: int) -> Worker:
             worker = Worker(w, spec.make_ranks(w, lazy_decode=self.paths.cohort(spec.role)), w * spec.dp_size, index,
@@ -170,6 +174,11 @@ class Cluster:
                 self._listen_for_kv_events(worker)
             if worker.host_ranks:
                 self._host_workers.append(worker)
+                for rank in worker.host_ranks:
+                    if shared is not None:
+                        rank.host.share(shared)
+                    if disk is not None:
+                        rank.host.g3.share(disk)
             return worker
 
         workers = [make(w) for w in range(spec.replicas)]
@@ -196,6 +205,11 @@ class Cluster:
             events: KvEvents = []
             buffers.append(events)
             rank.pool.listener = lambda kind, key, events=events: events.append((kind, key))
+            host = getattr(rank, "host", None)
+            if host is not None:  # the host tier's and disk's blocks, for their hit weights
+                host.listener = lambda kind, key, events=events: events.append((kind, key))
+                if host.g3 is not None:
+                    host.g3.listener = host.listener
         self._kv_events[worker] = buffers
 
     # -- requests -------------------------------------------------------------------------------
@@ -287,7 +301,21 @@ class Cluster:
         if disk is not None:
             tiers["disk_read_bytes"] = disk["read"]["completed_bytes"]
             tiers["disk_written_bytes"] = disk["write"]["completed_bytes"]
+        kvcr = self.kvcr_summary()
+        if kvcr is not None:
+            tiers["peer_pulled_bytes"] = kvcr["bytes"]
         return tiers
+
+    def kvcr_summary(self) -> dict[str, Any] | None:
+        """0.13's `kvcr` summary section when a worker has a peer G2 fetch (all zero: no pull
+        happens without KV hints, see `config.kv_tiers.KvcrConfig`); None without one."""
+        import copy
+
+        from servesim.config.kv_tiers import KVCR_SUMMARY_ZERO
+
+        if not any(rank.host.settings.kvcr for worker in self._host_workers for rank in worker.host_ranks):
+            return None
+        return copy.deepcopy(KVCR_SUMMARY_ZERO)
 
     def g3_summary(self) -> dict[str, Any] | None:
         """0.13's `g3_offload` summary section: the disk tiers' counters summed (None without one)."""
@@ -394,3 +422,19 @@ def _traits(spec: PoolSpec) -> PoolTraits:
     return PoolTraits(spec.gpus_per_worker, config.block_size, config.max_batched_tokens,
                       config.max_sequences, config.max_model_len, spec.timing, spec.dp_size,
                       config.num_blocks)
+
+
+def _shared_host(spec: PoolSpec) -> SharedHost | None:
+    """The pool's one deployment-wide host pool (`host_offload.scope: cluster_shared`), if so."""
+    host = spec.rank_config.host
+    if host is None or host.shared_h2d_gb_per_second is None:
+        return None
+    return SharedHost(host.latency_ms)
+
+
+def _shared_disk(spec: PoolSpec) -> SharedDisk | None:
+    """The pool's one cluster-shared disk pool (`g3_offload.scope: cluster_shared`), if so."""
+    host = spec.rank_config.host
+    if host is None or host.g3 is None or not host.g3.shared:
+        return None
+    return SharedDisk(host.g3.latency_ms)

@@ -12,6 +12,10 @@ from pydantic import Strict, model_validator
 from servesim.config.fields import NonNegativeInt, NonNegativeNumber, PositiveInt, PositiveNumber, SchemaModel, raise_if
 
 
+UnitFraction = Annotated[float, Ge(0), Le(1)]
+"""A number in [0, 1] (Dynamo's range for the router's tier hit weights)."""
+
+
 class PrefillLoadModelConfig(SchemaModel):
     """How the KV router ages the prefill load it charges a worker."""
 
@@ -38,6 +42,10 @@ class RouterConfig(SchemaModel):
     """kv_router (servesim extension): softens the credit on workers with excess prefill load."""
     decode_active_request_weight: NonNegativeNumber = 0.0
     """kv_router (servesim extension): cost in blocks per request in flight on the worker."""
+    host_cache_hit_weight: UnitFraction = 0.75
+    """Upstream key (Dynamo 1.6.1's router of AISimulate 0.13, `--router-host-cache-hit-weight`): kv_router credit per prefix block a rank holds in its host tier right after its GPU overlap (`kv_cache.host_offload`, rank-local)."""
+    disk_cache_hit_weight: UnitFraction = 0.25
+    """Upstream key (Dynamo 1.6.1's router, `--router-disk-cache-hit-weight`): kv_router credit per prefix block a rank's worker holds on disk right after its host overlap (`kv_cache.g3_offload`, worker-local)."""
     session_affinity: bool = False
     """servesim extension: later turns of a session go to the worker of its first turn (while
     that worker serves)."""

@@ -39,7 +39,7 @@ from servesim.config.fields import (
     type_tag,
     without_nulls,
 )
-from servesim.config.kv_tiers import G3OffloadConfig, HostOffloadConfig, StateCacheConfig
+from servesim.config.kv_tiers import G3OffloadConfig, HostOffloadConfig, KvcrConfig, StateCacheConfig, tier_problems
 from servesim.config.timing import DefaultTiming, TimingConfig
 from servesim.limits import MAX_WORKERS
 
@@ -258,6 +258,8 @@ class KvCacheConfig(SchemaModel):
     """Upstream 0.13 key: G2 host-memory tier (vLLM, aggregated mode, prefix caching on); omitted = none."""
     g3_offload: G3OffloadConfig | None = None
     """Upstream 0.13 key: G3 disk tier behind host_offload (aggregated workers, attention_data 1); omitted = none."""
+    kvcr: KvcrConfig | None = None
+    """Upstream 0.13 key: peer G2 fetch {latency_to_first_byte_ms, bandwidth_gbps} (needs host_offload, not with g3_offload, parallelism.pipeline 1); accepted, no pull ever happens in predict (as in 0.13, whose pulls need the Dynamo router's KV hints); adds the all-zero `kvcr` summary section; omitted = none."""
     state_cache: StateCacheConfig | None = None
     """Upstream 0.13 key: hybrid-model state cache {bytes_per_request} (backend 'vllm', aggregated mode, fixed capacity, explicit block_size >= 2 and bytes_per_token); omitted = none."""
 
@@ -266,8 +268,7 @@ class KvCacheConfig(SchemaModel):
         """A host tier only holds shareable prefix blocks; a disk tier sits behind a host tier."""
         if self.host_offload is not None and not self.prefix_caching:
             raise_if([("host_offload", "requires prefix_caching: true")])
-        if self.g3_offload is not None and self.host_offload is None:
-            raise_if([("g3_offload", "requires host_offload")])
+        raise_if(tier_problems(self.host_offload, self.g3_offload, self.kvcr)[:1])
         return self
 
     @model_validator(mode="after")
@@ -473,6 +474,8 @@ class EngineConfig(SchemaModel):
                 problems.append((key, "not allowed together with speculative decoding"))
             elif worker.kv_cache.g3_offload is not None and worker.parallelism.attention_data != 1:
                 problems.append((f"workers.{role}.kv_cache.g3_offload", "requires parallelism.attention_data: 1"))
+            elif worker.kv_cache.kvcr is not None and worker.parallelism.pipeline != 1:
+                problems.append((f"workers.{role}.kv_cache.kvcr", "requires parallelism.pipeline: 1"))
         return problems
 
     def for_role(self, worker: WorkerConfig) -> "EngineConfig":

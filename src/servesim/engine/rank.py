@@ -123,7 +123,7 @@ class RankPass:
     """
 
     __slots__ = ("prefill_ms", "decode_ms", "admitted", "finished", "rejected", "first_tokens", "held",
-                 "preemptions", "scheduled_tokens", "emitted", "metrics", "host_tokens")
+                 "preemptions", "scheduled_tokens", "emitted", "metrics", "host_tokens", "ready_ms")
 
     def __init__(self, prefill_ms: float = 0.0, decode_ms: float = 0.0, *,
                  finished: list[EngineRequest] | None = None, scheduled_tokens: int = 0, emitted: int = 0,
@@ -141,6 +141,10 @@ class RankPass:
         self.metrics = metrics
         self.host_tokens: list[int] | None = None
         """With a host tier: the reused prompt tokens loaded from host memory, per admission."""
+        self.ready_ms = 0.0
+        """With a host tier: when the pass can run, if later than its start — it waits for the
+        copies to host memory of GPU blocks it reuses (0.13 does not reuse a block whose copy is
+        in flight)."""
 
     @property
     def has_effect(self) -> bool:

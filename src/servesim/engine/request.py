@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from servesim.engine.cache.blocks import ROOT_KEY, chain_keys
 from servesim.engine.cache.kv import Block
+from servesim.engine.cache.shared import Transfer
 from servesim.traffic.workload import Prompt, Run, output_runs
 
 
@@ -19,7 +20,7 @@ class EngineRequest:
         "rid", "prompt_len", "max_output", "_prompt", "output_base", "output_ids",
         "keys", "generated", "computed", "lease", "preempted", "token_spans", "admissions",
         "order", "anchor", "epoch", "shared_blocks", "own_blocks", "reject_reason",
-        "prebuilt", "reserve_attempt", "host_load", "g3_restore",
+        "prebuilt", "reserve_attempt", "host_load", "g3_restore", "store_due",
     )
 
     def __init__(self, rid: int, prompt_runs: Prompt, prompt_len: int, max_output: int,
@@ -59,10 +60,12 @@ class EngineRequest:
         """Decode role: its prompt's KV arrived from a prefill worker; not yet admitted."""
         self.reserve_attempt = -1
         """Decode role: the capacity generation of the last failed reservation attempt."""
-        self.host_load: tuple[float, int, int] | None = None
-        """With a host KV tier: (when its load from host memory completes, GPU-cached blocks at
+        self.host_load: tuple[Transfer, int, int] | None = None
+        """With a host KV tier: (its load from host memory, whose `done` is when it completes, GPU-cached blocks at
         the load's start, blocks loaded) while waiting for or after that load, until admitted."""
-        self.g3_restore: tuple[float, list[int]] | None = None
+        self.store_due = 0.0
+        """With a host KV tier: when the latest copy of its blocks to host memory completes."""
+        self.g3_restore: tuple[Transfer, list[int]] | None = None
         """With a disk KV tier: (when its read from disk into host memory completes, the keys)."""
 
     @property

@@ -190,7 +190,8 @@ class Worker:
         for rank_index, rank in enumerate(self.ranks):
             if rank.has_work():
                 result = rank.run_pass(index)
-                rank_end = (now + result.prefill_ms) + result.decode_ms
+                begin = result.ready_ms if result.ready_ms > now else now
+                rank_end = (begin + result.prefill_ms) + result.decode_ms
                 if rank_end > end:
                     end = rank_end
                 effect = effect or result.has_effect
@@ -225,7 +226,8 @@ class Worker:
             self._tell_time(now)
         index = len(self.pass_ends)
         result = rank.run_pass(index)
-        end = (now + result.prefill_ms) + result.decode_ms
+        begin = result.ready_ms if result.ready_ms > now else now
+        end = (begin + result.prefill_ms) + result.decode_ms
         if end < now:
             end = now
         self.pass_ends.append(end)

@@ -25,6 +25,8 @@ class RouterSpec:
     temperature: float = 0.0
     credit_decay: float = 0.0
     request_weight: float = 0.0
+    host_weight: float = 0.75
+    disk_weight: float = 0.25
     timed_prefill: bool = False
     """kv_router: age charged prefill load over the predicted prefill time ('ais')."""
 
@@ -75,6 +77,8 @@ def _stateful_router(spec: RouterSpec, *, ranks: int, block_size: int, prefill_t
         temperature=spec.temperature,
         credit_decay=spec.credit_decay,
         request_weight=spec.request_weight,
+        host_weight=0.0 if decode else spec.host_weight,
+        disk_weight=0.0 if decode else spec.disk_weight,
         track_prefill=not decode,
         track_blocks=not flat or decode,
         assume_reuse=not decode,

@@ -7,7 +7,10 @@ All follow `servesim.placement.base.Router`.
 * `LeastLoaded` — the (worker, rank) with the fewest requests in flight.
 * `KvRouter` — Dynamo's KV-aware router: prefix overlap from an index of every rank's cached
   blocks, its own ledger of active blocks and prefill load, and the cost
-  ``s · max(0, prefill_blocks − c · overlap) + potential_decode_blocks + w · active_requests``.
+  ``s · max(0, prefill_blocks − (c · overlap + h · host + d · disk)) + potential_decode_blocks
+  + w · active_requests``, where `host` and `disk` are the prefix blocks a rank holds in its host
+  tier right after its GPU overlap and on disk right after those (Dynamo's host- and disk-tier
+  hit weights, with `kv_cache.host_offload` / `g3_offload`).
 
 `SessionAffinity` wraps any policy so that a session's later turns follow its first turn.
 """
@@ -54,6 +57,8 @@ class KvRouterSettings:
     temperature: float = 0.0             # router_temperature
     credit_decay: float = 0.0            # overlap_score_credit_decay
     request_weight: float = 0.0          # decode_active_request_weight
+    host_weight: float = 0.75            # host_cache_hit_weight
+    disk_weight: float = 0.25            # disk_cache_hit_weight
     track_prefill: bool = True           # router_track_prefill_tokens
     track_blocks: bool = True            # router_track_active_blocks
     assume_reuse: bool = True            # router_assume_kv_reuse
@@ -114,6 +119,8 @@ class KvRouter(Router):
         self.settings = settings
         self.cached: dict[int, set[Slot]] = {}
         """Indexer: block key → the ranks holding it, as the engines' KV events said."""
+        self.tiers: dict[str, dict[int, set[Slot]]] = {"host": {}, "disk": {}}
+        """The same for the ranks' host tiers and their workers' disks (`host_…`/`disk_…` events)."""
         self.load: dict[Slot, _SlotLoad] = {}
         self._tracked: dict[int, _Tracked] = {}
 
@@ -124,11 +131,12 @@ class KvRouter(Router):
 
     def worker_removed(self, worker_id: int) -> None:
         super().worker_removed(worker_id)
-        for key in list(self.cached):
-            holders = self.cached[key]
-            holders.difference_update((worker_id, r) for r in range(self.ranks))
-            if not holders:
-                del self.cached[key]
+        for index in (self.cached, *self.tiers.values()):
+            for key in list(index):
+                holders = index[key]
+                holders.difference_update((worker_id, r) for r in range(self.ranks))
+                if not holders:
+                    del index[key]
 
     # -- overlap and cost ------------------------------------------------------------------
 
@@ -165,16 +173,28 @@ class KvRouter(Router):
         least_prefill = min(prefill.values()) if prefill else 0.0
         request_blocks = max(1, -(-isl // bs))
         out = {}
+        tiered = bool(self.tiers["host"] or self.tiers["disk"]) and (s.host_weight or s.disk_weight)
         for slot, load in loads.items():
             overlap = overlaps.get(slot, 0)
             raw = (prefill[slot] + isl) / bs if s.track_prefill else 0.0
             decay = 1.0
             if s.credit_decay and s.track_prefill:
                 decay = 1 / (1 + s.credit_decay * ((prefill[slot] - least_prefill) / bs) / request_blocks)
-            adjusted = max(0.0, raw - s.overlap_credit * decay * overlap)
+            credit = s.overlap_credit * overlap
+            if tiered:
+                credit += self._tier_credit(slot, request.block_keys, overlap)
+            adjusted = max(0.0, raw - decay * credit)
             cost = s.prefill_scale * adjusted + self._decode_blocks(load, request) + s.request_weight * load.requests
             out[slot] = (cost, overlap)
         return out
+
+    def _tier_credit(self, slot: Slot, keys: list[int], start: int) -> float:
+        """h · the blocks from `start` on the rank's host tier holds + d · those after them its
+        worker's disk holds."""
+        s = self.settings
+        host = _run_length(self.tiers["host"], slot, keys, start)
+        disk = _run_length(self.tiers["disk"], slot, keys, start + host)
+        return s.host_weight * host + s.disk_weight * disk
 
     def _decode_blocks(self, load: _SlotLoad, request: RouteRequest) -> int:
         """Active blocks on the rank once this request's prompt blocks join them."""
@@ -246,8 +266,11 @@ class KvRouter(Router):
                 del load.blocks[key]
 
     def on_kv_events(self, slot: Slot, events: list[tuple[str, int]], now: float) -> None:
-        cached = self.cached
         for kind, key in events:
+            cached = self.cached
+            if kind[0] in "hd":  # host_stored, host_removed, disk_stored, disk_removed
+                tier, kind = kind.split("_")
+                cached = self.tiers[tier]
             if kind == "stored":
                 cached.setdefault(key, set()).add(slot)
             else:
@@ -256,6 +279,17 @@ class KvRouter(Router):
                     holders.discard(slot)
                     if not holders:
                         del cached[key]
+
+
+def _run_length(index: dict[int, set[Slot]], slot: Slot, keys: list[int], start: int) -> int:
+    """How many of ``keys[start:]`` `index` says `slot` holds, from `start` up to the first miss."""
+    n = 0
+    for key in keys[start:]:
+        holders = index.get(key)
+        if holders is None or slot not in holders:
+            break
+        n += 1
+    return n
 
 
 class SessionAffinity(Router):

@@ -23,7 +23,7 @@ def _admission_history(record: RequestRecord) -> list[dict[str, Any]]:
             "pool_admission_ordinal": k,
             "reused_input_tokens": adm.reused_tokens,
         })
-        if adm.host_tokens is not None:
+        if adm.host_tokens is not None and not k:  # 0.13 gives a readmission no tier fields
             out[-1]["g1_reused_input_tokens"] = adm.reused_tokens - adm.host_tokens
             out[-1]["host_reused_input_tokens"] = adm.host_tokens
     return out

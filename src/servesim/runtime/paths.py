@@ -323,6 +323,7 @@ KNOBS: dict[str, Knob] = {
     **{_WORKER + "kv_cache.g3_offload." + name: NEUTRAL for name in (
         "scope", "num_g3_blocks", "latency_to_first_byte_ms", "read_bandwidth_gbps", "write_bandwidth_gbps",
         "shared_read_bandwidth_gbps", "shared_write_bandwidth_gbps")},
+    **{_WORKER + "kv_cache.kvcr." + name: NEUTRAL for name in ("latency_to_first_byte_ms", "bandwidth_gbps")},
     **{_WORKER + "kv_cache.host_offload." + name: NEUTRAL for name in (
         "scope", "d2h_bandwidth_gbps", "h2d_bandwidth_gbps", "shared_d2h_bandwidth_gbps",
         "shared_h2d_bandwidth_gbps", "latency_to_first_byte_ms")},
@@ -361,7 +362,8 @@ KNOBS: dict[str, Knob] = {
     "router.policy": ROUTER,
     "router.session_affinity": AFFINITY,
     **{"router." + name: NEUTRAL for name in (
-        "decode_active_request_weight", "overlap_score_credit", "overlap_score_credit_decay",
+        "decode_active_request_weight", "disk_cache_hit_weight", "host_cache_hit_weight", "overlap_score_credit",
+        "overlap_score_credit_decay",
         "prefill_load_model.type", "prefill_load_scale", "seed", "temperature")},
     "traffic.client_timeout_seconds": TIMEOUTS,
     "traffic.load.type": ARRIVALS,

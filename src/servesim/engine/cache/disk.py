@@ -12,8 +12,11 @@ next pass, as any host hit. The counters are 0.13's `g3_offload` summary section
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from servesim.engine.cache.shared import SharedLink, Transfer
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class G3Settings:
     latency_ms: float = 0.1
     read_gb_per_second: float = 10.0
     write_gb_per_second: float = 10.0
+    shared: bool = False
+    """`scope: cluster_shared`: one disk pool for the role's workers (`SharedDisk`); the rates
+    above are then already the lower of the worker's and the shared link's."""
 
     def job_ms(self, blocks: int, gb_per_second: float) -> float:
         """How long a job of `blocks` blocks takes: the latency plus its bytes (0 GB/s = unlimited)."""
@@ -52,18 +58,41 @@ class _Jobs:
                 "submitted_jobs": self.jobs, "transfer_ms": self.transfer_ms}
 
 
+class SharedDisk:
+    """A cluster-shared disk pool: its blocks (with the worker tier that wrote each) and the read
+    link the workers' reads share equally (as the shared host pool's loads, `engine.cache.shared`)."""
+
+    def __init__(self, latency_ms: float) -> None:
+        self.blocks: OrderedDict[int, Any] = OrderedDict()
+        self.link = SharedLink(latency_ms)
+        self.members: list[G3Tier] = []
+
+
 class G3Tier:
     """The blocks one worker holds on disk, in LRU order, with its read channel and counters."""
 
     def __init__(self, settings: G3Settings) -> None:
         self.settings = settings
-        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self._blocks: OrderedDict[int, Any] = OrderedDict()
+        self._pool: SharedDisk | None = None
+        self._shared_reads: list[tuple[float, Transfer]] = []
+        self.cross_worker_blocks = 0
+        self.listener: Callable[[str, int], None] | None = None
+        """Told ("disk_stored", key) / ("disk_removed", key) (for the KV router's disk-tier
+        weight; not with a shared pool)."""
         self._read_free_ms = 0.0
         self.reads = _Jobs()
         self.writes = _Jobs()
         self.evictions = 0
         self.probes = 0
         self.hits = 0
+
+    def share(self, pool: SharedDisk) -> None:
+        """Use the cluster-shared pool `pool` instead of a disk of its own."""
+        self._pool = pool
+        self._blocks = pool.blocks
+        self.listener = None
+        pool.members.append(self)
 
     def __contains__(self, key: int) -> bool:
         return key in self._blocks
@@ -74,13 +103,18 @@ class G3Tier:
         fresh = [key for key in keys if key not in blocks]
         if not fresh:
             return
+        listener = self.listener
         for key in fresh:
-            blocks[key] = None
+            blocks[key] = self
+            if listener is not None:
+                listener("disk_stored", key)
         s = self.settings
         self.writes.add(len(fresh), s.block_bytes, s.job_ms(len(fresh), s.write_gb_per_second))
         while len(blocks) > s.num_blocks:
-            blocks.popitem(last=False)
+            gone = blocks.popitem(last=False)[0]
             self.evictions += 1
+            if listener is not None:
+                listener("disk_removed", gone)
 
     def probe(self, keys: list[int], start: int, stop: int) -> int:
         """How many of ``keys[start:stop]`` are on disk, from `start` on (each probed block counts,
@@ -95,23 +129,38 @@ class G3Tier:
         self.hits += n
         return n
 
-    def start_read(self, keys: list[int], now: float) -> float:
-        """Queue the read of `keys` (on disk) at `now`; returns when it completes."""
+    def start_read(self, keys: list[int], now: float) -> Transfer:
+        """Queue the read of `keys` (on disk) at `now`; its `done` is when it completes (on a
+        shared pool's link: so far)."""
         blocks = self._blocks
         for key in keys:
             blocks.move_to_end(key)
+            if blocks[key] is not self:
+                self.cross_worker_blocks += 1
         s = self.settings
+        if self._pool is not None:
+            rate = s.read_gb_per_second
+            work = (len(keys) * s.block_bytes) / (rate * 1e9) * 1000 if rate > 0 else 0.0
+            transfer = self._pool.link.start(work, now)
+            self._shared_reads.append((now, transfer))
+            self.reads.add(len(keys), s.block_bytes, 0.0)
+            return transfer
         start = now if now > self._read_free_ms else self._read_free_ms
         ms = s.job_ms(len(keys), s.read_gb_per_second)
         self._read_free_ms = start + ms - s.latency_ms
         self.reads.add(len(keys), s.block_bytes, ms)
-        return start + ms
+        return Transfer(start + ms)
 
     def summary(self) -> dict[str, Any]:
-        """0.13's `g3_offload` counters of this worker."""
-        return {"cross_worker_read_blocks": 0, "evictions": self.evictions, "lookup_hits": self.hits,
-                "lookup_pending": 0, "lookup_probes": self.probes, "pending_blocks": 0,
-                "read": self.reads.as_dict(), "resident_blocks": len(self._blocks), "write": self.writes.as_dict()}
+        """0.13's `g3_offload` counters of this worker (a shared pool's resident blocks counted by
+        its first member only; its reads' times as they turned out)."""
+        pool = self._pool
+        resident = len(self._blocks) if pool is None or pool.members[0] is self else 0
+        reads = self.reads.as_dict()
+        reads["transfer_ms"] += sum(transfer.done - start for start, transfer in self._shared_reads)
+        return {"cross_worker_read_blocks": self.cross_worker_blocks, "evictions": self.evictions,
+                "lookup_hits": self.hits, "lookup_pending": 0, "lookup_probes": self.probes, "pending_blocks": 0,
+                "read": reads, "resident_blocks": resident, "write": self.writes.as_dict()}
 
 
 def merge_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:

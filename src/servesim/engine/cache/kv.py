@@ -64,6 +64,9 @@ class BlockPool(SpanQueue):
         self._spare: list[Block] = []
         """Evicted shareable blocks, for reuse."""
         self.listener: KvListener | None = None
+        self.evicted_due = 0.0
+        """The latest `due` (copy to a host tier in flight, `Run.due`) of the blocks evicted
+        since the caller last reset it (0: none)."""
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -175,6 +178,8 @@ class BlockPool(SpanQueue):
         while need:
             entry = lru[0]
             if type(entry) is Gap:
+                if entry.due > self.evicted_due:
+                    self.evicted_due = entry.due
                 if entry.count > need:
                     entry.count -= need
                     return
@@ -196,6 +201,8 @@ class BlockPool(SpanQueue):
                 continue
             members, keys = span.blocks, span.keys
             k = len(members)
+            if run.due > self.evicted_due:
+                self.evicted_due = run.due
             if k > need:  # the span's last blocks go first
                 cut = k - need
                 self._drop(members[cut:], keys[cut:] if keys is not None else None)
@@ -277,7 +284,7 @@ class BlockPool(SpanQueue):
                 lease[b] = self.store(keys[b])
 
     def release(self, lease: list[Block | None], complete: int, *, keep_private: bool = False,
-                private_from: int = 0) -> list[Block]:
+                private_from: int = 0, due: float = 0.0) -> list[Block]:
         """Drop a request's hold on its lease, last block first.
 
         Entries below index `complete` are full blocks; a None entry there is private cached
@@ -285,6 +292,8 @@ class BlockPool(SpanQueue):
         `keep_private` (a preempted request), else as anonymous LRU capacity. Returns the owner's
         private blocks (in block order) when `keep_private`. `private_from` is where the lease
         is likely all None from (it is checked), so those entries are counted, not visited.
+        `due`: when the latest copy of the lease's blocks to a host KV tier completes (marks the
+        LRU entries this release adds, see `evicted_due`).
         """
         held = len(lease)
         caching = self.caching
@@ -298,7 +307,7 @@ class BlockPool(SpanQueue):
             top = complete if complete < held else held
             gap = top - split if caching and top > split else 0
             anonymous = freed - gap
-        run = Run()
+        run = Run(due)
         queued = 0
         own: list[list[Block]] = []
         i = split - 1
@@ -343,7 +352,7 @@ class BlockPool(SpanQueue):
                     continue
             if gap:
                 queued += self._push(run, gap)
-                run = Run()
+                run = Run(due)
                 gap = 0
             span.run = run
             run.spans.append(span)

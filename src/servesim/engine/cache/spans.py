@@ -55,12 +55,14 @@ EVICTED = Span([], None, -1)
 
 
 class Gap:
-    """A run of free blocks whose content nobody can reuse, in the LRU."""
+    """A run of free blocks whose content nobody can reuse, in the LRU; `due` is when the
+    latest copy of one of them to a host KV tier completes (0: none in flight)."""
 
-    __slots__ = ("count",)
+    __slots__ = ("count", "due")
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, due: float = 0.0) -> None:
         self.count = count
+        self.due = due
 
 
 class Run:
@@ -69,11 +71,13 @@ class Run:
     An entry is live while its span is free and names this run.
     """
 
-    __slots__ = ("spans", "start")
+    __slots__ = ("spans", "start", "due")
 
-    def __init__(self) -> None:
+    def __init__(self, due: float = 0.0) -> None:
         self.spans: list[Span] = []
         self.start = 0
+        self.due = due
+        """When the latest copy of one of its blocks to a host KV tier completes (0: none)."""
 
 
 def common_length(first: list[int], second: list[int], at: int, most: int) -> int:
@@ -155,8 +159,8 @@ class SpanQueue:
         return upper
 
     def _push(self, run: Run, gap: int) -> int:
-        """Append a run of spans, then a gap of `gap` anonymous blocks, at the LRU's tail;
-        returns how many free blocks that adds."""
+        """Append a run of spans, then a gap of `gap` anonymous blocks (with the run's `due`),
+        at the LRU's tail; returns how many free blocks that adds."""
         lru = self._lru
         added = gap
         if run.spans:
@@ -166,10 +170,10 @@ class SpanQueue:
                 added += len(span.blocks)
         if gap:
             last = lru[-1] if lru else None
-            if type(last) is Gap:
+            if type(last) is Gap and last.due == run.due:  # gaps of other copies stay apart
                 last.count += gap
             else:
-                lru.append(Gap(gap))
+                lru.append(Gap(gap, run.due))
         return added
 
     def _compact(self) -> None:
@@ -182,13 +186,13 @@ class SpanQueue:
                 spans = [span for span in old.spans[old.start:] if span.run is old]
                 if not spans:
                     continue
-                entry = Run()
+                entry = Run(old.due)
                 entry.spans = spans
                 for span in spans:
                     span.run = entry
                 queued += len(spans)
             last = live[-1] if live else None
-            if type(entry) is Gap and type(last) is Gap:
+            if type(entry) is Gap and type(last) is Gap and last.due == entry.due:
                 last.count += entry.count
             else:
                 live.append(entry)

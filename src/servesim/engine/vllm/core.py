@@ -63,6 +63,9 @@ class VllmRank(VllmHandoff, VllmRunAhead, VllmHostOffload):
         burst or a FIFO victim could touch a cohort member)."""
         self.pool = BlockPool(config.num_blocks, config.prefix_caching)
         self.host = HostTier(config.host) if config.host is not None else None
+        self._pass_stores: list[EngineRequest] = []
+        """With a host tier: the requests whose blocks this pass copies to host memory."""
+        self._pass_store_blocks = 0
         """The host-memory KV tier (`engine.vllm.offload`), if any."""
         self.now = 0.0
         """With a host tier: when the pass being planned starts (set by the worker)."""
@@ -269,7 +272,8 @@ class VllmRank(VllmHandoff, VllmRunAhead, VllmHostOffload):
         del self.running[victim]
         self.explicit.remove(victim)
         bs = self.config.block_size
-        victim.own_blocks = self.pool.release(victim.lease, victim.computed // bs, keep_private=True)
+        victim.own_blocks = self.pool.release(victim.lease, victim.computed // bs, keep_private=True,
+                                              due=victim.store_due)
         victim.lease = []
         victim.computed = 0
         victim.preempted = True
@@ -325,6 +329,8 @@ class VllmRank(VllmHandoff, VllmRunAhead, VllmHostOffload):
             total = cohort.length_sum + ready_length
             result.decode_ms = self.timing.decode(decoders, total, total // decoders, self.total_kv_tokens)
         result.emitted = n
+        if self.host is not None:
+            self._submit_stores(result)
         cohort.advance()
         done += cohort.finish(pass_index)
         limit = self.config.max_model_len
@@ -356,7 +362,7 @@ class VllmRank(VllmHandoff, VllmRunAhead, VllmHostOffload):
         running, release = self.running, self.pool.release
         for request in done:
             del running[request]
-            release(request.lease, request.computed // bs, private_from=request.shared_blocks)
+            release(request.lease, request.computed // bs, private_from=request.shared_blocks, due=request.store_due)
             request.lease = []
         if self.explicit:
             finished = set(done)

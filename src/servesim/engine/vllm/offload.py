@@ -19,7 +19,7 @@ from typing import cast
 
 from servesim.engine.cache.host import HostTier
 from servesim.engine.cache.kv import Block, BlockPool
-from servesim.engine.rank import RankConfig
+from servesim.engine.rank import RankConfig, RankPass
 from servesim.engine.request import EngineRequest
 from servesim.engine.vllm.plan import PassPlan
 from servesim.engine.vllm.policy import VllmPolicy
@@ -37,6 +37,8 @@ class VllmHostOffload:
     host: HostTier | None
     now: float
     _next_order: int
+    _pass_stores: list[EngineRequest]
+    _pass_store_blocks: int
     _cache_hits: Callable[[EngineRequest], list[Block]]
     _schedule: Callable[..., IntEnum]
 
@@ -55,7 +57,30 @@ class VllmHostOffload:
         bs = self.config.block_size
         stop = min(stop, request.prompt_len // bs)
         if stop > first:
-            self.host.store(request.full_block_keys(stop, bs)[first:stop])
+            fresh = self.host.store(request.full_block_keys(stop, bs)[first:stop])
+            if fresh:
+                self._pass_stores.append(request)
+                self._pass_store_blocks += fresh
+
+    def _submit_stores(self, result: RankPass) -> None:
+        """At the end of the pass (now known): the pass first waits for the copies to host of the
+        GPU blocks it evicted; then its new host blocks go out as one store job, whose end
+        their requests remember (a block freed before that is not reused before it)."""
+        ready = self.pool.evicted_due
+        self.pool.evicted_due = 0.0
+        if ready > self.now:
+            result.ready_ms = ready
+            assert self.host is not None
+            self.host.store_wait_ms += ready - self.now
+        if not self._pass_stores:
+            return
+        assert self.host is not None
+        end = ((ready if ready > self.now else self.now) + result.prefill_ms) + result.decode_ms
+        due = self.host.store_job(self._pass_store_blocks, end)
+        for request in self._pass_stores:
+            request.store_due = due
+        self._pass_stores = []
+        self._pass_store_blocks = 0
 
     def _admit_waiting_host(self, plan: PassPlan) -> None:
         """`_admit_waiting` with the host tier: FCFS while slots remain, a request loading from
@@ -74,7 +99,7 @@ class VllmHostOffload:
                 continue
             restore = request.g3_restore
             if restore is not None:
-                if restore[0] > self.now:
+                if restore[0].done > self.now:
                     i += 1
                     continue
                 assert self.host is not None
@@ -95,8 +120,8 @@ class VllmHostOffload:
             load = request.host_load
             loaded = 0
             if load is not None:
-                ready, gpu_hits, loaded = load
-                if ready > self.now:
+                transfer, gpu_hits, loaded = load
+                if transfer.done > self.now:
                     i += 1
                     continue
                 hits = cast(list[Block], request.lease[:gpu_hits])  # pinned at the load's start
@@ -191,14 +216,19 @@ class VllmHostOffload:
 
     def _host_hits(self, request: EngineRequest, gpu_hits: int) -> tuple[int, int]:
         """(blocks to load, blocks reused): the full prompt blocks host memory holds right after
-        the GPU pool's hits — 0.13 loads them all —, and those of them within the cache limit
+        the GPU pool's hits (the lookup makes every prompt block host memory holds its most
+        recently used, as 0.13 does — GPU hits too) — 0.13 loads them all —, and those of them within the cache limit
         (the last prompt token is always computed)."""
         host = self.host
         assert host is not None
         bs = self.config.block_size
         full = min(request.prompt_len, request.length) // bs
-        if not self.config.prefix_caching or full <= gpu_hits or not len(host):
+        if not self.config.prefix_caching or not len(host):
             return 0, 0
-        moved = host.hits(request.full_block_keys(full, bs), gpu_hits, full)
+        keys = request.full_block_keys(full, bs)
+        host.touch(keys)
+        if full <= gpu_hits:
+            return 0, 0
+        moved = host.hits(keys, gpu_hits, full)
         limit = self.policy.cache_limit(request)
         return moved, max(min(moved, limit - gpu_hits), 0)

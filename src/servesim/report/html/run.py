@@ -147,8 +147,14 @@ def tiers_section(page: Page, tiers: Mapping[str, Any]) -> None:
     if "disk_read_bytes" in tiers:
         rows += [("Written to disk", _bytes(tiers["disk_written_bytes"])),
                  ("Read from disk", _bytes(tiers["disk_read_bytes"]))]
+    if "peer_pulled_bytes" in tiers:
+        rows.append(("Pulled from peer host tiers (kvcr)", _bytes(tiers["peer_pulled_bytes"])))
+    rows.append(("Passes waiting for copies to host", f"{tiers.get('store_wait_ms', 0.0):,.3f} ms"))
+    shared = tiers.get("shared_pool_ranks", 0)
+    rows.append(("Host memory", f"one pool shared by {shared} ranks" if shared else "a tier per rank"))
     page.note("Prompt tokens admissions reused, by the tier they came from (host hits include blocks "
-              "read back from disk), and the bytes each tier moved.")
+              "read back from disk), the bytes each tier moved, and how long passes waited for a GPU "
+              "block's copy to host memory before reusing it.")
     page.table(("", "value"), rows)
 
 
