@@ -7,7 +7,7 @@ and `run_until`), `run_until` never moves the clock back, and with nothing left 
 from __future__ import annotations
 
 import pytest
-from test_bounds_replay_loop import FakeHandler, FakeSource, _ahead_worker, _workers
+from test_bounds_replay_loop import FakeHandler, FakeSource, TickingHandler, _ahead_worker, _workers
 
 from servesim.errors import SimulationError
 from servesim.limits import MAX_MS
@@ -96,3 +96,86 @@ def test_next_time_is_the_earliest_of_arrivals_passes_and_timers():
     assert loop.next_time() == 35.0, "then the timer"
     loop.run_until(35.0)
     assert loop.next_time() == 40.0, "then the arrival"
+
+
+# -- settling one instant: whatever a step makes due now is done before the control tick ------
+
+class ChainHandler(TickingHandler):
+    """Each step may schedule a timer due at once (`follow`: (step, time) → label of the timer);
+    `fire_timers` fires only the timers due when it is called, so a timer scheduled by a timer
+    waits for the next round of the instant."""
+
+    def __init__(self, source, log, ticks, follow):
+        super().__init__(source, log, ticks)
+        self.follow = dict(follow)
+        self.inline: list[bool] = []
+        self.pending_timers: list[tuple[float, str]] = []
+
+    def _schedule(self, step: str, now: float) -> None:
+        label = self.follow.pop((step, now), None)
+        if label is not None:
+            self.pending_timers.append((now, label))
+
+    def finish_pass(self, worker, outcome, now, inline):
+        self.inline.append(inline)
+        super().finish_pass(worker, outcome, now, inline)
+        self._schedule("finish", now)
+        return False
+
+    def next_timer(self) -> float:
+        return min((t for t, _ in self.pending_timers), default=INF)
+
+    def fire_timers(self, now: float) -> bool:
+        due = [(t, label) for t, label in self.pending_timers if t == now]
+        self.pending_timers = [(t, label) for t, label in self.pending_timers if t != now]
+        for _, label in due:
+            self.log.append(("timer", now, label))
+            self._schedule(label, now)
+        return bool(due)
+
+    def release_arrivals(self, now: float):
+        touched = super().release_arrivals(now)
+        if touched:
+            self._schedule("arrive", now)
+        return touched
+
+    def drive(self, now: float):
+        self._schedule("drive", now)
+        return []
+
+    def done(self) -> bool:
+        return super().done() and not self.pending_timers
+
+
+def _chained(arrivals, follow, ticks=(5.0,)):
+    (w,) = _workers((0, 0))
+    source = FakeSource([(t, w, d) for t, d in arrivals])
+    handler = ChainHandler(source, w.log, list(ticks), follow)
+    ReplayLoop(source, [Pool("p", [w])], handler).run()
+    return [(kind, label) for kind, t, label in w.log if t == 5.0 and kind in ("timer", "tick")], handler
+
+
+def test_a_timer_scheduled_by_a_timer_fires_before_the_tick():
+    events, _ = _chained([(0.0, 10.0), (5.0, 1.0)], {("arrive", 5.0): "first", ("first", 5.0): "second"})
+    assert events == [("timer", "first"), ("timer", "second"), ("tick", "")]
+
+
+def test_a_timer_scheduled_by_an_arrival_to_a_busy_worker_fires_before_the_tick():
+    events, _ = _chained([(0.0, 10.0), (5.0, 1.0)], {("arrive", 5.0): "first"})
+    assert events == [("timer", "first"), ("tick", "")]
+
+
+def test_a_timer_scheduled_by_the_drive_fires_before_the_tick():
+    events, _ = _chained([(0.0, 10.0), (5.0, 1.0)], {("drive", 5.0): "driven"})
+    assert events == [("timer", "driven"), ("tick", "")]
+
+
+def test_a_timer_scheduled_by_a_zero_duration_pass_fires_before_the_tick():
+    events, handler = _chained([(5.0, 0.0), (50.0, 1.0)], {("finish", 5.0): "after-pass"})
+    assert events == [("timer", "after-pass"), ("tick", "")]
+    assert handler.inline == [True, False]
+
+
+def test_completions_are_applied_inline_only_for_zero_duration_passes():
+    _, handler = _chained([(0.0, 10.0), (20.0, 0.0), (30.0, 2.0)], {}, ticks=())
+    assert handler.inline == [False, True, False]
