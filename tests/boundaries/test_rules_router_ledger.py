@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from servesim.placement.base import Placement, Router, RouteRequest
 from servesim.placement.factory import RouterSpec, make_router
 from servesim.placement.round_robin import FlatRoundRobin, RoundRobin
-from servesim.placement.routers import KvRouter, KvRouterSettings, LeastLoaded, RandomRouter, SessionAffinity
+from servesim.placement.routers import (
+    KvRouter,
+    KvRouterSettings,
+    LeastLoaded,
+    RandomRouter,
+    SessionAffinity,
+    _Prefill,
+    _SlotLoad,
+)
 
 B = 16
 
@@ -357,3 +365,54 @@ def test_the_factorys_policies():
     assert isinstance(affine, SessionAffinity) and type(affine.inner) is LeastLoaded
     untimed = made(policy="kv_router")
     assert isinstance(untimed, KvRouter) and untimed.settings.prefill_duration is None
+
+
+# -- survivors of the sweep: offsets, small values and defaults ------------------------------
+
+def test_prefill_ages_from_the_oldest_start_not_from_zero():
+    load = _SlotLoad()
+    load.prefills[1] = _Prefill(64, 100.0, 10.0)
+    assert load.prefill_tokens(100.0) == 64.0
+    assert load.prefill_tokens(105.0) == pytest.approx(32.0)
+    assert load.prefill_tokens(110.0) == 0.0
+
+
+def test_a_prefill_shorter_than_a_millisecond_still_ages_linearly():
+    load = _SlotLoad()
+    load.prefills[1] = _Prefill(64, 0.0, 0.5)
+    assert load.prefill_tokens(0.0) == 64.0
+    assert load.prefill_tokens(0.25) == pytest.approx(32.0)
+
+
+def test_the_credit_decay_of_a_one_block_prompt_divides_by_one():
+    router = _kv(2, track_blocks=False, credit_decay=1.0)
+    router.load[(0, 0)].prefills[7] = _Prefill(32, 0.0, None)
+    for w in range(2):
+        router.on_kv_events((w, 0), [("stored", 5)], 0.0)
+    costs = router.costs(_req(1, [5], prompt=16), 0.0)
+    # rank 0 charges 2 blocks more than the least loaded: decay 1 / (1 + 2 / 1) = 1/3
+    assert costs[(0, 0)][0] == pytest.approx((32 + 16) / B - 1 / 3)
+    assert costs[(1, 0)][0] == pytest.approx(16 / B - 1)
+    short = router.costs(_req(2, [5], prompt=1), 0.0)
+    assert short[(0, 0)][0] == pytest.approx(max(0.0, (32 + 1) / B - 1 / 3)), "a partial block counts as one"
+
+
+def test_more_defaults_the_sweep_found_unpinned():
+    assert KvRouter(1, KvRouterSettings(block_size=B)).rng.random() == KvRouter(1, KvRouterSettings(B), 0).rng.random()
+    s = KvRouterSettings(block_size=B)
+    assert (s.overlap_credit, s.prefill_scale, s.temperature, s.credit_decay, s.request_weight) == (1.0, 1.0, 0.0, 0.0, 0.0)
+    assert (s.track_prefill, s.track_blocks, s.assume_reuse, s.prefill_duration) == (True, True, True, None)
+    assert not FlatRoundRobin(1).places_in_bulk
+    least = LeastLoaded(1)
+    least.worker_added(0)
+    assert least.place(_req(1, [1]), 0.0) == (0, 0, 0)
+
+
+def test_an_affine_later_turn_is_credited_only_what_its_rank_holds():
+    plain = SessionAffinity(_kv(2, track_blocks=False))
+    first = plain.place(_req(1, [1, 2], session="A"), 0.0)
+    assert plain.place(_req(2, [1, 2], session="A"), 1.0) == (first.worker, 0, 0), "nothing cached yet"
+    least = SessionAffinity(LeastLoaded(1))
+    least.worker_added(0)
+    least.place(_req(1, [1], session="B"), 0.0)
+    assert least.place(_req(2, [1], session="B"), 1.0) == (0, 0, 0)
