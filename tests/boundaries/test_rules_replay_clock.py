@@ -179,3 +179,12 @@ def test_a_timer_scheduled_by_a_zero_duration_pass_fires_before_the_tick():
 def test_completions_are_applied_inline_only_for_zero_duration_passes():
     _, handler = _chained([(0.0, 10.0), (20.0, 0.0), (30.0, 2.0)], {}, ticks=())
     assert handler.inline == [False, True, False]
+
+
+def test_a_dead_end_under_a_time_cap_is_still_an_error():
+    (w,) = _workers((0, 0))
+    w.effect = False
+    source = FakeSource([(0.0, w, 0.0)])
+    loop = ReplayLoop(source, [Pool("p", [w])], FakeHandler(source, w.log), time_cap_ms=100.0)
+    with pytest.raises(SimulationError, match="effect-free zero-duration pass with 1 in-flight"):
+        loop.run()
