@@ -226,3 +226,15 @@ def test_progress_is_reported_every_1024_steps_of_a_worker():
     handler = Handler([(t, w, d) for t, _, d in arrivals])
     IsolatedReplay([Pool("p", [w])], handler, None, progress=seen.append).run()
     assert seen == [None, None], "2200 steps: at 1024 and 2048"
+
+
+@pytest.mark.parametrize("window", [1, 2, 8192])
+def test_a_request_queued_during_a_pass_waits_for_an_unrouted_arrival_at_its_end(window):
+    # w0 runs 0-5; a request queued at 3 and one arriving at 5 (routed in a later window) must
+    # start together at 5, as in the shared loop (arrivals are released before passes start)
+    arrivals = [(0.0, 0, 5.0), (3.0, 0, 2.0), (5.0, 0, 4.0)]
+    expected = _run("shared", arrivals, workers=1)
+    got = _run("isolated", arrivals, workers=1, window=window)
+    starts = [e for e in got[2] if e[0] == "start"]
+    assert starts == [("start", 0.0, "w0", 1), ("start", 5.0, "w0", 2)]
+    assert starts == [e for e in expected[2] if e[0] == "start"] and got[0] == expected[0] == 9.0
