@@ -48,6 +48,7 @@ class BatchWorker:
 
     def start_pass(self, now, horizon=0.0, through_finishes=False, run_on=False) -> Outcome:
         self.horizons.append((now, horizon))
+        assert sum(1 for t, _ in self.horizons[-50:] if t == now) < 50, "the replay keeps starting passes at one instant"
         duration = max(self.queue) if self.effect else 0.0
         self.busy = True
         self.pass_ends.append(now + duration)
@@ -238,3 +239,24 @@ def test_a_request_queued_during_a_pass_waits_for_an_unrouted_arrival_at_its_end
     starts = [e for e in got[2] if e[0] == "start"]
     assert starts == [("start", 0.0, "w0", 1), ("start", 5.0, "w0", 2)]
     assert starts == [e for e in expected[2] if e[0] == "start"] and got[0] == expected[0] == 9.0
+
+
+def test_a_zero_duration_pass_completes_inline_at_once():
+    now, _, log, handler, _ = _run("isolated", [(0.0, 0, 0.0), (3.0, 0, 1.0)], workers=1)
+    assert handler.inline == [True, False]
+    assert [e[:2] for e in log] == [("start", 0.0), ("finish", 0.0), ("start", 3.0), ("finish", 4.0)]
+    assert now == 4.0
+
+
+def test_an_arrival_exactly_at_the_cap_is_an_instant_of_the_clock():
+    now, seconds, _, _, _ = _run("isolated", [(0.0, 0, 2.0), (5.0, 0, 1.0)], workers=1, cap=5.0)
+    assert now == 5.0 and seconds == pytest.approx(0.005)
+    now, seconds, _, _, _ = _run("isolated", [(0.0, 0, 2.0), (5.0, 0, 1.0)], workers=1, cap=4.9)
+    assert now == 2.0 and seconds == pytest.approx(0.002)
+
+
+def test_every_workers_first_pass_end_is_an_instant():
+    now, seconds, _, _, _ = _run("isolated", [(0.0, 0, 3.0), (0.0, 1, 7.0)], workers=2, window=1)
+    assert now == 7.0 and seconds == pytest.approx(2 * 7.0 / 1000)
+    now, seconds, _, _, _ = _run("isolated", [(0.0, 0, 3.0)], workers=2, cap=3.0)
+    assert now == 3.0 and seconds == pytest.approx(2 * 3.0 / 1000)
