@@ -416,3 +416,9 @@ def test_an_affine_later_turn_is_credited_only_what_its_rank_holds():
     least.worker_added(0)
     least.place(_req(1, [1], session="B"), 0.0)
     assert least.place(_req(2, [1], session="B"), 1.0) == (0, 0, 0)
+
+
+def test_round_robin_cycles_three_ranks_forward():
+    rr = RoundRobin(3)
+    rr.worker_added(0)
+    assert [rr.place(_req(i, []), 0.0).rank for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
