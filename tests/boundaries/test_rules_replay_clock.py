@@ -188,3 +188,62 @@ def test_a_dead_end_under_a_time_cap_is_still_an_error():
     loop = ReplayLoop(source, [Pool("p", [w])], FakeHandler(source, w.log), time_cap_ms=100.0)
     with pytest.raises(SimulationError, match="effect-free zero-duration pass with 1 in-flight"):
         loop.run()
+
+
+# -- only control ticks left: exactly when the loop gives up --------------------------------
+
+class WakingHandler(TickingHandler):
+    """Ticks go on while a parked worker holds a request; an arrival or a timer wakes it (its
+    next pass then has an effect)."""
+
+    def __init__(self, source, log, ticks, worker, timers=()):
+        super().__init__(source, log, ticks)
+        self.worker, self.timers, self._woken = worker, list(timers), False
+
+    def release_arrivals(self, now):
+        touched = super().release_arrivals(now)
+        if touched and now > 0:
+            self.worker.effect = True
+        return touched
+
+    def fire_timers(self, now):
+        fired = super().fire_timers(now)
+        if fired:
+            self.worker.effect, self.worker.parked, self._woken = True, False, True
+        return fired
+
+    def drive(self, now):
+        if self._woken:
+            self._woken = False
+            return [self.worker]
+        return []
+
+    def done(self):
+        return super().done() and not self.timers
+
+
+def _waking(arrivals, ticks, timers=()):
+    (w,) = _workers((0, 0))
+    w.effect = False
+    source = FakeSource([(t, w, d) for t, d in arrivals])
+    handler = WakingHandler(source, w.log, ticks, w, timers)
+    return ReplayLoop(source, [Pool("p", [w])], handler), w.log
+
+
+def test_ticks_with_an_arrival_still_to_come_are_not_a_dead_end():
+    loop, log = _waking([(0.0, 0.0), (10.0, 2.0)], [5.0])
+    assert loop.run() == 12.0
+    assert ("tick", 5.0, "") in log and [e[:2] for e in log if e[0] == "finish"] == [("finish", 10.0), ("finish", 12.0)]
+
+
+def test_ticks_with_a_timer_still_to_come_are_not_a_dead_end():
+    loop, log = _waking([(0.0, 0.0)], [5.0], timers=[10.0])
+    assert loop.run() == 10.0
+    assert ("tick", 5.0, "") in log and ("timer", 10.0, "") in log
+
+
+def test_a_dead_end_with_only_ticks_left_is_found_before_the_first_tick():
+    loop, log = _waking([(0.0, 0.0)], [5.0, 10.0, 15.0])
+    with pytest.raises(SimulationError, match="with 1 in-flight requests"):
+        loop.run()
+    assert loop.now == 0.0 and not [e for e in log if e[0] == "tick"]
