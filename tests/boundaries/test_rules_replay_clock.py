@@ -110,6 +110,8 @@ class ChainHandler(TickingHandler):
         self.follow = dict(follow)
         self.inline: list[bool] = []
         self.pending_timers: list[tuple[float, str]] = []
+        self.touch: list = []
+        """Workers `drive` says it touched when it schedules a timer."""
 
     def _schedule(self, step: str, now: float) -> None:
         label = self.follow.pop((step, now), None)
@@ -140,8 +142,9 @@ class ChainHandler(TickingHandler):
         return touched
 
     def drive(self, now: float):
+        before = len(self.pending_timers)
         self._schedule("drive", now)
-        return []
+        return list(self.touch) if len(self.pending_timers) > before else []
 
     def done(self) -> bool:
         return super().done() and not self.pending_timers
@@ -151,6 +154,7 @@ def _chained(arrivals, follow, ticks=(5.0,)):
     (w,) = _workers((0, 0))
     source = FakeSource([(t, w, d) for t, d in arrivals])
     handler = ChainHandler(source, w.log, list(ticks), follow)
+    handler.touch = [w]
     ReplayLoop(source, [Pool("p", [w])], handler).run()
     return [(kind, label) for kind, t, label in w.log if t == 5.0 and kind in ("timer", "tick")], handler
 

@@ -42,12 +42,14 @@ class BatchWorker:
     effect: bool = True
     pass_ends: array = field(default_factory=lambda: array("d"))
     horizons: list = field(default_factory=list)
+    flags: set = field(default_factory=set)
 
     def runnable(self) -> bool:
         return not self.busy and not self.parked and bool(self.queue)
 
     def start_pass(self, now, horizon=0.0, through_finishes=False, run_on=False) -> Outcome:
         self.horizons.append((now, horizon))
+        self.flags.add((through_finishes, run_on))
         assert sum(1 for t, _ in self.horizons[-50:] if t == now) < 50, "the replay keeps starting passes at one instant"
         duration = max(self.queue) if self.effect else 0.0
         self.busy = True
@@ -260,3 +262,20 @@ def test_every_workers_first_pass_end_is_an_instant():
     assert now == 7.0 and seconds == pytest.approx(2 * 7.0 / 1000)
     now, seconds, _, _, _ = _run("isolated", [(0.0, 0, 3.0)], workers=2, cap=3.0)
     assert now == 3.0 and seconds == pytest.approx(2 * 3.0 / 1000)
+
+
+@pytest.mark.parametrize(("requests", "calls"), [(1022, 0), (1023, 1)])
+def test_progress_comes_at_the_1024th_step_exactly(requests, calls):
+    # back-to-back 1 ms passes, each arrival at the previous pass end: requests + 1 steps
+    seen: list = []
+    w = BatchWorker("w0", (0, 0), [])
+    handler = Handler([(float(t), w, 1.0) for t in range(requests)])
+    IsolatedReplay([Pool("p", [w])], handler, None, progress=seen.append).run()
+    assert len(seen) == calls
+
+
+def test_passes_run_through_finishes_and_run_on_only_when_asked():
+    _, _, _, _, ws = _run("isolated", [(0.0, 0, 2.0), (5.0, 0, 1.0)], workers=1)
+    assert ws[0].flags == {(True, False)}
+    _, _, _, _, ws = _run("isolated", [(0.0, 0, 2.0), (5.0, 0, 1.0)], workers=1, run_on=True)
+    assert ws[0].flags == {(True, True)}
