@@ -90,8 +90,7 @@ def _refuse_special(path: Path, where: str) -> None:
     """A target that is (or links to) a device, a pipe or a socket, or that names one of the
     system's device paths (`/dev/stdout` links to a file of `/proc`), is refused: the result
     would replace it, and `/dev/full` or `/dev/stdout` are not files to overwrite."""
-    resolved = os.path.realpath(path)
-    if any(str(p) == root or str(p).startswith(root + os.sep) for p in (path, resolved) for root in _SYSTEM):
+    if any(_system_path(hop) for hop in _link_chain(str(path))):
         raise ConfigError(f"{where}: a system device path, not a file to replace; name a file to write")
     for status in (os.lstat, os.stat):
         try:
@@ -100,4 +99,21 @@ def _refuse_special(path: Path, where: str) -> None:
             return
         if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
             raise ConfigError(f"{where}: not a regular file (a device, pipe or socket); name a file to write")
+
+
+def _system_path(path: str) -> bool:
+    return any(path == root or path.startswith(root + os.sep) for root in _SYSTEM)
+
+
+def _link_chain(path: str) -> list[str]:
+    """`path` and every path its chain of symbolic links goes through (at most 40 hops)."""
+    chain = [path]
+    for _ in range(40):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            break
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+        chain.append(path)
+    return chain
 
