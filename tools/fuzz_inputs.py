@@ -337,7 +337,10 @@ def _limits() -> None:
 
 def servesim(args: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> tuple[int | None, str]:
     """Run `python -m servesim ARGS`: (exit code or None on a hang, stderr)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # offline: a damaged model name is looked up on the Hub, whose retries (about 25 s without
+    # a network) would pass for a hang; the fuzzer checks input handling, not the network
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "servesim", *args], cwd=cwd, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, env=env, preexec_fn=_limits)
     try:
