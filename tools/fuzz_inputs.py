@@ -245,13 +245,19 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
+SEARCH_BOUNDS = ("--set", "optimizer.parallelism=1", "--set", "optimizer.candidate_timeout_seconds=3",
+                 "--set", "optimizer.max_trials=4")
+"""What keeps a search case short whatever its damage: one process, candidates cut off after
+3 s and at most 4 of them (screening is bounded by recommend itself), so a case takes a few
+seconds and one past the 30 s limit is a real hang."""
+
+
 def case_search(rng: random.Random, folder: Path, base: Path) -> Case:
     case = Case("search", folder, [])
     config = _write(folder / "search.yaml", _damage_structured(rng, _SEARCH, case.notes, _yaml))
     # one process, a bounded candidate: the damage is in the search space, not in how long a
     # sound search may take (worker pools on a shared machine are recommend's own tests')
-    case.args = ["recommend", "-c", str(config), "--output-dir", str(folder / "out"),
-                 "--set", "optimizer.parallelism=1", "--set", "optimizer.candidate_timeout_seconds=10"]
+    case.args = ["recommend", "-c", str(config), "--output-dir", str(folder / "out"), *SEARCH_BOUNDS]
     return case
 
 
@@ -331,7 +337,10 @@ def _limits() -> None:
 
 def servesim(args: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> tuple[int | None, str]:
     """Run `python -m servesim ARGS`: (exit code or None on a hang, stderr)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # offline: a damaged model name is looked up on the Hub, whose retries (about 25 s without
+    # a network) would pass for a hang; the fuzzer checks input handling, not the network
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "servesim", *args], cwd=cwd, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, env=env, preexec_fn=_limits)
     try:
@@ -376,12 +385,16 @@ def fuzz(seed: int, seconds: float, families: tuple[str, ...] = FAMILIES, work: 
     failures: list[str] = []
     started, number = time.monotonic(), 0
     counts: dict[int | None, int] = {}
+    slowest: tuple[float, int, str] = (0.0, 0, "")
     while time.monotonic() - started < seconds and (max_cases is None or number < max_cases):
         number += 1
         family = rng.choice(families)
         folder = work / f"case-{number:04d}"
         case = MAKERS[family](random.Random(rng.getrandbits(64)), folder, work / "base")
+        began = time.monotonic()
         code, err = servesim(case.args, folder)
+        took = time.monotonic() - began
+        slowest = max(slowest, (took, number, family))
         counts[code] = counts.get(code, 0) + 1
         wrong = problem(code, err)
         if wrong is None:
@@ -392,7 +405,8 @@ def fuzz(seed: int, seconds: float, families: tuple[str, ...] = FAMILIES, work: 
                         + "\n".join("  | " + line for line in err.strip().splitlines()[-12:]))
         log(failures[-1])
     log(f"fuzz_inputs: seed {seed}, {number} cases in {time.monotonic() - started:.0f} s, exit codes "
-        f"{dict(sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))}, {len(failures)} failures")
+        f"{dict(sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))}, slowest case "
+        f"{slowest[1]} ({slowest[2]}) {slowest[0]:.1f} s, {len(failures)} failures")
     return failures
 
 

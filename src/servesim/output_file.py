@@ -36,6 +36,7 @@ class OutputFile:
         try:
             if self.path.is_dir() and not self.path.is_symlink():
                 raise ConfigError(f"{where}: is a directory")
+            _refuse_special(self.path, where)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with _signals_held():  # an interrupt here must not leave the probe behind
                 handle, probe = create_hidden(self.path.parent, ".probe")
@@ -80,3 +81,39 @@ class OutputFile:
             return
         if stat.S_ISREG(previous.st_mode):
             os.chmod(temp, stat.S_IMODE(previous.st_mode))
+
+
+_SYSTEM = ("/dev", "/proc", "/sys")
+
+
+def _refuse_special(path: Path, where: str) -> None:
+    """A target that is (or links to) a device, a pipe or a socket, or that names one of the
+    system's device paths (`/dev/stdout` links to a file of `/proc`), is refused: the result
+    would replace it, and `/dev/full` or `/dev/stdout` are not files to overwrite."""
+    if any(_system_path(hop) for hop in _link_chain(str(path))):
+        raise ConfigError(f"{where}: a system device path, not a file to replace; name a file to write")
+    for status in (os.lstat, os.stat):
+        try:
+            mode = status(path).st_mode
+        except FileNotFoundError:
+            return
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
+            raise ConfigError(f"{where}: not a regular file (a device, pipe or socket); name a file to write")
+
+
+def _system_path(path: str) -> bool:
+    return any(path == root or path.startswith(root + os.sep) for root in _SYSTEM)
+
+
+def _link_chain(path: str) -> list[str]:
+    """`path` and every path its chain of symbolic links goes through (at most 40 hops)."""
+    chain = [path]
+    for _ in range(40):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            break
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+        chain.append(path)
+    return chain
+

@@ -14,9 +14,12 @@ each reader turns into its own error naming ``FILE:LINE``. `finite_number` check
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -163,9 +166,22 @@ def decode(data: bytes) -> str:
                           data.count(b"\n", 0, exc.start) + 1) from None
 
 
+def regular_file_or_error(path: str | Path) -> None:
+    """Raise `OSError` when `path` is a pipe, a device or a socket: opening a pipe nobody writes
+    to waits for ever, and a device (`/dev/zero`) never ends. A missing file or a folder is left
+    to the caller's own open."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise OSError(errno.EINVAL, "not a regular file (a pipe, a device or a socket)")
+
+
 def read_json(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, constants: bool = False) -> Any:
     """The JSON document in file `path` (`loads` on its UTF-8 text). `OSError` when it cannot be
-    read, `JsonRefused` when it is refused (a file over `max_bytes` too)."""
+    read (or is not a regular file), `JsonRefused` when it is refused (a file over `max_bytes` too)."""
+    regular_file_or_error(path)
     with open(path, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:

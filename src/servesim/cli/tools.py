@@ -35,9 +35,20 @@ def register(sub: Any) -> None:
     compare.add_argument("-o", "--output", default="compare.html", help="the HTML file to write (default: compare.html)")
     compare.add_argument("--label", action="append", default=[], help="name of each run, in order (repeatable)")
     for target in ("ttft", "itl", "e2e"):
-        compare.add_argument(f"--sla-{target}-ms", type=float, default=None,
+        compare.add_argument(f"--sla-{target}-ms", type=_target_ms, default=None,
                              help=f"mark this {target.upper()} target on the distributions")
     compare.set_defaults(run_command=compare_runs)
+
+
+def _target_ms(text: str) -> float:
+    """An SLA target given on the command line: a finite number of milliseconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds > 0 (got {text!r})")
+    return value
 
 
 def data_fetch(args: argparse.Namespace) -> int:

@@ -21,7 +21,10 @@ def _positive(value: Any) -> float | None:
     """`value` as a float when it is a finite number > 0 (not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the largest float (10**400)
+        return None
     return number if math.isfinite(number) and number > 0 else None
 
 

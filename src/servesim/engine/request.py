@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from servesim.engine.cache.blocks import ROOT_KEY, chain_keys
+from servesim.engine.cache.blocks import RANGE_KEYS, ROOT_KEY, chain_keys, window_start
 from servesim.engine.cache.kv import Block
 from servesim.engine.cache.shared import Transfer
-from servesim.traffic.workload import Prompt, Run, output_runs
+from servesim.traffic.workload import Prompt, Run, expand_hash_ids, output_runs
 
 
 class EngineRequest:
@@ -92,6 +92,8 @@ class EngineRequest:
         """
         keys = self.keys
         have = len(keys)
+        if have < num_blocks and self._range_keys(num_blocks, block_size, generated):
+            have = len(keys)
         if have < num_blocks:
             runs = self.prompt_runs
             if num_blocks * block_size > self.prompt_len:
@@ -100,6 +102,29 @@ class EngineRequest:
             parent = keys[-1] if keys else ROOT_KEY
             keys.extend(chain_keys(runs, block_size, num_blocks - have, have, parent))
         return keys
+
+    def _range_keys(self, num_blocks: int, block_size: int, generated: int) -> bool:
+        """Extend `keys` from the process's `RANGE_KEYS` when the prompt is a turn of consecutive
+        trace ids (a long session's turns then key only their new blocks); False if it is not.
+        Blocks past the prompt (generated tokens) are keyed from the prompt's last blocks on."""
+        prompt = self._prompt
+        if isinstance(prompt, list) or type(prompt.block_values) is not range:
+            return False
+        keys = self.keys
+        have = len(keys)
+        inside = min(num_blocks, self.prompt_len // block_size)
+        if have < inside:
+            keys += RANGE_KEYS.keys(prompt.block_values, prompt.block_size, block_size, inside)[have:inside]
+            have = inside
+        if have < num_blocks:
+            trace_block = prompt.block_size
+            start = window_start(have, trace_block, block_size)
+            runs = expand_hash_ids(prompt.block_values[start // trace_block:], trace_block, self.prompt_len - start)
+            count = self.generated if generated < 0 else generated
+            runs += output_runs(self.output_base, count, self.output_ids)
+            keys += chain_keys(runs, block_size, num_blocks - have, have - start // block_size,
+                               keys[-1] if keys else ROOT_KEY)
+        return True
 
     def add_token_pass(self, pass_index: int) -> None:
         """Record that this request got one token at the end of worker pass `pass_index`."""

@@ -74,6 +74,7 @@ def _read_text(path: Path) -> str:
     """The file's UTF-8 text (at most `safejson.MAX_FILE_BYTES`)."""
     name = str(path)
     try:
+        safejson.regular_file_or_error(path)
         with path.open("rb") as handle:
             data = handle.read(safejson.MAX_FILE_BYTES + 1)
     except OSError as exc:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from servesim.errors import TraceError
+from servesim.limits import MAX_REQUESTS, MAX_TOKENS, MAX_WORKERS
 
 GPUS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200_sxm",
         "h20": "h20_sxm", "a100": "a100_sxm", "b300": "b300_sxm"}
@@ -108,10 +109,16 @@ class _Row:
         except ValueError:
             raise self.fail(column, f"expected {kind}, got {value!r}") from None
 
-    def integer(self, column: str, minimum: int = 1, optional: bool = False) -> int | None:
+    def integer(self, column: str, minimum: int = 1, optional: bool = False,
+                maximum: int | None = None) -> int | None:
         number = self._parsed(column, optional, int, "an integer")
-        if number is not None and number < minimum:
+        if number is None:
+            return None
+        if number < minimum:
             raise self.fail(column, f"must be >= {minimum}, got {number}")
+        top = _MAXIMA.get(column) if maximum is None else maximum
+        if top is not None and number > top:
+            raise self.fail(column, f"must be at most {top:,}, got {number}")
         return number
 
     def req_int(self, column: str, minimum: int = 1) -> int:
@@ -181,12 +188,40 @@ def _req(value: float | None) -> float:
 def read_points(path: str | Path) -> list[BenchmarkPoint]:
     """Every point of a benchmark-point CSV, in file order (a bad row: `TraceError` at file:line)."""
     name = str(path)
+    text = _points_text(name)
+    reader = csv.DictReader(text.splitlines())
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return _read_rows(name, reader)
+    except csv.Error as exc:  # a field over the csv module's limit (128 KiB), a NUL byte
+        raise TraceError(name, reader.line_num + 1, f"not a benchmark-point CSV: {exc}") from None  # the record read
+
+
+def _points_text(name: str) -> str:
+    """The CSV's text: a regular file of UTF-8 text, at most `MAX_POINTS_BYTES`."""
+    from servesim.safejson import regular_file_or_error
+
+    try:
+        regular_file_or_error(name)
+        with open(name, "rb") as handle:
+            data = handle.read(MAX_POINTS_BYTES + 1)
     except OSError as exc:
         raise TraceError(name, None, f"cannot read benchmark points: {exc.strerror or exc}") from None
-    reader = csv.DictReader(text.splitlines())
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
+    if len(data) > MAX_POINTS_BYTES:
+        raise TraceError(name, None, f"larger than {MAX_POINTS_BYTES >> 20} MiB: not a benchmark-point CSV")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TraceError(name, data.count(b"\n", 0, exc.start) + 1, f"not UTF-8 text ({exc.reason})") from None
+
+
+MAX_POINTS_BYTES = 64 << 20
+_MAXIMA = {"isl": MAX_TOKENS, "osl": MAX_TOKENS, "num_prompts": MAX_REQUESTS, "conc": MAX_REQUESTS,
+           "tp": MAX_WORKERS, "ep": MAX_WORKERS, "num_gpus": MAX_WORKERS}
+"""Bounds of the integer columns (`servesim.limits`), checked before any replay."""
+
+
+def _read_rows(name: str, reader: csv.DictReader) -> list[BenchmarkPoint]:
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]  # (reads the header)
     if missing:
         raise TraceError(name, 1, f"header: missing column {missing[0]!r} (required: {', '.join(REQUIRED)})")
     points: list[BenchmarkPoint] = []

@@ -35,7 +35,7 @@ from servesim.engine.pass_time import MixedPassTiming, TimingModel
 from servesim.errors import TraceError
 from servesim.limits import MAX_MS, MAX_TOKENS
 from servesim.perf.timing import quantize_ms
-from servesim.safejson import finite_number
+from servesim.safejson import finite_number, regular_file_or_error
 
 VERSION = 1
 KEYS = ("servesim_calibration", "prefill_scale", "decode_scale", "frontend_ms", "kv_tokens", "mixed_pass",
@@ -89,6 +89,7 @@ def load_calibration(path: str) -> Calibration:
     from servesim.config.strict_yaml import YamlRefused, load_yaml
 
     try:
+        regular_file_or_error(path)
         with open(path, encoding="utf-8") as handle:
             text = handle.read(MAX_FILE_CHARS + 1)
     except OSError as exc:

@@ -24,7 +24,9 @@ error naming its line, not a memory blow-up."""
 
 
 def open_text(path: str) -> IO[str]:
-    """A text handle on `path`, decompressing it when it is gzip data."""
+    """A text handle on `path`, decompressing it when it is gzip data (`OSError` for a pipe or a
+    device: a pipe nobody writes to would wait for ever)."""
+    safejson.regular_file_or_error(path)
     with open(path, "rb") as probe:
         magic = probe.read(2)
     if magic == _GZIP_MAGIC:

@@ -12,9 +12,10 @@ values (< 0) as maximal runs of consecutive values.
 
 from __future__ import annotations
 
+import math
 from itertools import islice
 
-from servesim.traffic.workload import Run
+from servesim.traffic.workload import Run, expand_hash_ids
 
 ROOT_KEY = 0x5E57E51
 
@@ -225,3 +226,48 @@ def _whole_runs(runs: list[Run], index: int, block_size: int, blocks_left: int, 
         index += 1
     done = len(keys) - before
     return index, parent, ((last, block_size) if done else previous), done
+
+
+class RangeKeys:
+    """Keys of the prompts whose trace blocks are consecutive ids (a slice of one `range`, as
+    an `applied_compute_agentic` session's turns are): every turn's prompt extends the one
+    before, so the keys of one id range are kept and extended, and a turn keys only what is
+    new instead of its whole history. Bounded: past `limit` keys it starts afresh."""
+
+    __slots__ = ("chains", "size", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.chains: dict[tuple[int, int, int, int], list[int]] = {}
+        self.size = 0
+        self.limit = limit
+
+    def keys(self, values: range, trace_block: int, block_size: int, num_blocks: int) -> list[int]:
+        """A list whose first `num_blocks` entries are the keys of the first `num_blocks` blocks
+        of ``expand_hash_ids(values, trace_block, ·)`` (each block inside the content)."""
+        chain_id = (values.start, values.step, trace_block, block_size)
+        keys = self.chains.get(chain_id)
+        if keys is None:
+            if self.size > self.limit:
+                self.chains.clear()
+                self.size = 0
+            keys = self.chains[chain_id] = []
+        have = len(keys)
+        if have < num_blocks:
+            start = window_start(have, trace_block, block_size)
+            first_value = start // trace_block
+            runs = expand_hash_ids(values[first_value:], trace_block, num_blocks * block_size - start)
+            keys += chain_keys(runs, block_size, num_blocks - have, have - start // block_size,
+                               keys[-1] if keys else ROOT_KEY)
+            self.size += num_blocks - have
+        return keys
+
+
+def window_start(have: int, trace_block: int, block_size: int) -> int:
+    """The latest token position at which a keying of blocks from `have` on may start its runs:
+    on a trace block and a KV block boundary, at or before the block before `have`."""
+    step = math.lcm(trace_block, block_size)
+    return (max(have - 1, 0) * block_size) // step * step
+
+
+RANGE_KEYS = RangeKeys(1 << 22)
+"""The process's range-prompt keys (a pure function of content, so it never changes a result)."""

@@ -47,6 +47,10 @@ class BlockPool(SpanQueue):
     goes stale and is skipped when it reaches the head (or dropped when the queue is compacted).
     """
 
+    join_spans = True
+    """Whether a release joins consecutive cached spans it frees (results are the same either
+    way; the tests check that with it off)."""
+
     def __init__(self, num_blocks: int, caching: bool = True) -> None:
         self.num_blocks = num_blocks
         self.caching = caching
@@ -80,11 +84,14 @@ class BlockPool(SpanQueue):
         lru: list[object] = []
         for entry in self._lru:
             if type(entry) is Gap:
-                lru.append(entry.count)
+                lru.append(("gap", entry.count))
                 continue
             assert isinstance(entry, Run)
-            lru.extend(tuple(span.keys) if span.keys is not None else (len(span.blocks),)
-                       for span in entry.spans[entry.start:] if span.run is entry)
+            for span in entry.spans[entry.start:]:  # keys one by one: however spans are cut
+                if span.run is entry and span.keys is not None:
+                    lru.extend(span.keys)
+                elif span.run is entry:
+                    lru.append(("private", len(span.blocks)))
         return self.anonymous_blocks, self.active_blocks, tuple(self._index), tuple(lru)
 
     def lookup(self, key: int) -> Block | None:
@@ -310,6 +317,8 @@ class BlockPool(SpanQueue):
         run = Run(due)
         queued = 0
         own: list[list[Block]] = []
+        merge = self.join_spans and caching and not self._copies and self.listener is None
+        after = -1  # where the span last added to `run` starts in the lease
         i = split - 1
         while i >= 0:
             block = lease[i]
@@ -354,6 +363,14 @@ class BlockPool(SpanQueue):
                 queued += self._push(run, gap)
                 run = Run(due)
                 gap = 0
+            if merge and after == i + 1 + len(span.blocks) and span.keys is not None:
+                later = run.spans[-1]
+                if later.keys is not None:
+                    run.spans[-1] = span = _joined(span, later)
+                    span.run = run
+                    after = i + 1
+                    continue
+            after = i + 1
             span.run = run
             run.spans.append(span)
         queued += self._push(run, gap)
@@ -413,3 +430,23 @@ class BlockPool(SpanQueue):
         assert self.anonymous_blocks >= 0 and self.active_blocks >= 0
         assert self.anonymous_blocks + self._lru_size + self.active_blocks == self.num_blocks, (
             self.anonymous_blocks, self._lru_size, self.active_blocks, self.num_blocks)
+
+
+def _joined(first: Span, second: Span) -> Span:
+    """One span of two free cached spans of consecutive positions released together (`first`
+    before `second`): the larger takes in the smaller's blocks, so a long session's history
+    stays one span instead of one per turn. Eviction order is unchanged (a span, like the run
+    of spans a release makes, is evicted from its last block down)."""
+    assert first.keys is not None and second.keys is not None and not first.refs and not second.refs
+    if len(first.blocks) >= len(second.blocks):
+        first.blocks += second.blocks
+        first.keys += second.keys
+        moved, span = second.blocks, first
+    else:
+        second.blocks[:0] = first.blocks
+        second.keys[:0] = first.keys
+        moved, span = first.blocks, second
+    for block in moved:
+        block.span = span
+    return span
+

@@ -9,6 +9,7 @@ is the baseline the differences are relative to.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ class ComparedRun:
 def load_run(path: str | Path, name: str | None = None) -> ComparedRun:
     """Read one input of a comparison (a servesim output directory or a measured run)."""
     path = Path(path)
-    if (path / "prediction.json").is_file():
+    if os.path.lexists(path / "prediction.json"):  # a folder there: a broken output, not a measurement
         return _servesim_run(path, name or path.name)
     from servesim.measured import load_measured
 
