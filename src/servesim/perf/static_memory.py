@@ -19,9 +19,9 @@ CUDA-graph reservation off the result::
 
     budget = (capacity − others − nccl) × memory_fraction − weights − cuda_graph_reserved_bytes
 
-For DeepSeek-V3-style checkpoints (``DeepseekV3ForCausalLM``, one pipeline stage) 0.13 also counts the weights SGLang keeps resident rather than the timing graph's:
-the embedding sharded over tp, the first ``first_k_dense_replace`` layers as dense MLPs
-(``sglang_deepseek_weights``).
+For DeepSeek-V3-style checkpoints (``DeepseekV3ForCausalLM``, one pipeline stage) 0.13 also
+counts the weights SGLang keeps resident rather than the timing graph's: the embedding sharded
+over tp, the first ``first_k_dense_replace`` layers as dense MLPs (``sglang_deepseek_weights``).
 """
 
 from __future__ import annotations
