@@ -159,7 +159,8 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
     par = worker.parallelism
     rank = RankConfig(
         block_size=worker.kv_cache.block_size_for(engine.backend),
-        num_blocks=_num_blocks(engine, worker, role, sglang_static=config.compat != "reference"),
+        num_blocks=_num_blocks(engine, worker, role, sglang_static=config.compat != "reference",
+                               upstream013=config.compat == "upstream-0.13"),
         max_batched_tokens=worker.scheduler.max_batched_tokens,
         max_sequences=worker.scheduler.max_sequences_for(role),
         prefix_caching=worker.kv_cache.prefix_caching and worker.kv_cache.state_cache is None,
@@ -260,11 +261,13 @@ _DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "float8
 """Bytes per element of the HF `torch_dtype`s a transfer can carry (anything else: 2)."""
 
 
-def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False) -> int:
-    """KV blocks per scheduler rank of one role's workers (`sglang_static`: SGLang's own sizing)."""
+def _num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False, *,
+                upstream013: bool = False) -> int:
+    """KV blocks per scheduler rank of one role's workers (`sglang_static`: SGLang's own sizing;
+    `upstream013`: upstream 0.13's version of it)."""
     from servesim.build.perf import num_blocks
 
-    return num_blocks(engine, worker, role, sglang_static)
+    return num_blocks(engine, worker, role, sglang_static, upstream013=upstream013)
 
 
 def _timing_model(engine: EngineConfig, worker: WorkerConfig, role: str, *, metered: bool,

@@ -16,6 +16,7 @@ starts without them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from servesim.config.schema import (
@@ -147,9 +148,11 @@ def gpu_for(engine: EngineConfig, worker: WorkerConfig) -> GpuSpec:
 
 # -- capacity -------------------------------------------------------------------------------------
 
-def capacity(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False) -> Capacity:
+def capacity(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False, *,
+             upstream013: bool = False) -> Capacity:
     """The default KV capacity of one rank of a role (servesim's formula; see engine.capacity);
-    `sglang_static` sizes an SGLang pool by SGLang's own rule (`servesim.perf.static_memory`)."""
+    `sglang_static` sizes an SGLang pool by SGLang's own rule (`servesim.perf.static_memory`),
+    `upstream013` by upstream 0.13's version of it (`compat: upstream-0.13`)."""
     from servesim.perf.capacity import kv_blocks
     from servesim.perf.hardware import ready_systems_dir, systems_dir
     from servesim.perf.models import ModelNotFound, resolve_model
@@ -174,6 +177,8 @@ def capacity(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_stati
             version = aic.resolve_version(systems, engine.hardware, engine.backend, engine.backend_version)
         except aic.AicUnavailable:
             aic_model = version = None
+    if upstream013 and engine.backend == "sglang":
+        return _sglang_013(engine, worker, role, model, gpu, aic_model, version, str(systems))
     if sglang_static and engine.backend == "sglang":
         return _sglang_static(engine, worker, role, model, gpu, aic_model, version, str(systems))
     return kv_blocks(
@@ -209,12 +214,46 @@ def _sglang_static(engine: EngineConfig, worker: WorkerConfig, role: str, model:
                          block, "servesim" if model.family is not None else "generic")
 
 
-def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False) -> int:
-    """KV blocks per scheduler rank of one role's workers (`sglang_static`: see `capacity`)."""
+def _sglang_013(engine: EngineConfig, worker: WorkerConfig, role: str, model: ModelSpec, gpu: GpuSpec,
+                aic_model: str | None, version: str | None, systems: str) -> Capacity:
+    """An SGLang pool sized as upstream 0.13 sizes it: the database's breakdown where it can build
+    the model, else servesim's weights and the GPU's reserves."""
+    from servesim.perf.capacity import check_parallelism, runtime_reserves, weight_bytes
+    from servesim.perf.static_memory import (StaticMemory, aic_static_memory, corrects_deepseek,
+                                             sglang_deepseek_weights, upstream013_blocks)
+
+    cap = worker.kv_cache.capacity
+    assert not isinstance(cap, FixedCapacity)
+    fraction = cap.memory_fraction_for(engine.backend)
+    block = worker.kv_cache.block_size_for(engine.backend)
+    par = parallel(worker)
+    graphs = cap.cuda_graph_reserved_bytes
+    if model.family is None and aic_model is not None and version is not None:
+        try:
+            memory = aic_static_memory(
+                aic_model, gpu.name, version, par, max_batched_tokens=worker.scheduler.max_batched_tokens,
+                max_sequences=worker.scheduler.max_sequences_for(role), systems_path=systems)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - any failure of the foreign estimator: servesim's formula
+            pass
+        else:
+            if corrects_deepseek(model, par):
+                memory = replace(memory, weights=sglang_deepseek_weights(memory.weights, model, par))
+            return upstream013_blocks(gpu.mem_capacity, memory, fraction, block, graphs, "aiconfigurator")
+    check_parallelism(model, par)
+    others, nccl = runtime_reserves(gpu, "sglang", par.tp)
+    memory = StaticMemory(weight_bytes(model, par), others, nccl, float(model.kv_bytes_per_token(par.tp)))
+    return upstream013_blocks(gpu.mem_capacity, memory, fraction, block, graphs,
+                              "servesim" if model.family is not None else "generic")
+
+
+def num_blocks(engine: EngineConfig, worker: WorkerConfig, role: str, sglang_static: bool = False, *,
+               upstream013: bool = False) -> int:
+    """KV blocks per scheduler rank of one role's workers (`sglang_static`, `upstream013`: see
+    `capacity`)."""
     cap = worker.kv_cache.capacity
     if isinstance(cap, FixedCapacity):
         return cap.blocks_for(worker.kv_cache.block_size_for(engine.backend), worker.kv_cache.bytes_per_token)
     measured = calibrated_kv_blocks(worker, worker.kv_cache.block_size_for(engine.backend))
     if measured is not None:
         return measured
-    return capacity(engine, worker, role, sglang_static).blocks
+    return capacity(engine, worker, role, sglang_static, upstream013=upstream013).blocks

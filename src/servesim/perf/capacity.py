@@ -130,6 +130,15 @@ def activation_bytes(model: ModelSpec, backend: str, tp: int, max_batched_tokens
     return float(act)
 
 
+def runtime_reserves(gpu: GpuSpec, backend: str, tp: int) -> tuple[float, float]:
+    """(runtime reserve, NCCL reserve) bytes of one rank: the GPU's ``misc.other_mem`` (+20 % for
+    SGLang) and its ``misc.nccl_mem`` for ``min(tp, 8)``."""
+    others = float(gpu.other_mem)
+    if backend in _OTHERS_OVERHEAD:
+        others *= 1.0 + _OTHERS_OVERHEAD[backend]
+    return others, float(gpu.nccl_mem_for(tp))
+
+
 def blocks_from_budget(gpu_memory: int, non_kv: float, fraction: float, of_free: bool,
                        kv_bytes_per_token: float, block_size: int) -> tuple[float, int, int]:
     """(budget bytes, tokens, blocks) with the database's float evaluation order."""
@@ -149,10 +158,7 @@ def estimate(model: ModelSpec, gpu: GpuSpec, backend: str, par: Parallel, *, blo
     family = model.family
     weights = weight_bytes(model, par)
     activations = activation_bytes(model, backend, par.tp, max_batched_tokens, family or ("moe" if model.is_moe else "other"))
-    others = float(gpu.other_mem)
-    if backend in _OTHERS_OVERHEAD:
-        others *= 1.0 + _OTHERS_OVERHEAD[backend]
-    nccl = float(gpu.nccl_mem_for(par.tp))
+    others, nccl = runtime_reserves(gpu, backend, par.tp)
     non_kv = weights + activations + others + nccl + float(reserved_bytes)
     per_token = model.kv_bytes_per_token(par.tp)
     budget, tokens, blocks = blocks_from_budget(gpu.mem_capacity, non_kv, fraction, backend == "trtllm",

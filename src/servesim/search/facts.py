@@ -131,7 +131,8 @@ def _kv_tokens(key: Any, config: SimConfig, role: Role) -> int:
         engine = config.engine
         worker = engine.roles[role]
         try:
-            found = num_blocks(engine, worker, role, sglang_static=config.compat != "reference") \
+            found = num_blocks(engine, worker, role, sglang_static=config.compat != "reference",
+                               upstream013=config.compat == "upstream-0.13") \
                 * engine.block_size(role)
         except RunError as exc:
             found = exc
