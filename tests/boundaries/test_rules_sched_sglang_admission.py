@@ -19,6 +19,8 @@ from servesim.engine.cache.token_seq import TokenSeq
 from servesim.engine.rank import SglangSettings
 from servesim.engine.request import EngineRequest
 from servesim.engine.sglang.admission import LPM_MAX_WAITING, lpm_order, never_admissible
+
+assert LPM_MAX_WAITING == 128
 from servesim.engine.sglang.kv import SgRequest
 from servesim.traffic.workload import GENERATED_BASE
 
@@ -64,6 +66,27 @@ def test_the_match_counts_only_full_pages():
     assert order([short, long_], cache) == [2, 1]
 
 
+def test_the_match_never_reaches_into_the_output_to_come():
+    """Page 16: the tree holds a 40-token prompt and 24 tokens of the output its request will
+    generate. The request matches its two full prompt pages (32, so its first span counts as
+    a repeat of the earlier request's and it goes last), not the 48 its sequence would give."""
+    cache = RadixCache(1000, 16)
+    again = request(2, [(1000, -40)])
+    cached(cache, [(1000, -40), (GENERATED_BASE + 200_000, -24)])
+    first = request(1, [(1000, -40), (2000, -8)])
+    assert order([first, again], cache) == [1, 2]
+    assert order([again, first], cache) == [2, 1]
+
+
+def test_the_first_span_compares_every_token_from_the_first():
+    """Prompts equal but in their first token are no repeats."""
+    cache = RadixCache(1000, 1)
+    a = request(1, [(5, 1), (1001, -39)])
+    b = request(2, [(6, 1), (1001, -39)])
+    c = request(3, [(9000, -40)])
+    assert order([a, b, c], cache) == [1, 2, 3]
+
+
 def test_a_repeated_first_span_goes_last_with_at_most_32_cached():
     cache = RadixCache(1000, 1)
     cached(cache, [(1000, -32)])
@@ -104,7 +127,7 @@ def test_the_span_is_rounded_up_to_whole_pages():
         assert order([a, b, c], cache) == ([1, 3, 2] if late else [1, 2, 3]), page
 
 
-@pytest.mark.parametrize("count, reordered", [(LPM_MAX_WAITING, True), (LPM_MAX_WAITING + 1, False)])
+@pytest.mark.parametrize("count, reordered", [(128, True), (129, False)])
 def test_lpm_falls_back_to_fifo_above_128_waiting(count, reordered):
     cache = RadixCache(100_000, 1)
     cached(cache, [(1000, -64)])
