@@ -14,6 +14,7 @@ from collections import deque
 
 import pytest
 
+from engine_helpers import sglang_rank, sglang_request
 from servesim.engine.cache.radix import RadixCache
 from servesim.engine.cache.token_seq import TokenSeq
 from servesim.engine.rank import SglangSettings
@@ -183,12 +184,19 @@ def test_a_chunk_that_does_not_complete_the_prompt_reserves_no_output():
     assert verdict(300, 10_000, chunked_prefill_size=64) is None
 
 
+def test_a_partial_chunk_reserves_not_even_one_output_token():
+    """Page 1, a 65-token pool, chunk size 64 of a 300-token prompt: 64 + 0 < 65."""
+    r = request(1, [(1000, -300)], 50)
+    assert never_admissible(r, SglangSettings(chunked_prefill_size=64), 1, 4096, 65) is None
+    assert never_admissible(r, SglangSettings(chunked_prefill_size=64), 1, 4096, 64) is not None
+
+
 def test_a_long_prompt_chunk_is_floored_to_pages():
     """Chunk size 70, page 16: the chunk is 64 (not 70 rounded up to 80): within the 70."""
     assert verdict(300, 4, chunked_prefill_size=70) is None
 
 
-@pytest.mark.parametrize("size, ok", [(111, False), (112, True)])
+@pytest.mark.parametrize("size, ok", [(100, False), (111, False), (112, True)])
 def test_a_whole_prompt_chunk_in_pages_must_fit_the_chunk_size(size, ok):
     """A 100-token rest is one chunk when the size is ≥ 100, charged 112 pages' tokens."""
     assert (verdict(100, 4, chunked_prefill_size=size) is None) is ok
@@ -211,3 +219,27 @@ def test_the_rest_after_materialized_tokens_is_the_chunk():
     """60 of 160 prompt tokens are in: the rest (100) completes the prompt in one chunk."""
     assert verdict(160, 47, materialized=60) is None
     assert verdict(160, 48, materialized=60) is not None
+
+
+# -- admission on the rank -------------------------------------------------------------------
+
+
+def test_a_last_chunk_of_one_token_is_admitted():
+    """Chunk size 64, a 65-token prompt: 64 tokens, then the last one (and the first output)."""
+    rank = sglang_rank(chunked_prefill_size=64)
+    r = sglang_request(1, 65, 2)
+    rank.enqueue(r)
+    first = rank.run_pass(0)
+    assert first.scheduled_tokens == 64 and r.generated == 0
+    second = rank.run_pass(1)
+    assert [x for x, _ in second.admitted] == [r] and second.first_tokens == [r]
+
+
+def test_a_partial_chunk_is_admitted_into_a_room_one_token_larger():
+    """Page 1, 65 pages, chunk size 64: the first chunk of a 300-token prompt reserves no
+    output, so 64 + 0 < 65 admits it."""
+    rank = sglang_rank(num_blocks=65, chunked_prefill_size=64)
+    r = sglang_request(1, 300, 5)
+    rank.enqueue(r)
+    result = rank.run_pass(0)
+    assert result.admitted == [(r, 0)] and result.scheduled_tokens == 64
