@@ -8,7 +8,10 @@ from __future__ import annotations
 import pytest
 
 from engine_helpers import sglang_rank, sglang_request
+from servesim.engine.rank import RankConfig
 from servesim.engine.request import EngineRequest
+from servesim.engine.sglang.core import SglangRank
+from servesim.perf.timing import FixedTiming
 from servesim.traffic.workload import GENERATED_BASE
 
 
@@ -102,3 +105,34 @@ def test_every_running_request_decodes_in_a_pass():
     second = rank.run_pass(1)
     assert second.emitted == 3 and second.scheduled_tokens == 3 and second.prefill_ms == 0.0
     assert [r.generated for r in requests] == [2, 2, 2]
+
+
+def interval_rank(interval: int) -> SglangRank:
+    config = RankConfig(block_size=1, num_blocks=1000, prefix_caching=True, backend="sglang",
+                        prefill_decode_interval=interval)
+    return SglangRank(config, FixedTiming(10, 5))
+
+
+@pytest.mark.parametrize("interval, first_admitting", [(0, 1), (1, 1), (2, 2), (3, 3)])
+def test_after_an_extend_the_interval_less_one_passes_only_decode(interval, first_admitting):
+    """prefill_decode_interval N (upstream 0.13): the extend pass is the first of N rounds
+    without another extend, so a request arriving right after waits N − 1 passes."""
+    rank = interval_rank(interval)
+    rank.enqueue(sglang_request(1, 10, 20))
+    assert admitted(rank.run_pass(0))
+    b = sglang_request(2, 10, 20)
+    rank.enqueue(b)
+    passes = [bool(admitted(rank.run_pass(p))) for p in range(1, 5)]
+    assert passes.index(True) + 1 == first_admitting
+    assert passes.count(True) == 1
+
+
+def test_held_passes_end_when_nothing_runs():
+    """The first request finishes in its extend pass: nothing decodes, so the next one is
+    admitted at once however long the interval."""
+    rank = interval_rank(3)
+    rank.enqueue(sglang_request(1, 10, 1))
+    rank.run_pass(0)
+    assert not rank.running
+    rank.enqueue(sglang_request(2, 10, 20))
+    assert admitted(rank.run_pass(1))
