@@ -6,7 +6,7 @@ prefixes — and not at all without a chunk that computes prompt tokens."""
 from __future__ import annotations
 
 from engine_helpers import sglang_request, vllm_request
-from servesim.engine.rank import RankConfig, SglangSettings
+from servesim.engine.rank import RankConfig, SglangSettings, SpeculativeSettings
 from servesim.engine.sglang.core import SglangRank
 from servesim.engine.vllm.core import VllmRank
 
@@ -88,3 +88,15 @@ def test_sglang_decode_and_prefill_are_timed_on_the_batch():
     assert timing.decodes == [(3, 35, 35 // 3, 1000)]
     rank.run_pass(1)
     assert timing.decodes[1] == (3, 38, 38 // 3, 1000) and len(timing.prefills) == 1
+
+
+def test_vllm_decode_with_drafts_is_timed_on_the_known_tokens_after_each_burst():
+    """Drafts always accepted (nextn 2): every step emits 3 tokens, so the second decode sees
+    10 + 11 + 14 + 3 · 3 known tokens."""
+    spec = SpeculativeSettings(nextn=2, acceptance_rates=(1.0, 1.0))
+    rank, timing = vllm(False, speculative=spec)
+    for rid, n in ((1, 10), (2, 11), (3, 14)):
+        rank.enqueue(vllm_request(rid, n, 20))
+    rank.run_pass(0)
+    rank.run_pass(1)
+    assert timing.decodes == [(3, 35, 35 // 3, 1600), (3, 44, 44 // 3, 1600)]
