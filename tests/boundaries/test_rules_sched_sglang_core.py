@@ -136,3 +136,28 @@ def test_held_passes_end_when_nothing_runs():
     assert not rank.running
     rank.enqueue(sglang_request(2, 10, 20))
     assert admitted(rank.run_pass(1))
+
+
+def test_a_decode_only_run_ahead_needs_room_for_every_next_token_exactly():
+    """Page 1, 12 pages, one output token reserved: a 10-token prompt's first pass leaves 11 tokens in 11 pages; the next
+    token fits the last free page (run ahead), the one after it does not."""
+    rank = sglang_rank(num_blocks=12, clip_max_new_tokens=1)
+    rank.enqueue(sglang_request(1, 10, 5))
+    rank.run_pass(0)
+    assert (rank.cache.free_pages, rank.cache.evictable_tokens) == (1, 0)
+    assert rank.can_run_ahead(1)
+    rank.run_pass(1)
+    assert rank.cache.free_pages == 0 and not rank.can_run_ahead(2)
+
+
+def test_evictable_cached_tokens_count_as_run_ahead_room():
+    """A finished request's tokens stay in the tree, evictable: they are room for decoding."""
+    rank = sglang_rank(num_blocks=12, clip_max_new_tokens=1)
+    rank.enqueue(sglang_request(1, 3, 1))
+    rank.run_pass(0)
+    evictable = rank.cache.evictable_tokens
+    assert evictable > 0 and not rank.has_work()
+    rank.enqueue(sglang_request(2, 12 - evictable - 1, 5))
+    rank.run_pass(1)
+    assert rank.cache.free_pages == 0 and rank.cache.evictable_tokens > 0
+    assert rank.can_run_ahead(2)
