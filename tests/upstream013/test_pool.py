@@ -96,3 +96,12 @@ def test_no_room_is_a_clear_run_error() -> None:
               "workers": {"aggregated": {"kv_cache": {"capacity": {"type": "default", "memory_fraction": 0.4}}}}}
     with pytest.raises(RunError, match=r"no KV budget.*memory_fraction"):
         _blocks(engine, COMPAT)
+
+
+def test_default_sglang_pool_takes_the_cuda_graph_reservation_off_once() -> None:
+    """servesim's own SGLang sizing (the defaults) honours `cuda_graph_reserved_bytes`: the pool
+    shrinks by the reservation over the KV bytes per token, not scaled by the fraction."""
+    engine = copy.deepcopy(QWEN8_H200)
+    engine["workers"]["aggregated"]["kv_cache"]["capacity"]["cuda_graph_reserved_bytes"] = 1 << 30
+    without, with_graphs = _blocks(QWEN8_H200, None), _blocks(engine, None)
+    assert without - with_graphs in ((1 << 30) // 147_456, (1 << 30) // 147_456 + 1)

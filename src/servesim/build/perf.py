@@ -198,7 +198,9 @@ def _sglang_static(engine: EngineConfig, worker: WorkerConfig, role: str, model:
     from servesim.perf.capacity import weight_bytes
     from servesim.perf.static_memory import aic_breakdown, static_blocks
 
-    fraction = worker.kv_cache.capacity.memory_fraction_for(engine.backend)  # type: ignore[union-attr]
+    cap = worker.kv_cache.capacity
+    assert not isinstance(cap, FixedCapacity)
+    fraction, graphs = cap.memory_fraction_for(engine.backend), cap.cuda_graph_reserved_bytes
     block = worker.kv_cache.block_size_for(engine.backend)
     par = parallel(worker)
     if aic_model is not None and version is not None:
@@ -209,9 +211,9 @@ def _sglang_static(engine: EngineConfig, worker: WorkerConfig, role: str, model:
         except Exception:  # noqa: BLE001 - any failure of the foreign estimator: servesim's formula
             pass
         else:
-            return static_blocks(gpu.mem_capacity, weights, per_token, fraction, block, "aiconfigurator")
+            return static_blocks(gpu.mem_capacity, weights, per_token, fraction, block, "aiconfigurator", graphs)
     return static_blocks(gpu.mem_capacity, weight_bytes(model, par), model.kv_bytes_per_token(par.tp), fraction,
-                         block, "servesim" if model.family is not None else "generic")
+                         block, "servesim" if model.family is not None else "generic", graphs)
 
 
 def _sglang_013(engine: EngineConfig, worker: WorkerConfig, role: str, model: ModelSpec, gpu: GpuSpec,

@@ -54,11 +54,13 @@ def aic_breakdown(aic_model: str, system: str, version: str, par: Parallel, *, m
 
 
 def static_blocks(gpu_memory: int, weights: float, per_token: int, fraction: float, block_size: int,
-                  method: str) -> Capacity:
-    """The KV pool of one rank with SGLang's static-fraction rule."""
-    budget = gpu_memory * fraction - weights
+                  method: str, reserved_bytes: int = 0) -> Capacity:
+    """The KV pool of one rank with SGLang's static-fraction rule, less `reserved_bytes` (the
+    CUDA-graph reservation, taken once, not scaled by the fraction)."""
+    budget = gpu_memory * fraction - weights - reserved_bytes
     if budget <= 0.0:
-        raise RunError(f"no KV budget: the weights ({int(weights)} bytes per GPU) fill SGLang's static share "
+        raise RunError(f"no KV budget: the weights ({int(weights)} bytes per GPU) and cuda_graph_reserved_bytes "
+                       f"({reserved_bytes}) fill SGLang's static share "
                        f"({fraction} of {gpu_memory} bytes); use more GPUs per worker, a larger "
                        "memory_fraction or capacity: {type: fixed, blocks: N}")
     tokens = int(budget // float(per_token))
