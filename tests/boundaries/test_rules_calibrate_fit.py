@@ -1,0 +1,83 @@
+"""Rules of `servesim calibrate`'s searches and KV statistic (studies/calibrate.py): the
+golden-section search on log(prefill scale) keeps the better half and returns the best trial
+with its front-end latency; both searches stay within ±width of the current scale and within
+the scale bounds; the KV pool's busy time counts every instant with a request running *or*
+waiting (a queue with nothing running is busy too)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from servesim.measured.run import Measured
+from servesim.perf.calibration import Calibration
+from servesim.studies import calibrate, separate
+
+
+def _golden(monkeypatch, best_scale: float, current: float = 1.0, width: float = 0.5) -> tuple[Calibration, list]:
+    """Run the golden-section search on a misfit (log a − log best)², front-end 10·a ms."""
+    trials: list[float] = []
+
+    def misfit(replay, sim):
+        trials.append(sim.prefill_scale)
+        assert sim.frontend_ms == 0.0, "trials are simulated without front-end latency"
+        return 10.0 * sim.prefill_scale, (math.log(sim.prefill_scale) - math.log(best_scale)) ** 2
+
+    monkeypatch.setattr(separate, "frontend_and_misfit", misfit)
+    replay = SimpleNamespace(run=lambda c: c)
+    found = calibrate._fit_prefill_frontend(replay, Calibration(prefill_scale=current, frontend_ms=3.0), width)
+    return found, trials
+
+
+@pytest.mark.parametrize("best", [0.7, 1.0, 1.3, 1.55])
+def test_the_golden_section_search_finds_the_least_misfit(monkeypatch, best):
+    found, trials = _golden(monkeypatch, best)
+    assert found.prefill_scale == pytest.approx(best, rel=0.03)
+    assert found.frontend_ms == pytest.approx(10.0 * found.prefill_scale), "the best trial's front-end latency"
+    assert len(trials) == 9, "two first points, then one new point per step (misfits are cached)"
+
+
+def test_the_golden_section_search_stays_within_its_window(monkeypatch):
+    found, trials = _golden(monkeypatch, best_scale=3.0, current=1.0, width=0.5)
+    assert max(trials) <= math.exp(0.5) + 1e-12 and found.prefill_scale > math.exp(0.5) * 0.97
+    found, trials = _golden(monkeypatch, best_scale=0.1, current=0.25, width=0.5)
+    assert min(trials) >= 0.2 - 1e-12, "and within the scale bounds"
+    assert found.prefill_scale == pytest.approx(0.2, rel=0.03)
+    found, trials = _golden(monkeypatch, best_scale=9.0, current=4.5, width=0.5)
+    assert max(trials) <= 5.0 + 1e-12 and found.prefill_scale == pytest.approx(5.0, rel=0.03)
+
+
+def _bisection(target: float, current: float, width: float) -> Calibration:
+    replay = SimpleNamespace(real={"ttft": np.array([target])}, run=lambda c: c,
+                             mean=lambda sim, metric: 100.0 * sim.prefill_scale)
+    return calibrate._fit_prefill(replay, Calibration(prefill_scale=current), width=width)
+
+
+def test_the_bisection_moves_towards_a_lower_mean_when_the_simulation_is_slow():
+    assert _bisection(80.0, 1.0, math.log(4.0)).prefill_scale == pytest.approx(0.8, rel=0.05)
+
+
+def test_the_bisection_stays_within_its_window_and_the_bounds():
+    assert _bisection(400.0, 1.0, 0.5).prefill_scale <= math.exp(0.5)
+    assert _bisection(400.0, 1.0, 0.5).prefill_scale > math.exp(0.5) * 0.97
+    assert _bisection(10.0, 0.25, 0.5).prefill_scale >= 0.2
+    assert _bisection(10.0, 0.25, 0.5).prefill_scale == pytest.approx(0.2, rel=0.03)
+    assert _bisection(900.0, 4.5, 0.5).prefill_scale <= 5.0
+
+
+def test_a_queue_with_nothing_running_is_busy_time():
+    """Grid 0..20 s (21 points), two slots. At 0 both requests wait and none runs; 1-9 one runs
+    (1,000 tokens) while the other waits; 10-20 both run, no queue. The pool bound 10 of 21 busy
+    instants: less than half, so no capacity shows (counting only instants with a running
+    request as busy, 10 of 20 would pass)."""
+    rows = [(0.0, 1.0, 100.0, 1000, 0), (0.0, 10.0, 100.0, 1000, 0)]
+    send, first, end, isl, osl = (np.array(col) for col in zip(*rows, strict=True))
+    measured = Measured("m", "test", send, first, end, isl, osl)
+    assert calibrate.measured_kv_tokens(measured, max_sequences=2, ranks=1, window=(0.0, 20.0), points=21) is None
+    # One more instant of queue while one runs (B waits until 11): 11 of 21 bound, a capacity shows.
+    measured = Measured("m", "test", send, first + np.array([0.0, 1.0]), end, isl, osl)
+    assert calibrate.measured_kv_tokens(measured, max_sequences=2, ranks=1, window=(0.0, 20.0),
+                                        points=21) == 1000
