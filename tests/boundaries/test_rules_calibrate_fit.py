@@ -81,3 +81,21 @@ def test_a_queue_with_nothing_running_is_busy_time():
     measured = Measured("m", "test", send, first + np.array([0.0, 1.0]), end, isl, osl)
     assert calibrate.measured_kv_tokens(measured, max_sequences=2, ranks=1, window=(0.0, 20.0),
                                         points=21) == 1000
+
+
+def test_the_sync_comes_off_only_above_twice_it():
+    """Both TPOTs must be *above* twice the sync: exactly twice keeps the plain ratio."""
+    replay = SimpleNamespace(run=lambda c: None, mean=lambda sim, metric: 4.0,
+                             real={"tpot": np.array([12.0])}, sync_ms=2.0)
+    assert calibrate._fit_decode(replay, Calibration(decode_scale=1.0)).decode_scale == pytest.approx(3.0)
+    replay.mean = lambda sim, metric: 4.5
+    assert calibrate._fit_decode(replay, Calibration(decode_scale=1.0)).decode_scale == pytest.approx(10.0 / 2.5)
+
+
+def test_the_bisection_spends_six_simulations():
+    runs: list[float] = []
+    replay = SimpleNamespace(real={"ttft": np.array([150.0])}, run=lambda c: runs.append(c.prefill_scale) or c,
+                             mean=lambda sim, metric: 100.0 * sim.prefill_scale)
+    calibrate._fit_prefill(replay, Calibration(prefill_scale=1.0), width=1.0)
+    assert len(runs) == 6
+    assert max(runs) < math.exp(1.0) and min(runs) > math.exp(-1.0)
