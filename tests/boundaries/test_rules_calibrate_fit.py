@@ -99,3 +99,38 @@ def test_the_bisection_spends_six_simulations():
     calibrate._fit_prefill(replay, Calibration(prefill_scale=1.0), width=1.0)
     assert len(runs) == 6
     assert max(runs) < math.exp(1.0) and min(runs) > math.exp(-1.0)
+
+
+def _kv(rows, **kwargs):
+    send, first, end, isl, osl = (np.array(col) for col in zip(*rows, strict=True))
+    return calibrate.measured_kv_tokens(Measured("m", "test", send, first, end, isl, osl), **kwargs)
+
+
+def test_one_waiting_or_one_running_request_is_busy_time():
+    """Grid 0..40 s, two slots. At 0 one request waits alone; 1-19 one runs while the other
+    waits (bound); 20-40 both run. Bound 20 of 41 busy instants: not half."""
+    rows = [(0.0, 1.0, 1000.0, 1000, 0), (0.5, 20.0, 1000.0, 1000, 0)]
+    assert _kv(rows, max_sequences=2, ranks=1, window=(0.0, 40.0), points=41) is None
+    # One running request with no queue (12-20) is busy too: bound 10 (0-9) of 21.
+    rows = [(0.0, 0.0, 1000.0, 1000, 0), (0.0, 10.0, 12.0, 1000, 0)]
+    assert _kv(rows, max_sequences=2, ranks=1, window=(0.0, 20.0), points=21) is None
+
+
+def test_the_default_window_spans_the_first_send_to_the_last_end():
+    rows = [(0.0, 0.0, 20.0, 1000, 0), (0.0, 10.0, 20.0, 1000, 0), (9.0, 9.5, 10.0, 10, 0)]
+    assert _kv(rows, max_sequences=2, ranks=1, points=21) == \
+        _kv(rows, max_sequences=2, ranks=1, window=(0.0, 20.0), points=21) == 1000
+
+
+def test_a_fit_mask_sets_the_window(monkeypatch):
+    seen = []
+    monkeypatch.setattr(calibrate, "measured_kv_tokens", lambda m, s, r, window: seen.append(window) or 5)
+    measured = Measured("m", "test", np.array([0.0, 2.0, 4.0]), np.array([1.0, 3.0, 5.0]),
+                        np.array([9.0, 3.5, 6.0]), np.array([10, 10, 10]), np.array([1, 1, 1]))
+    replay = SimpleNamespace(runs=[measured], fits=[np.array([False, True, True])], max_sequences=8, ranks=1)
+    assert calibrate._kv_tokens(replay) == 5 and seen == [(2.0, 6.0)]
+
+
+def test_no_measured_run_is_an_error():
+    with pytest.raises(calibrate.ConfigError, match="at least one measured run"):
+        calibrate._as_runs([], None)

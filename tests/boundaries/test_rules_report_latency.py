@@ -131,3 +131,20 @@ def test_the_verdict_table_aligns_its_columns():
     assert len(rows) == 3
     starts = {row.index("MET") if "MISSED" not in row else row.index("MISSED") for row in rows}
     assert len(starts) == 1, rows
+
+
+def test_no_samples_give_an_empty_cdf():
+    x, y = cdf_points(np.empty(0))
+    assert len(x) == 0 and len(y) == 0
+
+
+@pytest.mark.parametrize("max_points", [100, 120, 400, 600])
+def test_the_upper_tail_gets_its_own_share_of_the_points(max_points):
+    """min(40, max_points // 4) log-spaced fractions from p99 to p99.99, beside an even grid of
+    the other points: every one of them is a point of a large sample's CDF."""
+    tail = min(40, max_points // 4)
+    even = np.linspace(0.0, 1.0, max_points - tail)[1:]
+    expected = tail + int(np.sum((even >= 0.99 - 1e-12) & (even < 1.0)))
+    _, y = cdf_points(np.arange(1.0, 1_000_001.0), max_points=max_points)
+    assert int(np.sum((y >= 0.99 - 1e-12) & (y < 1.0))) == expected
+    assert abs(y[1] - even[0]) < 1e-6, "the even grid starts one step above 0"
