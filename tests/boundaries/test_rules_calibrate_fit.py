@@ -134,3 +134,26 @@ def test_a_fit_mask_sets_the_window(monkeypatch):
 def test_no_measured_run_is_an_error():
     with pytest.raises(calibrate.ConfigError, match="at least one measured run"):
         calibrate._as_runs([], None)
+
+
+def _run(n: int = 3) -> Measured:
+    return Measured("m", "test", np.zeros(n), np.ones(n), np.full(n, 2.0), np.full(n, 10), np.ones(n, dtype=int))
+
+
+def test_fit_masks_pair_with_the_runs():
+    a, b = _run(), _run()
+    mask = np.array([True, False, True])
+    assert calibrate._as_runs(a, mask)[1][0] is mask
+    assert calibrate._as_runs(a, None)[1] == [None]
+    assert calibrate._as_runs([a, b], None)[1] == [None, None], "no mask: every request of every run"
+    assert calibrate._as_runs([a, b], [None])[1] == [None, None]
+    runs, fits = calibrate._as_runs([a, b], [mask, None])
+    assert runs == [a, b] and fits[0] is mask and fits[1] is None
+    assert calibrate._as_runs([a], [mask])[1][0] is mask
+
+
+@pytest.mark.parametrize("fit", [np.array([True, False, True]), [np.array([True, False, True])],
+                                 [None, None, None]])
+def test_a_mask_count_that_does_not_match_the_runs_is_an_error(fit):
+    with pytest.raises(calibrate.ConfigError, match="fit masks for 2 measured runs"):
+        calibrate._as_runs([_run(), _run()], fit)
