@@ -32,8 +32,9 @@ def _record(rid: int, spans: list[int], reused: tuple[int, ...] = (0,), status: 
 
 def test_gpu_hours_sum_both_pools():
     pools = {"prefill": PoolUsage(3600.0, 2), "decode": PoolUsage(1800.0, 4)}
-    got = summarize([_record(0, [0, 3])], pools, 1.0)
+    got = summarize([_record(0, [0, 3])], pools, 1.0)  # 100 + 3 tokens over 15 ms
     assert got["gpu_hours"] == 4.0
+    assert got["total_throughput_tok_s"] == pytest.approx(103 / 0.015)
     assert (got["prefill_worker_seconds"], got["decode_gpus_per_worker"]) == (3600.0, 4)
 
 
@@ -48,6 +49,8 @@ def test_processed_rates_are_per_second_of_wall_time():
     assert got["processed_tokens"] == 103
     assert got["processed_tokens_per_s"] == pytest.approx(206.0)
     assert got["processed_output_tokens_per_s"] == pytest.approx(6.0)
+    one_ms = summarize([_record(0, [0, 3])], {}, 1.0)
+    assert one_ms["processed_tokens_per_s"] == 103_000.0 and one_ms["processed_output_tokens_per_s"] == 3_000.0
     empty = summarize([_record(0, [0, 3])], {}, 0.0)
     assert empty["processed_tokens_per_s"] == 0.0 and empty["processed_output_tokens_per_s"] == 0.0
 
@@ -81,7 +84,7 @@ def _timelines(terminal: list[float], itl: list[float], count: list[int]) -> Tim
     return Timelines(arrival=np.zeros(n), terminal=t, input_length=np.full(n, 10), output_length=np.asarray(count),
                      reused_first=np.zeros(n, int), reused_max=np.zeros(n, int), count=np.asarray(count),
                      first=np.ones(n), second=np.ones(n) + 1, last=1 + np.asarray(itl) * (np.asarray(count) - 1),
-                     gaps=np.array([0.0, 2.0, 4.0]), gap_counts=np.array([5, 1, 1]))
+                     gaps=np.array([0.0, 1.0, 4.0]), gap_counts=np.array([5, 1, 1]))
 
 
 def test_totals_over_chunks_keep_the_longest_duration_and_the_worst_value():
@@ -97,9 +100,9 @@ def test_totals_over_chunks_keep_the_longest_duration_and_the_worst_value():
 def test_per_user_throughput_skips_zero_gaps():
     tl = _timelines([10.0], itl=[2.0], count=[3])
     got = summarize([], {}, 1.0, timelines=tl)
-    assert got["max_output_token_throughput_per_user"] == pytest.approx(500.0, rel=2e-3)
+    assert got["max_output_token_throughput_per_user"] == pytest.approx(1000.0, rel=2e-3)
     assert np.isfinite(got["mean_output_token_throughput_per_user"])
-    assert got["mean_output_token_throughput_per_user"] == pytest.approx(375.0, rel=2e-3), "(500 + 250) / 2"
+    assert got["mean_output_token_throughput_per_user"] == pytest.approx(625.0, rel=2e-3), "(1000 + 250) / 2"
 
 
 def test_the_accounting_counts_rejected_and_unfinished_requests():
