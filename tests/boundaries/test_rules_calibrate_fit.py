@@ -157,3 +157,22 @@ def test_fit_masks_pair_with_the_runs():
 def test_a_mask_count_that_does_not_match_the_runs_is_an_error(fit):
     with pytest.raises(calibrate.ConfigError, match="fit masks for 2 measured runs"):
         calibrate._as_runs([_run(), _run()], fit)
+
+
+def test_terciles_cut_at_a_third_and_two_thirds():
+    labels = separate.group_labels([np.arange(1, 13)], [None])  # cuts at 4.67 and 8.33
+    assert labels.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    # A length equal to a cut goes above it: 1,1,1,2,2,2 has cuts 1 and 2.
+    assert separate.group_labels([np.array([1, 1, 1, 2, 2, 2])], [None]).tolist() == [1, 1, 1, 2, 2, 2]
+
+
+def test_the_separability_summary_and_notes():
+    found = separate.Separability(True, 0.123456, 4)
+    assert found.summary() == {"prefill_scale/frontend_ms": "separated", "cosine": 0.1235, "groups": 4}
+    assert found.notes() == ["the data separates prefill scale from front-end latency (cosine 0.123 over 4 groups): "
+                             "both fitted"]
+    why = separate.Separability(False, None, 1, "one group of requests")
+    assert "(one group of requests)" in why.notes()[0] and why.summary()["cosine"] is None
+    collinear = separate.Separability(False, 0.99, 3)
+    assert "(cosine 0.990 over 3 groups)" in collinear.notes()[0]
+    assert collinear.summary()["prefill_scale/frontend_ms"] == "not separable"

@@ -89,3 +89,17 @@ def test_a_removed_worker_stops_at_its_stop_time():
     kept, removed = out.workers
     assert kept.waiting[:3].tolist() == [2.0, 2.0, 2.0]
     assert removed.waiting[:2].tolist() == [2.0, 2.0] and np.isnan(removed.waiting[2])
+
+
+def test_one_prompt_token_has_a_hit_rate():
+    sampler = TimeSeriesSampler(max_points=4, initial_width_ms=10.0)
+    sampler.observe(1.0, "agg", 0, 0, 1, 0, 1, hits=1, lookups=1)
+    (series,) = sampler.finish(5.0).workers
+    assert series.hit_rate.tolist() == [1.0]
+
+
+def test_the_default_grid():
+    sampler = TimeSeriesSampler()
+    assert (sampler.max_points, sampler.width_ms) == (400, 10.0)
+    sampler.observe(0.0, "agg", 0, 0, 0, 0, 1)
+    assert len(sampler.finish(3990.0).start_ms) == 400 and sampler.width_ms == 10.0
