@@ -15,7 +15,7 @@ from servesim.report import stats
 _MAGNITUDE = st.floats(1e-6, 1e9)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), _MAGNITUDE), min_size=2, max_size=40))
 def test_sketch_percentiles_are_within_alpha_of_the_exact_sample(signed):
     values = [-m if negative else m for negative, m in signed]
