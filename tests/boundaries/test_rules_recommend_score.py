@@ -18,6 +18,10 @@ def test_average_gpus_below_and_at_one(hours, gpus):
     assert avg_gpus({"gpu_hours": hours, "duration_ms": HOUR_MS}) == gpus
 
 
+def test_a_sub_millisecond_run_has_gpus():
+    assert avg_gpus({"gpu_hours": 2 * 0.5 / HOUR_MS, "duration_ms": 0.5}) == pytest.approx(2.0)
+
+
 def test_no_duration_is_no_gpus():
     assert avg_gpus({"gpu_hours": 2.0, "duration_ms": 0.0}) == 0.0
     assert avg_gpus({"gpu_hours": 2.0}) == 0.0

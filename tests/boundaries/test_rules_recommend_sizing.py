@@ -48,6 +48,7 @@ def test_the_sizing_budget_is_a_fifth_from_ten_trials(trials, reserved):
 def test_bisect_between_the_largest_miss_and_the_smallest_qualifier():
     assert _next(_known((_agg(2), False), (_agg(7), True))) == [4]
     assert _next(_known((_agg(2), False), (_agg(3), False), (_agg(6), True), (_agg(9), True))) == [4]
+    assert _next(_known((_agg(2), False), (_agg(4), False), (_agg(8), True))) == [6], "the largest miss"
 
 
 def test_adjacent_counts_end_the_bisection():
@@ -131,3 +132,17 @@ def test_labels_name_the_split_not_the_replicas():
     assert sizing.shape_label(_agg(3, tensor=2)) == "vllm tp2"
     assert sizing.shape_label(_disagg(3)) == "vllm P tp1 / D tp2"
     assert sizing.shape_key(_agg(3)) == sizing.shape_key(_agg(5))
+
+
+def _unreplayed(cand: Candidate) -> dict:
+    return {**_entry(cand, False), "metrics": None}
+
+
+def test_a_candidate_without_a_replay_is_neither_a_miss_nor_a_point():
+    known = _known((_agg(2), False), (_agg(8), True))
+    known[_agg(4)] = _unreplayed(_agg(4))
+    assert _next(known) == [5]
+    known[_agg(6)] = {**_entry(_agg(6), False), "objectives": None}
+    assert _next(known) == [5]
+    (row,) = sizing.sizing_table(known)
+    assert [p["gpus"] for p in row["curve"]] == [2, 8]

@@ -103,3 +103,20 @@ def test_the_default_grid():
     assert (sampler.max_points, sampler.width_ms) == (400, 10.0)
     sampler.observe(0.0, "agg", 0, 0, 0, 0, 1)
     assert len(sampler.finish(3990.0).start_ms) == 400 and sampler.width_ms == 10.0
+
+
+def test_observations_without_lookups_count_no_prompt_tokens():
+    sampler = TimeSeriesSampler(max_points=4, initial_width_ms=10.0)
+    sampler.observe(1.0, "agg", 0, 0, 1, 0, 1)
+    sampler.observe(2.0, "agg", 0, 0, 1, 0, 1)
+    (series,) = sampler.finish(5.0).workers
+    assert series.prompt_tokens.tolist() == [0.0] and series.prefix_hits.tolist() == [0.0]
+
+
+def test_a_worker_first_seen_inside_a_bucket_covers_only_its_observed_time():
+    sampler = TimeSeriesSampler(max_points=4, initial_width_ms=10.0)
+    sampler.observe(2.0, "agg", 0, waiting=1, running=0, kv_used=0, kv_total=1)
+    sampler.observe(6.0, "agg", 0, waiting=3, running=0, kv_used=0, kv_total=1)
+    sampler.observe(8.0, "agg", 0, waiting=9, running=0, kv_used=0, kv_total=1)
+    (series,) = sampler.finish(10.0).workers
+    assert series.waiting[0] == pytest.approx((1 * 4 + 3 * 2 + 9 * 2) / 8)
