@@ -45,6 +45,7 @@ def test_equal_times_are_in_order_and_a_reversal_is_not():
 def test_a_request_may_last_max_ms_and_no_longer():
     longest = MAX_MS / 1000
     assert _lines(_req(send_ts=0.0, first_token_ts=0.0, end_ts=longest))
+    assert _lines(_req(send_ts=5.0, first_token_ts=5.0, end_ts=5.0 + longest)), "the duration, not the end time"
     with pytest.raises(TraceError, match="longer than"):
         _lines(_req(send_ts=0.0, first_token_ts=0.0, end_ts=longest * (1 + 1e-9)))
 
