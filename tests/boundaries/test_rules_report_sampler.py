@@ -120,3 +120,21 @@ def test_a_worker_first_seen_inside_a_bucket_covers_only_its_observed_time():
     sampler.observe(8.0, "agg", 0, waiting=9, running=0, kv_used=0, kv_total=1)
     (series,) = sampler.finish(10.0).workers
     assert series.waiting[0] == pytest.approx((1 * 4 + 3 * 2 + 9 * 2) / 8)
+
+
+def test_the_range_doubles_with_the_width():
+    sampler = TimeSeriesSampler(max_points=4, initial_width_ms=10.0)
+    sampler.observe(0.0, "agg", 0, waiting=1, running=0, kv_used=1, kv_total=1)
+    sampler.observe(40.0, "agg", 0, waiting=1, running=0, kv_used=1, kv_total=1)
+    assert sampler.width_ms == 20.0
+    sampler.observe(85.0, "agg", 0, waiting=1, running=0, kv_used=1, kv_total=1)
+    assert sampler.width_ms == 40.0
+    (series,) = sampler.finish(100.0).workers
+    assert series.kv_usage[:3].tolist() == [1.0, 1.0, 1.0], "one block of one: the whole pool"
+
+
+def test_a_bucket_observed_for_under_a_millisecond_has_a_value():
+    sampler = TimeSeriesSampler(max_points=4, initial_width_ms=10.0)
+    sampler.observe(9.5, "agg", 0, waiting=2, running=0, kv_used=0, kv_total=0)
+    (series,) = sampler.finish(15.0).workers
+    assert series.waiting.tolist() == [2.0, 2.0] and series.kv_usage.tolist() == [0.0, 0.0]
