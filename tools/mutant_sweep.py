@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import tokenize
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,8 +90,12 @@ def sweep(repo: Path, file: str, tests: tuple[str, ...], function: str | None = 
 
 
 def toml_entry(mutant: Mutant) -> str:
-    """`mutant` as a `[[mutant]]` table for tools/mutants.toml (name and area to be edited)."""
-    tests = ", ".join(f'"{t}"' for t in mutant.tests)
-    return (f'[[mutant]]\nname = "{mutant.name.replace(":", "-")}"\narea = "{mutant.area}"\nfile = "{mutant.file}"\n'
-            f"old = '''{mutant.old}'''\nnew = '''{mutant.new}'''\ntests = [{tests}]\n"
-            f'description = "{mutant.description.replace(chr(34), chr(39))}"\n')
+    """`mutant` as a `[[mutant]]` table for tools/mutants.toml (name and area to be edited); every
+    string is a TOML basic string (JSON's escapes are TOML's), so backslashes and quotes survive."""
+    def q(text: str) -> str:
+        return json.dumps(text, ensure_ascii=False)
+
+    tests = ", ".join(q(t) for t in mutant.tests)
+    return (f"[[mutant]]\nname = {q(mutant.name.replace(':', '-'))}\narea = {q(mutant.area)}\n"
+            f"file = {q(mutant.file)}\nold = {q(mutant.old)}\nnew = {q(mutant.new)}\ntests = [{tests}]\n"
+            f"description = {q(mutant.description)}\n")

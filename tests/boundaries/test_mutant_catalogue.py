@@ -83,3 +83,17 @@ def test_the_runner_never_counts_the_catalogue_self_test(tmp_path):
     _tiny_repo(tmp_path)
     only_self = mutants.Mutant("self", "x", "src/tiny/limit.py", "x <= bound", "x < bound", (mutants.SELF_TEST,), "")
     assert mutants.run_one(only_self, tmp_path, 60).status == "survived"
+
+
+def test_a_sweep_survivor_is_a_valid_catalogue_entry_even_with_backslashes(tmp_path):
+    import tomllib
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from mutant_sweep import toml_entry
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    mutant = mutants.Mutant("sweep:a.py:1:0:<-><=", "sweep", "a.py", 'if s == "\\\\n" < 3:\n', 'if s == "\\\\n" <= 3:\n',
+                            ("tests",), 'line 1: `"x"`')
+    entry = tomllib.loads(toml_entry(mutant))["mutant"][0]
+    assert (entry["old"], entry["new"], entry["description"]) == (mutant.old, mutant.new, mutant.description)
