@@ -2,7 +2,9 @@
 
 Every full shareable block a rank computes is also written to host memory (vLLM's CPU
 offloading: store on compute). The host tier keeps at most `num_blocks` blocks and drops the
-least recently stored or loaded ones first. A request whose cached prefix goes on in host memory
+least recently stored or loaded ones first; under `compat: upstream-0.13` (0.13's order,
+`HostTier.follow_gpu`) it drops first the blocks the rank's GPU pool has already evicted, in
+the order the pool evicted them. A request whose cached prefix goes on in host memory
 beyond what the GPU pool holds loads those blocks back (host to device) before it can be
 admitted. The loads of one rank move their bytes one after another over one channel at the
 host-to-device bandwidth; each load also waits the first-byte latency, which does not hold the
