@@ -129,15 +129,28 @@ SCENARIOS["preemption"] = (config(11, {"num_host_blocks": 100, "latency_to_first
                            SCENARIOS["serial-loads"][1],
                            "a preempted request: the pass that reuses its last block waits for that block's "
                            "copy to host memory (3 ms + 2 blocks), then it is reloaded from host memory")
+SCENARIOS["host-gone-order"] = (config(8, {"num_host_blocks": 7}), G3_TRACE,
+                                "one block more: the dropped GPU blocks leave host memory in the order the GPU pool "
+                                "evicted them (tail first: B4 before B3), so B3 comes back from host memory")
+SCENARIOS["host-resident-lru"] = (config(8, {"num_host_blocks": 4}),
+                                  [PACER, req(100, A), req(200, [700, 701], n=BS + 1), req(300, [800], n=1, o=650),
+                                   req(5000, A + [5], n=5 * BS)],
+                                  "every host block still in the GPU pool: the store of X's block drops A1 (least "
+                                  "recently stored); a long decode then evicts A2..A4 from the GPU pool, and the last "
+                                  "request finds A1 on the GPU and A2..A4 in host memory")
 """Scenarios servesim reproduces field for field (tests/upstream013/test_host_offload.py)."""
 
 KNOWN_DIFFERENCES: dict[str, tuple[dict[str, Any], list[dict[str, Any]], str]] = {
     "pressure-host-overflow": (config(14, {"num_host_blocks": 24}), _pressure_trace(),
-                               "host memory overflowing too: 0.13 drops blocks of one stored prompt in an order "
-                               "that is not their position (see docs/upstream013.md)"),
+                               "host memory overflowing too: 25 of 30 requests match (see docs/upstream013.md)"),
     "g3-host-overflow": (with_g3(config(8, {"num_host_blocks": 6}), num_g3_blocks=100), G3_TRACE,
-                         "host memory overflowing inside a prompt (see pressure-host-overflow): 0.13 finds B's "
-                         "tail on disk, servesim in host memory"),
+                         "host memory overflowing inside a prompt: 0.13 drops the blocks the GPU pool no longer "
+                         "holds first, B3 and B4 among them, and reads B's tail from disk; servesim's requests "
+                         "equal 0.13's, but its disk reads 5 blocks, 0.13's 6 (B3 still in host memory)"),
+    "host-gone-first": (config(8, {"num_host_blocks": 6}), G3_TRACE,
+                        "g3-host-overflow without a disk: B1, B2 (still in the GPU pool) outlive B3, B4 in host "
+                        "memory, B is admitted with its GPU hits only; servesim's GPU pool drops B3 one pass "
+                        "later (after C's store), so it finds B3 in host memory"),
 }
 """Scenarios recorded to measure where servesim differs (printed with --compare, not tested)."""
 

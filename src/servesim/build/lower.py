@@ -177,7 +177,7 @@ def _pool(config: SimConfig, role: Role, worker: WorkerConfig, unservable: str, 
         prefill_schedule_interval=worker.scheduler.prefill_schedule_interval,
         prefill_decode_interval=worker.scheduler.prefill_decode_interval,
         prefill_emits_first_token=config.compat == "upstream-0.13" and role != "decode",
-        host=_host_offload(engine, worker),
+        host=_host_offload(engine, worker, upstream013=config.compat == "upstream-0.13"),
     )
     return PoolSpec(
         role=role,
@@ -206,8 +206,9 @@ def _speculative(worker: WorkerConfig) -> SpeculativeSettings | None:
     return SpeculativeSettings(nextn=n, acceptance_rates=tuple(float(r) for r in rates), seed=spec.seed)
 
 
-def _host_offload(engine: EngineConfig, worker: WorkerConfig) -> HostOffloadSettings | None:
-    """The host tier of each rank of `worker`'s role (upstream 0.13 `kv_cache.host_offload`)."""
+def _host_offload(engine: EngineConfig, worker: WorkerConfig, *, upstream013: bool = False) -> HostOffloadSettings | None:
+    """The host tier of each rank of `worker`'s role (upstream 0.13 `kv_cache.host_offload`;
+    with `upstream013`, 0.13's eviction order for a tier per rank)."""
     host = worker.kv_cache.host_offload
     if host is None:
         return None
@@ -226,7 +227,8 @@ def _host_offload(engine: EngineConfig, worker: WorkerConfig) -> HostOffloadSett
     shared = host.shared_h2d_bandwidth_gbps if host.scope == "cluster_shared" else None
     return HostOffloadSettings(host.num_host_blocks, block_bytes, host.h2d_bandwidth_gbps,
                                host.latency_to_first_byte_ms, g3, kvcr=worker.kv_cache.kvcr is not None,
-                               d2h_gb_per_second=host.d2h_bandwidth_gbps, shared_h2d_gb_per_second=shared)
+                               d2h_gb_per_second=host.d2h_bandwidth_gbps, shared_h2d_gb_per_second=shared,
+                               gpu_gone_first=upstream013 and shared is None)
 
 
 def _slower(a: float, b: float) -> float:

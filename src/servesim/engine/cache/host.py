@@ -2,7 +2,9 @@
 
 Every full shareable block a rank computes is also written to host memory (vLLM's CPU
 offloading: store on compute). The host tier keeps at most `num_blocks` blocks and drops the
-least recently stored or loaded ones first. A request whose cached prefix goes on in host memory
+least recently stored or loaded ones first; under `compat: upstream-0.13` (0.13's order,
+`HostTier.follow_gpu`) it drops first the blocks the rank's GPU pool has already evicted, in
+the order the pool evicted them. A request whose cached prefix goes on in host memory
 beyond what the GPU pool holds loads those blocks back (host to device) before it can be
 admitted. The loads of one rank move their bytes one after another over one channel at the
 host-to-device bandwidth; each load also waits the first-byte latency, which does not hold the
@@ -42,6 +44,9 @@ class HostOffloadSettings:
     shared_h2d_gb_per_second: float | None = None
     """With `scope: cluster_shared`: the shared link's bandwidth (one pool for every rank of the
     role, `engine.cache.shared`); None for a host tier per rank."""
+    gpu_gone_first: bool = False
+    """0.13's eviction order (`compat: upstream-0.13`, rank-local tiers): the blocks the rank's
+    GPU pool no longer holds go first, in the order they left it; then the least recently used."""
 
     def shared_ms(self, blocks: int) -> float:
         """How long `blocks` blocks take alone on the shared link (0 GB/s = unlimited)."""
@@ -83,12 +88,47 @@ class HostTier:
         self._link: SharedLink | None = None
         self._moving: list[Transfer] = []
         """With a shared link: this rank's loads in flight."""
+        self._cold: OrderedDict[int, None] | None = None
+        """With 0.13's eviction order (`follow_gpu`): the host blocks the GPU pool does not
+        hold, in the order they left it (or were stored without a GPU copy); evicted before
+        every other block."""
+        self._on_gpu: Callable[[int], bool] | None = None
+
+    def follow_gpu(self, on_gpu: Callable[[int], bool]) -> None:
+        """Evict first the blocks the rank's GPU pool no longer holds, oldest departure first
+        (0.13's order; `on_gpu` tells whether the pool holds a key). The pool reports each key's
+        arrival and departure with `gpu_event`."""
+        self._cold = OrderedDict()
+        self._on_gpu = on_gpu
+
+    def _pop_cold(self) -> int | None:
+        """Drop and return the block host memory holds that left the GPU pool first (None
+        without 0.13's eviction order, or when every host block is still in the pool)."""
+        cold, blocks = self._cold, self._blocks
+        while cold:
+            key = cold.popitem(last=False)[0]
+            if key in blocks:
+                del blocks[key]
+                return key
+        return None
+
+    def gpu_event(self, kind: str, key: int) -> None:
+        """The GPU pool cached ("stored") or dropped ("removed") the block `key`."""
+        cold = self._cold
+        assert cold is not None
+        if kind == "removed":
+            if key in self._blocks:
+                cold[key] = None
+                cold.move_to_end(key)
+        else:
+            cold.pop(key, None)
 
     def share(self, pool: SharedHost) -> None:
         """Use the deployment-wide pool `pool` (its blocks and load link) instead of a tier of its own."""
         self._blocks = pool.blocks
         self._link = pool.link
         self.listener = None
+        self._cold = self._on_gpu = None  # one pool for many GPU pools: plain LRU
         if self.g3 is not None:
             self.g3.listener = None
 
@@ -120,9 +160,16 @@ class HostTier:
             for key in fresh:
                 listener("host_stored", key)
         for _ in range(excess):
-            gone = blocks.popitem(last=False)[0]
+            gone = self._pop_cold()
+            if gone is None:
+                gone = blocks.popitem(last=False)[0]
             if listener is not None:
                 listener("host_removed", gone)
+        cold, on_gpu = self._cold, self._on_gpu
+        if cold is not None and on_gpu is not None:  # stored without a GPU copy (read from disk)
+            for key in fresh:
+                if key in blocks and not on_gpu(key):
+                    cold[key] = None
         return len(fresh)
 
     def store_job(self, blocks: int, submit: float) -> float:

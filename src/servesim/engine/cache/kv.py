@@ -68,6 +68,9 @@ class BlockPool(SpanQueue):
         self._spare: list[Block] = []
         """Evicted shareable blocks, for reuse."""
         self.listener: KvListener | None = None
+        self.tier_hook: KvListener | None = None
+        """Told ("stored", key) / ("removed", key) as a key enters and leaves the pool (a host
+        tier's eviction order, `engine.cache.host`); kept apart from `listener` (the router's)."""
         self.evicted_due = 0.0
         """The latest `due` (copy to a host tier in flight, `Run.due`) of the blocks evicted
         since the caller last reset it (0: none)."""
@@ -236,7 +239,7 @@ class BlockPool(SpanQueue):
             for block in blocks:
                 block.span = EVICTED
             return
-        if self._copies or self.listener is not None:
+        if self._copies or self.listener is not None or self.tier_hook is not None:
             for block, key in zip(blocks, keys, strict=True):
                 self._forget(block, key)
             return
@@ -272,11 +275,13 @@ class BlockPool(SpanQueue):
             self._index[key] = block
             if self.listener is not None:
                 self.listener("stored", key)
+            if self.tier_hook is not None:
+                self.tier_hook("stored", key)
         return block
 
     def store_completed(self, keys: list[int], lease: list[Block | None], first: int, stop: int) -> None:
         """`store` each private block of ``lease[first:stop]`` under its key in `keys`."""
-        if self.listener is None and lease[first:stop].count(None) == stop - first:
+        if self.listener is None and self.tier_hook is None and lease[first:stop].count(None) == stop - first:
             fresh = keys[first:stop]
             blocks = self._new_span(fresh).blocks
             lease[first:stop] = blocks
@@ -394,6 +399,8 @@ class BlockPool(SpanQueue):
                 del self._index[key]
                 if self.listener is not None:
                     self.listener("removed", key)
+                if self.tier_hook is not None:
+                    self.tier_hook("removed", key)
         else:
             copies = self._copies[key]
             copies.remove(block)

@@ -63,6 +63,9 @@ class VllmRank(VllmHandoff, VllmRunAhead, VllmHostOffload):
         burst or a FIFO victim could touch a cohort member)."""
         self.pool = BlockPool(config.num_blocks, config.prefix_caching)
         self.host = HostTier(config.host) if config.host is not None else None
+        if self.host is not None and config.host is not None and config.host.gpu_gone_first:
+            self.host.follow_gpu(lambda key: self.pool.lookup(key) is not None)
+            self.pool.tier_hook = self.host.gpu_event
         self._pass_stores: list[EngineRequest] = []
         """With a host tier: the requests whose blocks this pass copies to host memory."""
         self._pass_store_blocks = 0
