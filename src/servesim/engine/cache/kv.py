@@ -49,7 +49,8 @@ class BlockPool(SpanQueue):
 
     join_spans = True
     """Whether a release joins consecutive cached spans it frees (results are the same either
-    way; the tests check that with it off)."""
+    way; the tests check that with it off). Never while a listener or the host tier follows the
+    pool's blocks: they see evictions span by span."""
 
     def __init__(self, num_blocks: int, caching: bool = True) -> None:
         self.num_blocks = num_blocks
@@ -322,7 +323,7 @@ class BlockPool(SpanQueue):
         run = Run(due)
         queued = 0
         own: list[list[Block]] = []
-        merge = self.join_spans and caching and not self._copies and self.listener is None
+        merge = self.join_spans and caching and not self._copies and self.listener is None and self.tier_hook is None
         after = -1  # where the span last added to `run` starts in the lease
         i = split - 1
         while i >= 0:
