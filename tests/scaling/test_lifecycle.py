@@ -92,3 +92,17 @@ def test_snapshots_report_forward_pass_metrics_and_traffic():
     assert rank.metrics is not None and rank.metrics.num_decode_requests > 0
     assert first.traffic.num_req == 41 and first.traffic.avg_isl == 256.0
     assert 0 < first.traffic.avg_ttft_ms < 100 and first.traffic.duration_s == 2.0
+
+
+def test_each_tick_sees_only_the_traffic_since_the_previous_tick():
+    """Constant 20 req/s, ticks at 2, 4 and 6 s: every window holds its own 2 s of arrivals and
+    completions (the tally starts afresh at each tick), and the windows' arrivals add up to the
+    requests sent before the last tick."""
+    policy = Scripted([(2000, 1), (4000, 1), (6000, 1)])
+    report = simulate(_config(startup=0.0), scaling=policy, capture_per_request=True).to_dict()
+    windows = [s.traffic for s in policy.seen]
+    assert [w.duration_s for w in windows] == [2.0, 2.0, 2.0]
+    assert all(38 <= w.num_req <= 41 for w in windows), [w.num_req for w in windows]
+    before_last = sum(r["arrival_time_ms"] <= 6000.0 for r in report["per_request"])
+    assert sum(w.num_req for w in windows) == before_last
+    assert all(w.num_completed <= w.num_req + 2 for w in windows)
