@@ -51,12 +51,10 @@ def test_no_shareable_block_means_no_lookup():
     assert rank.run_pass(1).admitted == [(r, 0)]
 
 
-def test_a_preempted_private_request_reuses_its_surviving_blocks():
-    """6 blocks of 16; two 40-token prompts of 30 outputs hold 3 blocks each. When the first
-    needs its 4th block, the last running one is preempted (its 3 private blocks go to the LRU,
-    last block first); the first's 4th and 5th blocks evict two of them, so when the first is
-    done the preempted one comes back with its first block (16 tokens) still resident."""
-    rank = vllm_rank(prefix_caching=True, num_blocks=6)
+def _readmitted_reuse(prefix_caching: bool) -> tuple[list[int], EngineRequest, EngineRequest]:
+    """Two 40-token prompts of 30 outputs on 6 blocks of 16: the tokens the preempted one reuses
+    at each readmission."""
+    rank = vllm_rank(prefix_caching=prefix_caching, num_blocks=6)
     a = request(1, 40, 30, [1, 2, 3], unique_from=0)
     b = request(2, 40, 30, [4, 5, 6], unique_from=0)
     rank.enqueue(a)
@@ -67,23 +65,22 @@ def test_a_preempted_private_request_reuses_its_surviving_blocks():
         readmitted += [reused for r, reused in result.admitted if r is b and r.admissions > 1]
         if not rank.has_work():
             break
-    assert b.preempted and readmitted == [16]
+    assert b.preempted
+    return readmitted, a, b
+
+
+def test_a_preempted_private_request_reuses_its_surviving_blocks():
+    """Two prompts hold 3 blocks each. When the first needs its 4th block, the last running one is
+    preempted (its 3 private blocks go to the LRU, last block first); the first's 4th and 5th
+    blocks evict two of them, so when the first is done the preempted one comes back with its
+    first block (16 tokens) still resident."""
+    readmitted, a, b = _readmitted_reuse(prefix_caching=True)
+    assert readmitted == [16]
     assert (a.generated, b.generated) == (30, 30)
 
 
 def test_the_same_without_prefix_caching_recomputes_everything():
-    rank = vllm_rank(prefix_caching=False, num_blocks=6)
-    a = request(1, 40, 30, [1, 2, 3], unique_from=0)
-    b = request(2, 40, 30, [4, 5, 6], unique_from=0)
-    rank.enqueue(a)
-    rank.enqueue(b)
-    readmitted = []
-    for i in range(200):
-        result = rank.run_pass(i)
-        readmitted += [reused for r, reused in result.admitted if r is b and r.admissions > 1]
-        if not rank.has_work():
-            break
-    assert b.preempted and readmitted == [0]
+    assert _readmitted_reuse(prefix_caching=False)[0] == [0]
 
 
 def test_a_spent_budget_admits_one_more_request_with_nothing_to_compute():

@@ -64,7 +64,19 @@ GENERATION_KEY, LOGITS_KEY = -1, -2
 """Batch slots of ``(slot, n)`` decode keys in the timing cache: G(n) and logits(n)."""
 
 
-class FusedAic:
+class _Fused:
+    """A timing whose mixed passes are fused: prefill and decode passes as `timing`'s."""
+
+    def __init__(self, timing: Any, attention_factor: float = 1.0) -> None:
+        self._timing = timing
+        self._factor = attention_factor
+        self.prefill = timing.prefill
+        self.decode = timing.decode
+        _series_of(self, timing)
+        self.label = f"{timing.label}, fused mixed passes"
+
+
+class FusedAic(_Fused):
     """AIConfigurator timing whose mixed passes run the shared operations once.
 
     The operation sums S(t), G(n) and logits(n) are kept with the engine's raw answers in its
@@ -72,12 +84,7 @@ class FusedAic:
     (negative), so a run whose questions were all asked before compiles no engine."""
 
     def __init__(self, timing: Any, attention_factor: float = 1.0) -> None:
-        self._factor = attention_factor
-        self._timing = timing
-        self.prefill = timing.prefill
-        self.decode = timing.decode
-        _series_of(self, timing)
-        self.label = f"{timing.label}, fused mixed passes"
+        super().__init__(timing, attention_factor)
         memo = getattr(timing, "_memo", None)
         self._memo = memo
         self._raw_prefill: dict[tuple[int, int, int], float] = memo.prefill if memo is not None else {}
@@ -148,16 +155,8 @@ def _non_attention(names: list[str]) -> list[int]:
     return [i for i, name in enumerate(names) if not name.endswith("attention") and "logits" not in name]
 
 
-class FusedRoofline:
+class FusedRoofline(_Fused):
     """Roofline timing whose mixed passes are one analytic forward pass."""
-
-    def __init__(self, timing: Any, attention_factor: float = 1.0) -> None:
-        self._timing = timing
-        self._factor = attention_factor
-        self.prefill = timing.prefill
-        self.decode = timing.decode
-        _series_of(self, timing)
-        self.label = f"{timing.label}, fused mixed passes"
 
     def mixed(self, batch: int, mean_isl: int, mean_prefix: int, n: int, active_kv_tokens: int,
               mean_ctx: int, total_kv_tokens: int) -> float:
