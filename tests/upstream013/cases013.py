@@ -20,6 +20,7 @@ from conftest import CASES, HOST_FIELDS
 
 from servesim import simulate
 from servesim.config.load import parse_config
+from servesim.errors import ConfigError
 
 COMPAT = "upstream-0.13"
 AIC_REL = 5e-3
@@ -94,3 +95,18 @@ def assert_reports_match(ours: dict[str, Any], theirs: dict[str, Any], record_fi
     """`assert_summary_matches` and `assert_records_match` of two whole reports."""
     assert_summary_matches(ours, theirs, rel=rel, at_least=at_least)
     assert_records_match(ours["per_request"], theirs["per_request"], record_fields, key=key, rel=rel)
+
+
+def assert_verdict_matches(exit_code: int, config: dict[str, Any], named: str | None, *,
+                           accepted: tuple[int, ...] = (0,)) -> None:
+    """servesim's verdict on `config` is 0.13's: accepted where 0.13 exited with a code in
+    `accepted` (and `named` is None then); else 0.13 exited 2 and servesim's config error
+    names `named` (the key and the rule)."""
+    if exit_code in accepted:
+        parse_config(config)
+        assert named is None, f"servesim accepts a config it should refuse with {named!r}"
+        return
+    assert exit_code == 2
+    with pytest.raises(ConfigError) as info:
+        parse_config(config)
+    assert named is not None and named in str(info.value)

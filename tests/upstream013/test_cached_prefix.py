@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cases013 import assert_reports_match, recorded, run
+from cases013 import assert_reports_match, recorded, run, assert_verdict_matches
 
 from servesim.config.load import parse_config
 from servesim.errors import ConfigError
@@ -72,14 +72,7 @@ NAMED = {
 def test_config_verdict_matches_013(name: str) -> None:
     """Accepted where 0.13 exits 0, refused (exit 2) where it does, naming the key and the rule."""
     verdict = RECORDED["verdicts"][name]
-    if verdict["exit_code"] == 0:
-        parse_config(copy.deepcopy(verdict["config"]))
-        assert name not in NAMED
-        return
-    assert verdict["exit_code"] == 2
-    with pytest.raises(ConfigError) as info:
-        parse_config(copy.deepcopy(verdict["config"]))
-    assert NAMED[name] in str(info.value)
+    assert_verdict_matches(verdict["exit_code"], copy.deepcopy(verdict["config"]), NAMED.get(name))
 
 
 def test_only_single_turn_synthetic_sources_take_it() -> None:
