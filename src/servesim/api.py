@@ -106,6 +106,8 @@ class Report:
     the headline of the table and the HTML report (`report/headline.py`)."""
     first_rejection: str | None = None
     """Why the first rejected (or failed) request did not complete (None: none was rejected)."""
+    rejected: int = 0
+    """Requests rejected or failed, for any reason."""
     context_rejected: int = 0
     """Requests rejected because their prompt reaches the context length (the reference's own rejection)."""
     spool: RecordSpool | None = None
@@ -412,7 +414,7 @@ def build_report(run: LoweredRun, cluster: Cluster, collector: Collector, tally:
     per_request = request_records(collector.records, uuid_numbers=numbers) if capture_per_request else None
     report = Report(summary, per_request, extensions, sla=run.sla, deployment=run.deployment,
                     first_rejection=tally.first_rejection[1] if tally.first_rejection else None,
-                    context_rejected=tally.context_rejected)
+                    rejected=tally.rejected, context_rejected=tally.context_rejected)
     if sampling is not None:
         from servesim.report.latency import from_tally
 

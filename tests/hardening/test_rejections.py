@@ -84,6 +84,22 @@ def test_nothing_completed_under_unservable_fail_exits_non_zero(tmp_path):
     assert "no request completed" in run.message(tmp_path)
 
 
+def test_a_time_cap_before_any_completion_is_reported_under_unservable_fail(tmp_path):
+    """Nothing rejected, nothing completed by the time cap: the reference reports the run (exit 0;
+    difftest seed 9313)."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 100, "output_length": 50,
+                                         "hash_ids": [t, t + 1]}) + "\n" for t in (0, 1, 2)))
+    config = write_config(tmp_path, {"traffic.source": {"type": "trace", "format": "mooncake", "paths": [str(trace)]},
+                                     "traffic.load": {"type": "trace_timestamps"},
+                                     "traffic.stop": {"max_virtual_time_seconds": 0.001}})
+    run = run_in_process(["predict", "-c", str(config), "--output-dir", str(tmp_path / "o"), "--format", "json",
+                          "--unservable", "fail"])
+    run.assert_clean(0)
+    assert "warning: no request completed" in run.stderr
+    assert _report(tmp_path)["completed_requests"] == 0
+
+
 def test_every_request_over_the_context_length_is_reported_under_unservable_fail(tmp_path):
     run = _predict(tmp_path, {"engine.context_length": 1000,
                               "traffic.source": {"type": "synthetic", "input_tokens": 1500, "output_tokens": 5}},
